@@ -1,0 +1,3 @@
+from poscli.cli import main
+
+main()

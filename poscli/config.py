@@ -1,0 +1,113 @@
+"""Flat configuration dataclasses that serialise to plain JSON (in the spirit of litgpt's config.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from poscli.errors import PoscliError
+
+
+@dataclass
+class ModelConfig:
+    # --- tokenizer ---
+    vocab_size: int = 256  # byte-level: one token per byte
+    # --- transformer ---
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    mlp_ratio: int = 4
+    train_length: int = 256  # tokens per training sequence; `learned` has this many rows
+    # --- positional encoding ---
+    pe: str = "rope"
+    rope_base: float = 10000.0
+    rope_layout: str = "halves"  # "halves" (GPT-NeoX, transformers) or "interleaved" (RoFormer, Meta Llama)
+    shaw_clip: int = 16  # Shaw et al.: relative distances are clipped to [-k, k]
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    # --- attention ---
+    attention_block: int = 1024  # query rows per block when a score bias must be materialised
+    # Extension of RoPE's frequencies (see poscli.scaling); empty for a model as trained.
+    rope_scaling: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def validate(self) -> None:
+        positive = ("n_layer", "n_head", "d_model", "mlp_ratio", "train_length", "vocab_size", "attention_block")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise PoscliError(f"{name.replace('_', '-')} must be a positive whole number, got {value!r}")
+        if self.d_model % self.n_head:
+            raise PoscliError(
+                f"width {self.d_model} is not divisible by {self.n_head} heads; "
+                f"choose --width as a multiple of --heads (e.g. --width {self.n_head * 32})"
+            )
+        if self.head_dim % 2:
+            raise PoscliError(f"head dimension {self.head_dim} (width / heads) must be even for rotary and sinusoidal encodings")
+        if self.rope_base <= 1:
+            raise PoscliError(f"--rope-base must be greater than 1, got {self.rope_base}")
+        if self.rope_layout not in ("halves", "interleaved"):
+            raise PoscliError(f"--rope-layout must be 'halves' or 'interleaved', got {self.rope_layout!r}")
+        if self.shaw_clip < 1:
+            raise PoscliError(f"--shaw-clip must be at least 1, got {self.shaw_clip}")
+        if self.t5_num_buckets < 2 or self.t5_max_distance <= self.t5_num_buckets // 2:
+            raise PoscliError("T5 bias needs at least 2 buckets and a max distance above half the buckets")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclass
+class TrainConfig:
+    # --- data ---
+    data: str = "stdlib"  # "stdlib", a path / folder / glob of text files, or "hf:NAME[:CONFIG]"
+    heldout_fraction: float = 0.1
+    # --- optimisation ---
+    batch_size: int = 16
+    steps: int = 1000
+    minutes: float | None = None  # a time budget; training stops at whichever of steps/minutes comes first
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decay ends at lr * min_lr_ratio
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    # --- bookkeeping ---
+    seed: int = 0
+    device: str = "auto"
+    log_every: int = 10
+    checkpoint_every: int = 200
+    eval_tokens: int = 65536  # held-out tokens scored at the train length at the end of training
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise PoscliError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.steps < 1:
+            raise PoscliError(f"--steps must be at least 1, got {self.steps}")
+        if self.minutes is not None and self.minutes <= 0:
+            raise PoscliError(f"--minutes must be a positive number, got {self.minutes}")
+        if not (0 < self.lr < 1):
+            raise PoscliError(f"--lr must be between 0 and 1, got {self.lr}")
+        if self.warmup_steps < 0:
+            raise PoscliError(f"--warmup must be 0 or more, got {self.warmup_steps}")
+        if not (0 < self.heldout_fraction < 0.5):
+            raise PoscliError(f"the held-out fraction must be between 0 and 0.5, got {self.heldout_fraction}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})

@@ -1,0 +1,34 @@
+"""Learned absolute position embeddings (GPT-2 style)."""
+
+import torch
+from torch import Tensor, nn
+
+from poscli.encodings import register
+from poscli.encodings.base import PositionalEncoding
+from poscli.errors import NotApplicable
+
+
+@register("learned")
+class Learned(PositionalEncoding):
+    """A table of ``train_length`` learned vectors added to the input embeddings
+    (Gehring et al., 2017; GPT, Radford et al., 2018). It has no row for a position it was
+    not trained at, so longer sequences are not applicable rather than silently wrong."""
+
+    citation = "Gehring et al., 2017; Radford et al., 2018"
+    summary = "a learned vector per absolute position, train-length rows"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.table = nn.Embedding(config.train_length, config.d_model)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    @property
+    def max_length(self) -> int:
+        return self.config.train_length
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        if int(positions.max()) >= self.max_length:
+            raise NotApplicable(
+                f"learned positions have {self.max_length} rows; position {int(positions.max())} has none"
+            )
+        return x + self.table(positions).to(x.dtype)  # (B, T, C)

@@ -1,0 +1,62 @@
+"""Rotary position embedding (Su et al., RoFormer, 2021)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from poscli.encodings import register
+from poscli.encodings.base import PositionalEncoding
+
+
+def rope_inv_freq(head_dim: int, base: float) -> Tensor:
+    """theta_i = base^(-2i/d) for i = 0 .. d/2 - 1 (RoFormer eq. 15). (hd/2,) float32."""
+    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim).to(torch.float32)
+
+
+def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """Rotate each pair of x's last dimension by the angles whose cos/sin are given.
+
+    x: (B, H, T, hd); cos, sin: (T, hd/2). ``layout`` says which dimensions form a pair:
+    "halves" pairs (i, i + hd/2) (GPT-NeoX, transformers); "interleaved" pairs (2i, 2i+1)
+    (RoFormer, Meta's Llama). A checkpoint only works with the layout it was trained with.
+    """
+    if layout == "halves":
+        x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, hd/2) each
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, hd)
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, H, T, hd/2) each
+    rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, hd/2, 2)
+    return rotated.flatten(-2)  # (B, H, T, hd)
+
+
+@register("rope")
+class RoPE(PositionalEncoding):
+    """Rotates q and k in every layer so that <R(m) q, R(n) k> depends only on n - m.
+
+    Pair i at position m turns by m * theta_i, theta_i = base^(-2i/d), base ``--rope-base``
+    (10000 as in RoFormer; Llama 3 uses 500000). Angles are computed in float32 whatever the
+    model dtype (low-precision cos/sin tables are badly wrong at long positions). V is not
+    rotated. ``config.rope_scaling`` (written by ``poscli extend``) replaces the frequencies
+    and sets an attention scale that multiplies both q and k.
+    """
+
+    citation = "Su et al., 2021"
+    summary = "rotates query/key pairs by position-proportional angles in every layer"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.register_buffer("inv_freq", rope_inv_freq(config.head_dim, config.rope_base), persistent=False)  # (hd/2,)
+        self.attention_scale = 1.0
+
+    def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
+        """The inverse frequencies and attention scale used for a sequence of ``seq_len`` tokens."""
+        return self.inv_freq, self.attention_scale
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        inv_freq, attention_scale = self.frequencies(int(positions.max()) + 1)
+        angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]  # (T, hd/2)
+        cos, sin = angles.cos() * attention_scale, angles.sin() * attention_scale  # (T, hd/2) each
+        layout = self.config.rope_layout
+        q_rot = rotate_pairs(q.to(torch.float32), cos, sin, layout).to(q.dtype)  # (B, H, T, hd)
+        k_rot = rotate_pairs(k.to(torch.float32), cos, sin, layout).to(k.dtype)  # (B, H, T, hd)
+        return q_rot, k_rot

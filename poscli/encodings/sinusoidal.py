@@ -1,0 +1,26 @@
+"""Fixed sinusoidal absolute positions (Vaswani et al., 2017)."""
+
+import math
+
+from torch import Tensor
+
+from poscli.encodings import register
+from poscli.encodings.base import PositionalEncoding, sinusoid_table
+
+
+@register("sinusoidal")
+class Sinusoidal(PositionalEncoding):
+    """Adds PE(pos) to the input embeddings once, before the first layer.
+
+    "Attention Is All You Need", section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)),
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/d)). As in section 3.4 (and fairseq, which the ALiBi
+    paper used), token embeddings are multiplied by sqrt(d) first so neither term drowns
+    the other. Defined for every position, but unseen positions are out of distribution.
+    """
+
+    citation = "Vaswani et al., 2017"
+    summary = "fixed sin/cos of the absolute position added to the input embeddings"
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        table = sinusoid_table(positions, self.config.d_model)  # (T, C)
+        return x * math.sqrt(self.config.d_model) + table.to(x.dtype)  # (B, T, C)

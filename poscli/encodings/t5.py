@@ -1,0 +1,50 @@
+"""T5 relative position bias (Raffel et al., 2020)."""
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from poscli.encodings import register
+from poscli.encodings.base import PositionalEncoding, causal_distance
+
+
+def t5_causal_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
+    """Bucket of each causal distance n = max(i - j, 0), as T5's decoder computes it.
+
+    n < num_buckets/2 has a bucket of its own; larger n share logarithmically wider buckets,
+    max_exact + floor(log(n / max_exact) / log(max_distance / max_exact) * (num_buckets - max_exact)),
+    capped at num_buckets - 1, so every distance beyond max_distance lands in the last bucket.
+    Computed in float64 so bucket edges do not move with rounding.
+    """
+    max_exact = num_buckets // 2
+    n = distance.clamp(min=0)
+    scaled = torch.log(n.to(torch.float64).clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (scaled * (num_buckets - max_exact)).floor().to(torch.long)
+    large = large.clamp(max=num_buckets - 1)
+    return torch.where(n < max_exact, n, large)
+
+
+@register("t5")
+class T5Bias(PositionalEncoding):
+    """A learned scalar per head and distance bucket, added to the attention scores in every
+    layer (one table shared by all layers, as in T5). Distances past ``t5_max_distance`` share
+    the last bucket, which is what lets it run at any length."""
+
+    citation = "Raffel et al., 2020"
+    summary = "a learned per-head scalar for each log-spaced distance bucket, added to scores"
+    has_score_bias = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.bucket_bias = nn.Embedding(config.t5_num_buckets, config.n_head)  # (buckets, H)
+        nn.init.zeros_(self.bucket_bias.weight)
+        # Every distance >= max_distance is in the last bucket, so a lookup table over
+        # 0..max_distance covers any length.
+        buckets = t5_causal_bucket(torch.arange(config.t5_max_distance + 1), config.t5_num_buckets, config.t5_max_distance)
+        self.register_buffer("bucket_of_distance", buckets, persistent=False)  # (max_distance + 1,)
+
+    def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
+        distance = causal_distance(q_positions, k_positions).clamp(max=self.config.t5_max_distance)  # (Tq, Tk)
+        per_distance = self.bucket_bias(self.bucket_of_distance).T  # (H, max_distance + 1)
+        return per_distance[:, distance].to(q.dtype)  # (H, Tq, Tk)

@@ -1,0 +1,17 @@
+"""Errors that the CLI turns into one line and exit code 2 (see ``poscli.cli.main``)."""
+
+
+class PoscliError(Exception):
+    """A problem with the user's input: the message says what was wrong and what to type."""
+
+    exit_code = 2
+
+
+class EnvironmentFailure(PoscliError):
+    """Something outside the user's arguments failed (disk, device, network): exit code 1."""
+
+    exit_code = 1
+
+
+class NotApplicable(PoscliError):
+    """A valid request this model cannot answer, e.g. a learned table asked past its last row."""

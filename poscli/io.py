@@ -1,0 +1,38 @@
+"""Small file helpers: every file poscli writes goes through a temporary file and a rename."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w"):
+    """Write to a temporary file beside ``path`` and rename it over ``path`` only on success,
+    so an interrupted write never leaves a half-written file."""
+    path = Path(path)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def write_json(path: str | os.PathLike, value) -> None:
+    with atomic_write(path) as handle:
+        json.dump(value, handle, indent=2, sort_keys=False, default=str)
+        handle.write("\n")
+
+
+def read_json(path: str | os.PathLike):
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -1,0 +1,45 @@
+"""Parsing token counts such as ``256``, ``1k`` (1024) and ``1m`` (1048576)."""
+
+from __future__ import annotations
+
+import re
+
+from poscli.errors import PoscliError
+
+_LENGTH = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+_MULTIPLIER = {"": 1, "k": 1024, "m": 1024 * 1024}
+
+
+def parse_length(text: str, option: str = "--lengths") -> int:
+    match = _LENGTH.match(text)
+    if not match:
+        raise PoscliError(
+            f"{option}: {text!r} is not a length; use a positive whole number of tokens, "
+            f"optionally with k (x1024) or m (x1048576), e.g. {option} 256,1k,4k"
+        )
+    value = int(match.group(1)) * _MULTIPLIER[match.group(2).lower()]
+    if value < 1:
+        raise PoscliError(f"{option}: {text!r} is not a positive length; use e.g. {option} 256,1k,4k")
+    return value
+
+
+def parse_lengths(text: str, option: str = "--lengths") -> list[int]:
+    """A comma-separated list of lengths, in the order given, without repeats."""
+    parts = [p for p in text.split(",")]
+    if not text.strip() or any(not p.strip() for p in parts):
+        raise PoscliError(f"{option}: {text!r} is not a list of lengths; use e.g. {option} 256,1k,4k")
+    lengths = []
+    for part in parts:
+        value = parse_length(part, option)
+        if value not in lengths:
+            lengths.append(value)
+    return lengths
+
+
+def format_length(value: int) -> str:
+    """1024 -> '1k', 1536 -> '1536', 256 -> '256'."""
+    if value >= 1024 * 1024 and value % (1024 * 1024) == 0:
+        return f"{value // (1024 * 1024)}m"
+    if value >= 1024 and value % 1024 == 0:
+        return f"{value // 1024}k"
+    return str(value)

@@ -1,0 +1,114 @@
+"""Run folders: ``RESULTS/runs/NAME/`` with ``config.json``, ``metrics.jsonl`` and ``model.safetensors``.
+
+Weights are stored with safetensors and configs as JSON, so loading a run never unpickles
+anything and a checkpoint from someone else cannot run code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from poscli.errors import PoscliError
+from poscli.io import atomic_write, read_json, write_json
+
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+METRICS_FILE = "metrics.jsonl"
+
+
+def results_dir(path: str | os.PathLike | None = None) -> Path:
+    return Path(path or os.environ.get("POSCLI_RESULTS", "results"))
+
+
+def runs_dir(results: str | os.PathLike | None = None) -> Path:
+    return results_dir(results) / "runs"
+
+
+def existing_runs(results: str | os.PathLike | None = None) -> list[str]:
+    folder = runs_dir(results)
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
+
+
+def check_name(name: str) -> str:
+    if not RUN_NAME.match(name):
+        raise PoscliError(
+            f"run name {name!r} may use only letters, digits and . _ + - (and must start with a letter or digit)"
+        )
+    return name
+
+
+def new_run_name(base: str, results: str | os.PathLike | None = None) -> str:
+    """``base`` if free, else ``base-2``, ``base-3``, ...: a default name never takes an existing run's."""
+    folder = runs_dir(results)
+    taken = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    if base not in taken:
+        return base
+    suffix = 2
+    while f"{base}-{suffix}" in taken:
+        suffix += 1
+    return f"{base}-{suffix}"
+
+
+def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Path:
+    """The folder of a run given by name (under RESULTS/runs) or by path."""
+    direct = Path(name_or_path)
+    if (direct / CONFIG_FILE).is_file():
+        return direct
+    folder = runs_dir(results) / name_or_path
+    if (folder / CONFIG_FILE).is_file():
+        return folder
+    available = existing_runs(results)
+    hint = f"runs in {runs_dir(results)}: {', '.join(available)}" if available else f"there are no runs in {runs_dir(results)} yet; train one with: poscli train --pe rope"
+    raise PoscliError(f"no run named {name_or_path!r}; {hint}")
+
+
+def read_config(run: Path) -> dict:
+    try:
+        return read_json(run / CONFIG_FILE)
+    except (OSError, ValueError) as error:
+        raise PoscliError(f"cannot read {run / CONFIG_FILE}: {error}") from error
+
+
+def write_config(run: Path, config: dict) -> None:
+    write_json(run / CONFIG_FILE, config)
+
+
+def save_weights(model, run: Path) -> None:
+    from safetensors.torch import save
+
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    with atomic_write(run / WEIGHTS_FILE, "wb") as handle:
+        handle.write(save(state))
+
+
+def load_model(run: Path, device: str = "cpu"):
+    """The run's model with its weights, in eval mode, on ``device``. Returns (model, config dict)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from poscli.config import ModelConfig
+    from poscli.model import GPT
+
+    config = read_config(run)
+    weights = run / WEIGHTS_FILE
+    if not weights.is_file():
+        raise PoscliError(f"run {run.name!r} has no weights ({weights} is missing); was its training interrupted before the first checkpoint?")
+    model = GPT(ModelConfig.from_dict(config["model"]))
+    try:
+        state = load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise PoscliError(f"{weights} is truncated or corrupt ({error}); retrain the run or restore the file") from error
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise PoscliError(f"{weights} does not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.to(device).eval(), config
+
+
+def run_label(config: dict) -> str:
+    """A readable label for tables and plots."""
+    return config.get("label") or config["name"]

@@ -1,0 +1,236 @@
+"""The training loop: AdamW, linear warmup then cosine decay, random windows of the train corpus.
+
+``train()`` works from Python; ``poscli train`` is a thin wrapper around it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from poscli import runs
+from poscli.config import ModelConfig, TrainConfig
+from poscli.data import Corpus, eval_windows, load_corpus
+from poscli.device import select_device
+from poscli.errors import PoscliError
+from poscli.evaluate import perplexity
+from poscli.model import GPT
+
+
+class TrainingInterrupted(PoscliError):
+    """Ctrl-C during training: the weights were saved; exit with the conventional 130."""
+
+    exit_code = 130
+
+
+def learning_rate(step: int, progress: float, config: TrainConfig) -> float:
+    """Linear warmup over ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio``.
+
+    ``progress`` in [0, 1] is how far training is through its budget (steps, or time when
+    ``--minutes`` ends it first), so a time budget still decays the rate to its floor.
+    """
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
+
+
+def sample_batch(stream: torch.Tensor, batch_size: int, length: int, generator: torch.Generator, device: torch.device):
+    """Random windows of the training stream. stream: (N,) uint8 -> tokens, targets: (B, T) int64."""
+    starts = torch.randint(0, len(stream) - length - 1, (batch_size,), generator=generator)  # (B,)
+    index = starts[:, None] + torch.arange(length + 1)[None, :]  # (B, T + 1)
+    window = stream[index].to(device=device, dtype=torch.long)  # (B, T + 1)
+    return window[:, :-1], window[:, 1:]
+
+
+def git_commit() -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
+        return result.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: torch.device) -> dict:
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "dtype": "float32",
+        "poscli_commit": git_commit(),
+    }
+
+
+@dataclass
+class TrainResult:
+    run: Path
+    steps: int
+    heldout_loss: float
+    heldout_perplexity: float
+    seconds: float
+
+
+def check_corpus_fits(corpus: Corpus, train_length: int, batch_size: int) -> None:
+    train_tokens = int(corpus.document_lengths()[~corpus.heldout].sum())
+    if train_tokens < train_length + 2:
+        raise PoscliError(
+            f"the training part of {corpus.spec!r} has {train_tokens} tokens, too few for --train-length {train_length}; "
+            f"use a shorter --train-length or a larger corpus"
+        )
+    eval_windows(corpus, train_length, max_tokens=1)  # raises if no held-out document is long enough
+
+
+def train(
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    name: str | None = None,
+    results: str | Path | None = None,
+    console: Console | None = None,
+    show_progress: bool = True,
+) -> TrainResult:
+    """Train a model and write its run folder. Everything is validated before a file is written."""
+    console = console or Console(stderr=True)
+    model_config.validate()
+    train_config.validate()
+    if name is not None:
+        runs.check_name(name)
+        if (runs.runs_dir(results) / name).exists():
+            raise PoscliError(f"a run named {name!r} already exists in {runs.runs_dir(results)}; choose another --name")
+    device = select_device(train_config.device)
+    corpus = load_corpus(train_config.data, train_config.heldout_fraction)
+    check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
+
+    torch.manual_seed(train_config.seed)
+    model = GPT(model_config).to(device)
+    stream = torch.from_numpy(corpus.train_tokens())  # (N_train,) uint8
+    generator = torch.Generator().manual_seed(train_config.seed)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": train_config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=train_config.lr,
+        betas=(0.9, 0.95),
+    )
+
+    name = name or runs.new_run_name(model_config.pe, results)
+    run = runs.runs_dir(results) / name
+    try:
+        run.mkdir(parents=True)
+    except FileExistsError as error:
+        raise PoscliError(f"a run named {name!r} was created by another process; choose another --name") from error
+    except OSError as error:
+        raise PoscliError(f"cannot create {run}: {error.strerror}; check that the results folder is writable") from error
+    config = {
+        "name": name,
+        "label": None,
+        "status": "running",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": model_config.to_dict(),
+        "train": train_config.to_dict(),
+        "data": corpus.summary(),
+        "parameters": model.num_parameters(),
+        "environment": environment(device),
+        "parent": None,
+    }
+    runs.write_config(run, config)
+    console.print(
+        f"run [bold]{name}[/]: pe={model_config.pe}, {model.num_parameters() / 1e6:.2f}M parameters, "
+        f"train length {model_config.train_length}, on {device}; corpus {corpus.spec!r}: "
+        f"{config['data']['train_tokens'] / 1e6:.1f}M train / {config['data']['heldout_tokens'] / 1e6:.2f}M held-out tokens"
+    )
+
+    tokens_per_step = train_config.batch_size * model_config.train_length
+    budget_seconds = train_config.minutes * 60 if train_config.minutes else None
+    start = time.perf_counter()
+    step = 0
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[speed]} tok/s"),
+        TimeElapsedColumn(),
+        TextColumn("left {task.fields[left]}"),
+        console=console,
+        disable=not show_progress,
+        transient=False,
+    )
+    metrics = open(run / runs.METRICS_FILE, "a", encoding="utf-8")
+    model.train()
+    try:
+        with progress:
+            task = progress.add_task(f"train {name}", total=train_config.steps, loss="-", speed="-", left="-")
+            window_start, window_tokens = time.perf_counter(), 0
+            while step < train_config.steps:
+                elapsed = time.perf_counter() - start
+                if budget_seconds is not None and elapsed >= budget_seconds:
+                    break
+                fraction = max(step / train_config.steps, elapsed / budget_seconds if budget_seconds else 0.0)
+                lr = learning_rate(step, fraction, train_config)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                tokens, targets = sample_batch(stream, train_config.batch_size, model_config.train_length, generator, device)
+                loss = model.loss(tokens, targets)
+                if not torch.isfinite(loss):
+                    raise PoscliError(
+                        f"the loss became {loss.item()} at step {step}; the last checkpoint in {run} is kept. "
+                        f"Try a lower --lr (now {train_config.lr})"
+                    )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
+                optimizer.step()
+                step += 1
+                window_tokens += tokens_per_step
+                if step % train_config.log_every == 0 or step == train_config.steps:
+                    now = time.perf_counter()
+                    speed = window_tokens / (now - window_start)
+                    window_start, window_tokens = now, 0
+                    elapsed = now - start
+                    left = (train_config.steps - step) * tokens_per_step / speed
+                    if budget_seconds is not None:
+                        left = min(left, budget_seconds - elapsed)
+                    record = {"step": step, "loss": round(loss.item(), 5), "lr": lr, "tokens_per_s": round(speed), "elapsed_s": round(elapsed, 2)}
+                    metrics.write(json.dumps(record) + "\n")
+                    metrics.flush()
+                    progress.update(task, completed=step, loss=f"{loss.item():.3f}", speed=f"{speed:,.0f}", left=f"{max(0, left):.0f}s")
+                else:
+                    progress.update(task, completed=step)
+                if step % train_config.checkpoint_every == 0:
+                    runs.save_weights(model, run)
+                    runs.write_config(run, {**config, "steps_done": step})
+    except KeyboardInterrupt:
+        runs.save_weights(model, run)
+        runs.write_config(run, {**config, "status": "interrupted", "steps_done": step})
+        raise TrainingInterrupted(f"interrupted at step {step}; weights saved in {run}") from None
+    finally:
+        metrics.close()
+
+    seconds = time.perf_counter() - start
+    runs.save_weights(model, run)
+    model.eval()
+    heldout = perplexity(model, corpus, model_config.train_length, train_config.eval_tokens, device)
+    config.update(
+        status="finished",
+        steps_done=step,
+        train_seconds=round(seconds, 1),
+        tokens_per_s=round(step * tokens_per_step / seconds),
+        heldout={"length": model_config.train_length, **heldout},
+    )
+    runs.write_config(run, config)
+    return TrainResult(run=run, steps=step, heldout_loss=heldout["loss"], heldout_perplexity=heldout["ppl"], seconds=seconds)

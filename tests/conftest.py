@@ -1,0 +1,41 @@
+import random
+
+import pytest
+import torch
+
+from poscli.config import ModelConfig
+
+
+@pytest.fixture(autouse=True)
+def isolated_caches(tmp_path_factory, monkeypatch):
+    """Keep every test's corpus cache and datasets cache out of the user's home."""
+    cache = tmp_path_factory.getbasetemp() / "cache"
+    monkeypatch.setenv("POSCLI_CACHE", str(cache / "poscli"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("POSCLI_RESULTS", raising=False)
+    torch.manual_seed(0)
+
+
+def tiny_config(pe: str, **overrides) -> ModelConfig:
+    """A model small enough that a forward pass takes milliseconds."""
+    values = dict(pe=pe, n_layer=2, n_head=4, d_model=32, train_length=32, attention_block=16)
+    values.update(overrides)
+    return ModelConfig(**values)
+
+
+def write_text_corpus(folder, documents: int = 12, words: int = 400, seed: int = 0):
+    """A folder of plain-text documents of different lengths (the longest ~10x the shortest)."""
+    rng = random.Random(seed)
+    vocabulary = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in range(documents):
+        count = words * (1 + d % 10) // 4 + 50
+        text = " ".join(rng.choice(vocabulary) for _ in range(count))
+        (folder / f"doc{d:02d}.txt").write_text(f"document {d}\n{text}\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def text_corpus(tmp_path):
+    return write_text_corpus(tmp_path / "corpus")

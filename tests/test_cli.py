@@ -1,0 +1,123 @@
+"""The CLI end to end, and every documented error: one line, exit code 2, no traceback, no files."""
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+TINY = ["--layers", "1", "--width", "32", "--heads", "4", "--train-length", "32", "--batch-size", "4", "--warmup", "2", "--quiet"]
+
+
+def poscli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, cwd=cwd, env={**os.environ})
+
+
+def snapshot(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Two tiny runs trained through the CLI on a small text corpus."""
+    from tests.conftest import write_text_corpus
+
+    base = tmp_path_factory.mktemp("cli")
+    os.environ.setdefault("POSCLI_CACHE", str(base / "cache"))
+    corpus = write_text_corpus(base / "corpus")
+    results = base / "results"
+    for pe in ("alibi", "learned"):
+        done = poscli("train", "--pe", pe, "--data", str(corpus), "--steps", "6", "--results", str(results), *TINY)
+        assert done.returncode == 0, done.stderr
+        assert "held-out loss at length 32" in done.stderr
+    return corpus, results
+
+
+def test_train_writes_a_run_folder_with_config_metrics_and_safetensors(trained):
+    _, results = trained
+    run = results / "runs" / "alibi"
+    assert {"config.json", "metrics.jsonl", "model.safetensors"} <= {p.name for p in run.iterdir()}
+    import json
+
+    config = json.loads((run / "config.json").read_text())
+    assert config["status"] == "finished" and config["steps_done"] == 6
+    assert config["model"]["pe"] == "alibi" and config["model"]["train_length"] == 32
+    assert config["data"]["heldout_documents"] >= 1 and config["environment"]["torch"]
+    assert config["model"]["rope_layout"] == "halves"
+    assert len((run / "metrics.jsonl").read_text().splitlines()) >= 1
+
+
+def test_eval_writes_long_csv_and_markdown_pivot_and_keeps_earlier_rows(trained):
+    _, results = trained
+    first = poscli("eval", "alibi", "--lengths", "32,128", "--results", str(results), "--quiet")
+    assert first.returncode == 0, first.stderr
+    assert "alibi" in first.stdout and "128" in first.stdout
+    table = pd.read_csv(results / "ppl.csv")
+    assert set(table["length"]) == {32, 128}
+    assert (table["ppl"] > 1).all() and (table["tokens"] > 0).all()
+    assert (table["bpb"] - table["loss"] / 0.6931471805599453).abs().max() < 1e-9
+    assert set(table["mode"]) == {"nonoverlapping"} and set(table["train_length"]) == {32}
+
+    second = poscli("eval", "learned", "--lengths", "32,128", "--results", str(results), "--quiet")
+    assert second.returncode == 0, second.stderr
+    table = pd.read_csv(results / "ppl.csv")
+    assert len(table) == 4 and set(table["run"]) == {"alibi", "learned"}
+    learned_long = table[(table["run"] == "learned") & (table["length"] == 128)].iloc[0]
+    assert learned_long["note"].startswith("n/a") and pd.isna(learned_long["ppl"])
+    pivot = (results / "ppl.md").read_text()
+    assert "| alibi | alibi | 32 |" in pivot and "n/a" in pivot
+
+
+def test_default_names_never_take_an_existing_run(trained):
+    corpus, results = trained
+    done = poscli("train", "--pe", "alibi", "--data", str(corpus), "--steps", "2", "--results", str(results), *TINY)
+    assert done.returncode == 0, done.stderr
+    assert (results / "runs" / "alibi-2" / "model.safetensors").exists()
+
+
+ERRORS = [
+    (["train", "--pe", "rotary"], "choose one of: alibi, learned, none, rope, shaw, sinusoidal, t5"),
+    (["eval", "alibi", "--lengths", "1x"], "is not a length"),
+    (["eval", "alibi", "--lengths", "0"], "is not a positive length"),
+    (["eval", "alibi", "--lengths", "-5"], "is not a length"),
+    (["eval", "missing-run"], "no run named 'missing-run'; runs in"),
+    (["eval", "alibi", "--lengths", "1m"], "the longest has"),
+    (["train", "--steps", "abc"], "Invalid value for '--steps'"),
+    (["train", "--width", "30"], "not divisible by 4 heads"),
+    (["train", "--data", "/no/such/corpus"], "is not 'stdlib', an existing file or folder"),
+    (["train", "--device", "cuda:7"], "is not available on this machine"),
+    (["train", "--train-length", "1000000"], "too few for --train-length"),
+    (["train", "--name", "alibi"], "already exists"),
+]
+
+
+@pytest.mark.parametrize("args, message", ERRORS, ids=[" ".join(a) for a, _ in ERRORS])
+def test_bad_input_is_one_line_exit_2_no_traceback_no_files(trained, args, message):
+    corpus, results = trained
+    before = snapshot(results)
+    extra = ["--results", str(results)]
+    if args[0] == "train":
+        extra += ["--data", str(corpus)] if "--data" not in args else []
+        extra += ["--steps", "1"] if "--steps" not in args else []
+    done = poscli(*args, *extra)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ") and message in lines[0]
+    assert "Traceback" not in done.stderr
+    assert snapshot(results) == before
+
+
+def test_debug_mode_shows_the_traceback(trained):
+    _, results = trained
+    env = {**os.environ, "POSCLI_DEBUG": "1"}
+    done = subprocess.run([sys.executable, "-m", "poscli", "eval", "nope", "--results", str(results)], capture_output=True, text=True, env=env)
+    assert done.returncode != 0 and "Traceback" in done.stderr
+
+
+def test_help_lists_the_commands():
+    done = poscli("--help")
+    assert done.returncode == 0
+    for command in ("train", "eval", "runs", "encodings"):
+        assert command in done.stdout

@@ -1,0 +1,175 @@
+"""Each encoding against its paper's formula, computed independently of the implementation."""
+
+import cmath
+import math
+
+import pytest
+import torch
+
+from poscli import encodings
+from poscli.encodings.alibi import alibi_slopes
+from poscli.encodings.base import sinusoid_table
+from poscli.encodings.rope import rope_inv_freq, rotate_pairs
+from poscli.encodings.t5 import t5_causal_bucket
+from tests.conftest import tiny_config
+
+# --------------------------------------------------------------------------- RoPE
+
+
+def rope_scores(layout, q, k, q_position, k_position, base=10000.0):
+    """<R(m) q, R(n) k> through the implementation. q, k: (hd,)."""
+    encoding = encodings.build(tiny_config("rope", rope_layout=layout, rope_base=base, d_model=4 * q.numel()))
+    positions = torch.tensor([q_position, k_position])
+    both = torch.stack([q, k])[None, None]  # (1, 1, 2, hd)
+    rotated, _ = encoding.rotate(both, both, positions, layer=0)
+    return torch.dot(rotated[0, 0, 0].double(), rotated[0, 0, 1].double()).item()
+
+
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+def test_rope_scores_depend_only_on_relative_position(layout):
+    torch.manual_seed(0)
+    q, k = torch.randn(32), torch.randn(32)
+    for m, n in [(0, 3), (5, 1), (100, 37), (7, 7)]:
+        reference = rope_scores(layout, q, k, m, n)
+        for shift in (1, 13, 1000, 5000):
+            assert rope_scores(layout, q, k, m + shift, n + shift) == pytest.approx(reference, rel=1e-4, abs=1e-3)
+    assert rope_scores(layout, q, k, 0, 3) != pytest.approx(rope_scores(layout, q, k, 0, 9), rel=1e-3)
+
+
+def test_rope_interleaved_matches_complex_multiplication():
+    """RoFormer eq. 16 in complex form: pair (x_2i, x_2i+1) at position m is multiplied by e^{i m theta_i}."""
+    torch.manual_seed(1)
+    hd, base, position = 8, 10000.0, 37
+    x = torch.randn(hd, dtype=torch.float64)
+    expected = []
+    for i in range(hd // 2):
+        theta = base ** (-2 * i / hd)
+        z = complex(x[2 * i], x[2 * i + 1]) * cmath.exp(1j * position * theta)
+        expected += [z.real, z.imag]
+    angles = position * rope_inv_freq(hd, base).double()
+    got = rotate_pairs(x[None, None, None], angles.cos(), angles.sin(), "interleaved")[0, 0, 0]
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-6, atol=1e-6)
+
+
+def test_rope_layouts_are_the_same_rotation_up_to_a_fixed_permutation():
+    torch.manual_seed(2)
+    hd = 16
+    x = torch.randn(1, 1, 5, hd)
+    angles = torch.arange(5.0)[:, None] * rope_inv_freq(hd, 10000.0)[None]
+    # interleaved pair i is (2i, 2i+1); halves pair i is (i, i + hd/2)
+    to_halves = torch.cat([torch.arange(0, hd, 2), torch.arange(1, hd, 2)])
+    interleaved = rotate_pairs(x, angles.cos(), angles.sin(), "interleaved")
+    halves = rotate_pairs(x[..., to_halves], angles.cos(), angles.sin(), "halves")
+    torch.testing.assert_close(halves, interleaved[..., to_halves])
+
+
+def test_rope_inverse_frequencies_follow_the_base():
+    for base in (10000.0, 500000.0):
+        expected = [base ** (-2 * i / 32) for i in range(16)]
+        torch.testing.assert_close(rope_inv_freq(32, base).double(), torch.tensor(expected, dtype=torch.float64), rtol=1e-6, atol=0)
+
+
+# --------------------------------------------------------------------------- sinusoidal
+
+
+def test_sinusoidal_pe_at_pos_plus_k_is_one_linear_map_of_pe_at_pos():
+    """Vaswani et al. 3.5: for each offset k, PE(pos + k) = M_k PE(pos) for every pos, where M_k
+    rotates each (sin, cos) pair by k * w_i."""
+    d = 16
+    positions = torch.arange(0, 2000)
+    table = sinusoid_table(positions, d).double()  # (P, d)
+    frequencies = [10000 ** (-2 * i / d) for i in range(d // 2)]
+    for k in (1, 5, 64, 777):
+        M = torch.zeros(d, d, dtype=torch.float64)
+        for i, w in enumerate(frequencies):
+            c, s = math.cos(k * w), math.sin(k * w)
+            # sin(a + b) = sin a cos b + cos a sin b ; cos(a + b) = cos a cos b - sin a sin b
+            M[2 * i, 2 * i], M[2 * i, 2 * i + 1] = c, s
+            M[2 * i + 1, 2 * i], M[2 * i + 1, 2 * i + 1] = -s, c
+        predicted = table[: len(positions) - k] @ M.T
+        torch.testing.assert_close(predicted, table[k:], rtol=0, atol=2e-3)  # float32 table, angles up to 2000
+
+
+def test_sinusoidal_table_matches_the_formula():
+    d, pos = 8, 123
+    row = sinusoid_table(torch.tensor([pos]), d)[0].double()
+    for i in range(d // 2):
+        angle = pos / 10000 ** (2 * i / d)
+        assert row[2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+        assert row[2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+# --------------------------------------------------------------------------- ALiBi
+
+
+def test_alibi_slopes_for_8_heads_are_the_papers():
+    assert alibi_slopes(8) == pytest.approx([1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256])
+
+
+def test_alibi_slopes_for_12_heads_are_the_papers():
+    expected = [2.0**-e for e in (1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5)]
+    assert alibi_slopes(12) == pytest.approx(expected)
+
+
+def test_alibi_slopes_for_other_head_counts():
+    assert alibi_slopes(4) == pytest.approx([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8])
+    assert alibi_slopes(6) == pytest.approx([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3])
+    assert alibi_slopes(1) == pytest.approx([2.0**-8])
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+    encoding = encodings.build(tiny_config("alibi", n_head=8, d_model=64))
+    positions = torch.arange(20)
+    bias = encoding.score_bias(torch.zeros(1, 8, 20, 8), positions, positions, layer=0)  # (H, T, T)
+    slopes = alibi_slopes(8)
+    for h, i, j in [(0, 5, 5), (0, 9, 2), (3, 19, 0), (7, 12, 11)]:
+        assert bias[h, i, j].item() == pytest.approx(-slopes[h] * (i - j))
+
+
+# --------------------------------------------------------------------------- T5
+
+
+def t5_bucket_by_hand(n, num_buckets=32, max_distance=128):
+    """PAPERS.md: n < 16 own bucket; else 16 + floor(log(n/16) / log(128/16) * 16), capped at 31."""
+    exact = num_buckets // 2
+    if n < exact:
+        return n
+    return min(num_buckets - 1, exact + math.floor(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)))
+
+
+def test_t5_buckets_for_distances_0_to_300_match_the_formula():
+    distances = torch.arange(0, 301)
+    got = t5_causal_bucket(distances, 32, 128).tolist()
+    assert got == [t5_bucket_by_hand(n) for n in range(301)]
+    assert got[:16] == list(range(16)) and set(got[128:]) == {31}
+
+
+def test_t5_bias_reads_the_bucket_table():
+    encoding = encodings.build(tiny_config("t5"))
+    with torch.no_grad():
+        encoding.bucket_bias.weight.copy_(torch.randn(32, 4))
+    positions = torch.arange(300)
+    bias = encoding.score_bias(torch.zeros(1, 4, 300, 8), positions, positions, layer=0)  # (H, T, T)
+    for i, j in [(0, 0), (20, 3), (200, 10), (299, 0), (150, 149)]:
+        expected = encoding.bucket_bias.weight[t5_bucket_by_hand(i - j), :]
+        torch.testing.assert_close(bias[:, i, j], expected)
+
+
+# --------------------------------------------------------------------------- Shaw
+
+
+def test_shaw_bias_is_q_dot_relative_key_clipped_beyond_k():
+    clip = 4
+    encoding = encodings.build(tiny_config("shaw", shaw_clip=clip))
+    hd = encoding.config.head_dim
+    q = torch.randn(1, 4, 12, hd)
+    positions = torch.arange(12)
+    bias = encoding.score_bias(q, positions, positions, layer=1)  # (B, H, T, T)
+    table = encoding.relative_keys[1]  # row r: relative position -r
+    for h, i, j in [(0, 0, 0), (1, 5, 3), (2, 11, 7), (3, 11, 0), (0, 9, 1)]:
+        row = min(i - j, clip)
+        expected = torch.dot(q[0, h, i], table[row]) / math.sqrt(hd)
+        assert bias[0, h, i, j].item() == pytest.approx(expected.item(), abs=1e-5)
+    # every distance beyond k shares the vector for k
+    torch.testing.assert_close(bias[0, :, 11, :7], bias[0, :, 11, 7:8].expand(-1, 7))
+    assert encoding.relative_keys.shape == (2, clip + 1, hd)
