@@ -20,13 +20,12 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml tools/torch_requirement.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
 demo: install
-	$(POSCLI) train --pe rope --name demo-rope-$$(date +%Y%m%d-%H%M%S) | tee .demo-run
+	$(POSCLI) train --pe rope | tee .demo-run
 	$(POSCLI) eval $$(tail -n 1 .demo-run) --lengths 256,1k,4k
 	@rm -f .demo-run
 

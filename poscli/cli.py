@@ -37,7 +37,7 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 def _console():
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)
 
 
 def _progress(console, quiet: bool):
@@ -101,6 +101,56 @@ def train(
     print(result.run)
 
 
+@app.command()
+def extend(
+    run: Annotated[str, typer.Argument(metavar="RUN", help="A run trained with --pe rope.")],
+    method: Annotated[str, typer.Option(help="pi, ntk, dynamic-ntk, yarn, llama3, base (or default: no change).")],
+    target: Annotated[str, typer.Option(help="Length to extend to, e.g. 4k or 32768.")],
+    factor: Annotated[Optional[float], typer.Option(help="Scale factor s (default: target / the run's train length).")] = None,
+    steps: Annotated[int, typer.Option(help="Fine-tuning steps; 0 extends without training.")] = 400,
+    finetune_length: Annotated[Optional[str], typer.Option("--finetune-length", help="Fine-tuning sequence length (default: min(target, 4 x train length)).")] = None,
+    lr: Annotated[float, typer.Option(help="Fine-tuning peak learning rate.")] = 3e-4,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Sequences per step (default: the parent's tokens per step).")] = None,
+    beta_fast: Annotated[Optional[float], typer.Option("--beta-fast", help="yarn: rotations above which dimensions extrapolate (default 32).")] = None,
+    beta_slow: Annotated[Optional[float], typer.Option("--beta-slow", help="yarn: rotations below which dimensions interpolate (default 1).")] = None,
+    low_freq_factor: Annotated[Optional[float], typer.Option("--low-freq-factor", help="llama3: default 1.")] = None,
+    high_freq_factor: Annotated[Optional[float], typer.Option("--high-freq-factor", help="llama3: default 4.")] = None,
+    rope_base: Annotated[Optional[float], typer.Option("--rope-base", help="base: the new RoPE base, e.g. 500000.")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed for the fine-tuning batches.")] = 0,
+    device: Device = "auto",
+    name: Annotated[Optional[str], typer.Option(help="Name of the new run (default: RUN+METHOD-xFACTOR).")] = None,
+    results: Results = None,
+    quiet: Quiet = False,
+):
+    """Extend a RoPE run's context: rescale its frequencies and fine-tune briefly, as a new run."""
+    from poscli import scaling
+    from poscli.lengths import parse_length
+
+    scaling.get_method(method)
+    given = {"beta_fast": beta_fast, "beta_slow": beta_slow, "low_freq_factor": low_freq_factor,
+             "high_freq_factor": high_freq_factor, "rope_base": rope_base}
+    options = {key: value for key, value in given.items() if value is not None}
+    target_length = parse_length(target, "--target")
+    finetune = parse_length(finetune_length, "--finetune-length") if finetune_length is not None else None
+    if name is not None:
+        from poscli.runs import check_name
+
+        check_name(name)
+
+    from poscli.extend import extend as run_extend
+
+    console = _console()
+    result = run_extend(
+        run, method, target_length, factor=factor, steps=steps, finetune_length=finetune, options=options, name=name,
+        results=results, lr=lr, batch_size=batch_size, seed=seed, device=device, console=console, show_progress=not quiet,
+    )
+    console.print(
+        f"extended in {result.seconds / 60:.1f} min; held-out perplexity at its train length: {result.heldout_perplexity:.3f}. "
+        f"Evaluate with: poscli eval {result.run.name}"
+    )
+    print(result.run)
+
+
 @app.command("eval")
 def evaluate(
     run_names: Annotated[list[str], typer.Argument(metavar="RUN...", help="Run names (in results/runs) or run folders.")],
@@ -140,7 +190,10 @@ def evaluate(
         )
     from rich.console import Console
 
-    Console().print(shown)
+    out = Console()
+    if not out.is_terminal:
+        out.width = 160  # piped or redirected: keep whole labels instead of 80-column ellipses
+    out.print(shown)
     console.print(f"wrote {csv_path} and {md_path}")
 
 

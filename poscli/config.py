@@ -90,11 +90,11 @@ class TrainConfig:
     checkpoint_every: int = 200
     eval_tokens: int = 65536  # held-out tokens scored at the train length at the end of training
 
-    def validate(self) -> None:
+    def validate(self, min_steps: int = 1) -> None:
         if self.batch_size < 1:
             raise PoscliError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if self.steps < 1:
-            raise PoscliError(f"--steps must be at least 1, got {self.steps}")
+        if self.steps < min_steps:
+            raise PoscliError(f"--steps must be at least {min_steps}, got {self.steps}")
         if self.minutes is not None and self.minutes <= 0:
             raise PoscliError(f"--minutes must be a positive number, got {self.minutes}")
         if not (0 < self.lr < 1):

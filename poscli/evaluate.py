@@ -63,6 +63,17 @@ def perplexity(
     }
 
 
+def default_lengths(config: dict) -> list[int]:
+    """A trained run: its train length x1, x4, x16. An extended run: its original length, its
+    fine-tuning length and its target."""
+    extension = config.get("extension")
+    if extension:
+        finetune = extension["finetune"]["length"]
+        return sorted({extension["original_length"], extension["target"], *([finetune] if finetune else [])})
+    train_length = config["model"]["train_length"]
+    return [train_length, 4 * train_length, 16 * train_length]
+
+
 def evaluate_runs(
     run_names: list[str],
     lengths: list[int] | None,
@@ -71,7 +82,7 @@ def evaluate_runs(
     device: str = "auto",
     progress=None,
 ) -> list[dict]:
-    """Evaluate each run at each length. ``lengths`` None means each run's train length x1, x4, x16.
+    """Evaluate each run at each length. ``lengths`` None means ``default_lengths`` of each run.
 
     Every run and every length is checked (runs exist, lengths fit the held-out documents)
     before any model is evaluated, so a bad request fails fast and writes nothing.
@@ -88,8 +99,7 @@ def evaluate_runs(
         key = (data, config["train"]["heldout_fraction"])
         if key not in corpora:
             corpora[key] = load_corpus(*key)
-        train_length = config["model"]["train_length"]
-        run_lengths = lengths or [train_length, 4 * train_length, 16 * train_length]
+        run_lengths = lengths or default_lengths(config)
         for length in run_lengths:
             eval_windows(corpora[key], length, max_tokens=1)  # fails now, not after an hour of evaluation
         plans.append((folder, config, corpora[key], run_lengths))

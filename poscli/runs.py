@@ -86,26 +86,30 @@ def save_weights(model, run: Path) -> None:
         handle.write(save(state))
 
 
-def load_model(run: Path, device: str = "cpu"):
-    """The run's model with its weights, in eval mode, on ``device``. Returns (model, config dict)."""
+def load_weights(run: Path) -> dict:
+    """The run's state dict, read with safetensors (no unpickling); a clear error if missing or damaged."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    weights = run / WEIGHTS_FILE
+    if not weights.is_file():
+        raise PoscliError(f"run {run.name!r} has no weights ({weights} is missing); was its training interrupted before the first checkpoint?")
+    try:
+        return load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise PoscliError(f"{weights} is truncated or corrupt ({error}); retrain the run or restore the file") from error
+
+
+def load_model(run: Path, device: str = "cpu"):
+    """The run's model with its weights, in eval mode, on ``device``. Returns (model, config dict)."""
     from poscli.config import ModelConfig
     from poscli.model import GPT
 
     config = read_config(run)
-    weights = run / WEIGHTS_FILE
-    if not weights.is_file():
-        raise PoscliError(f"run {run.name!r} has no weights ({weights} is missing); was its training interrupted before the first checkpoint?")
     model = GPT(ModelConfig.from_dict(config["model"]))
-    try:
-        state = load_file(str(weights), device="cpu")
-    except (SafetensorError, OSError, ValueError) as error:
-        raise PoscliError(f"{weights} is truncated or corrupt ({error}); retrain the run or restore the file") from error
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing, unexpected = model.load_state_dict(load_weights(run), strict=False)
     if missing or unexpected:
-        raise PoscliError(f"{weights} does not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise PoscliError(f"{run / WEIGHTS_FILE} does not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model.to(device).eval(), config
 
 

@@ -102,11 +102,18 @@ def train(
     results: str | Path | None = None,
     console: Console | None = None,
     show_progress: bool = True,
+    initial_weights: dict | None = None,
+    lineage: dict | None = None,
 ) -> TrainResult:
-    """Train a model and write its run folder. Everything is validated before a file is written."""
-    console = console or Console(stderr=True)
+    """Train a model and write its run folder. Everything is validated before a file is written.
+
+    ``initial_weights`` (a state dict) starts from another run's weights instead of a fresh
+    initialisation, and ``lineage`` (parent, extension, label) is recorded in the run's config:
+    this is how ``poscli extend`` fine-tunes. With ``initial_weights``, ``steps`` may be 0.
+    """
+    console = console or Console(stderr=True, soft_wrap=True)
     model_config.validate()
-    train_config.validate()
+    train_config.validate(min_steps=0 if initial_weights is not None else 1)
     if name is not None:
         runs.check_name(name)
         if (runs.runs_dir(results) / name).exists():
@@ -116,7 +123,10 @@ def train(
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
 
     torch.manual_seed(train_config.seed)
-    model = GPT(model_config).to(device)
+    model = GPT(model_config)
+    if initial_weights is not None:
+        model.load_state_dict(initial_weights)
+    model = model.to(device)
     stream = torch.from_numpy(corpus.train_tokens())  # (N_train,) uint8
     generator = torch.Generator().manual_seed(train_config.seed)
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -146,10 +156,11 @@ def train(
         "parameters": model.num_parameters(),
         "environment": environment(device),
         "parent": None,
+        **(lineage or {}),
     }
     runs.write_config(run, config)
     console.print(
-        f"run [bold]{name}[/]: pe={model_config.pe}, {model.num_parameters() / 1e6:.2f}M parameters, "
+        f"run [bold]{name}[/]{' (' + config['label'] + ')' if config['label'] else ''}: pe={model_config.pe}, {model.num_parameters() / 1e6:.2f}M parameters, "
         f"train length {model_config.train_length}, on {device}; corpus {corpus.spec!r}: "
         f"{config['data']['train_tokens'] / 1e6:.1f}M train / {config['data']['heldout_tokens'] / 1e6:.2f}M held-out tokens"
     )
@@ -229,8 +240,10 @@ def train(
         status="finished",
         steps_done=step,
         train_seconds=round(seconds, 1),
-        tokens_per_s=round(step * tokens_per_step / seconds),
+        tokens_per_s=round(step * tokens_per_step / max(seconds, 1e-9)),
         heldout={"length": model_config.train_length, **heldout},
     )
+    if step == 0:
+        config.pop("tokens_per_s")
     runs.write_config(run, config)
     return TrainResult(run=run, steps=step, heldout_loss=heldout["loss"], heldout_perplexity=heldout["ppl"], seconds=seconds)

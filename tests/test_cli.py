@@ -119,5 +119,16 @@ def test_debug_mode_shows_the_traceback(trained):
 def test_help_lists_the_commands():
     done = poscli("--help")
     assert done.returncode == 0
-    for command in ("train", "eval", "runs", "encodings"):
+    for command in ("train", "extend", "eval", "runs", "encodings"):
         assert command in done.stdout
+
+
+def test_a_time_budget_ends_training_before_its_steps(trained, tmp_path):
+    import json
+
+    corpus, _ = trained
+    done = poscli("train", "--pe", "rope", "--data", str(corpus), "--steps", "100000", "--minutes", "0.05",
+                  "--results", str(tmp_path), *TINY)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "runs" / "rope" / "config.json").read_text())
+    assert 0 < config["steps_done"] < 100000 and config["train_seconds"] < 20

@@ -103,3 +103,32 @@ def test_malformed_lengths_say_what_is_accepted(text):
 def test_length_lists_keep_order_and_drop_repeats():
     assert parse_lengths("1k,256,1024,4k") == [1024, 256, 4096]
     assert [format_length(n) for n in (256, 1024, 1536, 65536)] == ["256", "1k", "1536", "64k"]
+
+
+def test_hub_corpus_uses_the_text_column_of_the_train_split(monkeypatch):
+    """The hf: loader for online users, exercised with an in-memory dataset in place of the hub."""
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(name, config=None, split=None):
+        calls.append((name, config, split))
+        return datasets.Dataset.from_dict({"id": [1, 2, 3], "body": ["first doc " * 50, "", "second doc " * 80]})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    corpus = load_corpus("hf:someone/corpus:small")
+    assert calls == [("someone/corpus", "small", "train")]
+    assert corpus.num_documents == 2  # the empty row is dropped
+    assert data.decode(corpus.document(0)).startswith("first doc") or data.decode(corpus.document(1)).startswith("first doc")
+
+
+def test_hub_corpus_offline_is_an_environment_failure(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach the Hugging Face Hub\nmore detail")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(PoscliError, match="could not load hf:wikitext:wikitext-2-raw-v1 .*Couldn't reach") as error:
+        load_corpus("hf:wikitext:wikitext-2-raw-v1")
+    assert error.value.exit_code == 1

@@ -9,7 +9,8 @@ import torch
 from poscli import encodings
 from poscli.encodings.alibi import alibi_slopes
 from poscli.encodings.base import sinusoid_table
-from poscli.encodings.rope import rope_inv_freq, rotate_pairs
+from poscli.encodings.rope import rotate_pairs
+from poscli.scaling import default_inv_freq as rope_inv_freq
 from poscli.encodings.t5 import t5_causal_bucket
 from tests.conftest import tiny_config
 
@@ -151,7 +152,7 @@ def test_t5_bias_reads_the_bucket_table():
     positions = torch.arange(300)
     bias = encoding.score_bias(torch.zeros(1, 4, 300, 8), positions, positions, layer=0)  # (H, T, T)
     for i, j in [(0, 0), (20, 3), (200, 10), (299, 0), (150, 149)]:
-        expected = encoding.bucket_bias.weight[t5_bucket_by_hand(i - j), :]
+        expected = encoding.bias_scale * encoding.bucket_bias.weight[t5_bucket_by_hand(i - j), :]
         torch.testing.assert_close(bias[:, i, j], expected)
 
 

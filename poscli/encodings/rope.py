@@ -7,11 +7,7 @@ from torch import Tensor
 
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding
-
-
-def rope_inv_freq(head_dim: int, base: float) -> Tensor:
-    """theta_i = base^(-2i/d) for i = 0 .. d/2 - 1 (RoFormer eq. 15). (hd/2,) float32."""
-    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim).to(torch.float32)
+from poscli.scaling import default_inv_freq, rope_parameters
 
 
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
@@ -45,11 +41,26 @@ class RoPE(PositionalEncoding):
 
     def __init__(self, config):
         super().__init__(config)
-        self.register_buffer("inv_freq", rope_inv_freq(config.head_dim, config.rope_base), persistent=False)  # (hd/2,)
-        self.attention_scale = 1.0
+        scaling = dict(config.rope_scaling)
+        self.method = scaling.pop("method", "default")
+        self._scaling = {
+            "factor": scaling.get("factor", 1.0),
+            "original_length": scaling.get("original_length", config.train_length),
+            **scaling.get("options", {}),
+        }
+        inv_freq, self.attention_scale = self._frequencies_for(seq_len=None)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (hd/2,)
+
+    def _frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
+        return rope_parameters(self.method, self.config.head_dim, self.config.rope_base, seq_len=seq_len, **self._scaling)
 
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
-        """The inverse frequencies and attention scale used for a sequence of ``seq_len`` tokens."""
+        """The inverse frequencies and attention scale used for a sequence of ``seq_len`` tokens.
+
+        Static methods computed them once; dynamic NTK recomputes them for every length.
+        """
+        if self.method == "dynamic-ntk":
+            return self._frequencies_for(seq_len)
         return self.inv_freq, self.attention_scale
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,115 @@
+"""``poscli extend``: make a RoPE run work at a longer length by rescaling its frequencies
+(see ``poscli.scaling``) and, unless ``steps == 0``, fine-tuning it briefly.
+
+Defaults, sized for 2 CPU cores (a few minutes, whatever the target): fine-tune for 400 steps
+(YaRN's fine-tuning length for s = 16, Peng et al. 2023) at min(target, 4 x the original
+length), with the parent's tokens per step. YaRN reports that a model extended this way
+generalises past its fine-tuning length, so a 32k target does not need 32k-token batches.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from poscli import runs, scaling
+from poscli.config import ModelConfig, TrainConfig
+from poscli.errors import PoscliError
+from poscli.lengths import format_length
+
+DEFAULT_STEPS = 400
+DEFAULT_LR = 3e-4
+FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
+
+
+def extension_label(parent_label: str, method: str, factor: float, steps: int, finetune_length: int) -> str:
+    """e.g. ``rope +yarn x128, 400 steps at 1k`` or ``rope +pi x8, no fine-tuning``."""
+    tuning = f"{steps} steps at {format_length(finetune_length)}" if steps else "no fine-tuning"
+    return f"{parent_label} +{method} x{factor:g}, {tuning}"
+
+
+def extend(
+    run: str,
+    method: str,
+    target: int,
+    factor: float | None = None,
+    steps: int = DEFAULT_STEPS,
+    finetune_length: int | None = None,
+    options: dict[str, float] | None = None,
+    name: str | None = None,
+    results: str | Path | None = None,
+    lr: float = DEFAULT_LR,
+    batch_size: int | None = None,
+    seed: int = 0,
+    device: str = "auto",
+    console=None,
+    show_progress: bool = True,
+):
+    """Extend ``run`` to ``target`` tokens with ``method``; returns the new run's TrainResult."""
+    options = scaling.check_options(method, options or {})
+    parent_folder = runs.find_run(run, results)
+    parent = runs.read_config(parent_folder)
+    model = parent["model"]
+    if model["pe"] != "rope":
+        raise PoscliError(f"extension methods rescale RoPE; run {parent['name']!r} uses --pe {model['pe']}. Extend a run trained with --pe rope")
+    if model.get("rope_scaling"):
+        raise PoscliError(
+            f"run {parent['name']!r} is already extended ({model['rope_scaling']['method']}); extend its parent {parent.get('parent')!r} instead"
+        )
+    original_length = model["train_length"]
+    if target <= original_length:
+        raise PoscliError(f"--target {target} is not longer than the run's train length {original_length}; choose a longer --target")
+    factor = factor if factor is not None else target / original_length
+    if factor < 1:
+        raise PoscliError(f"--factor must be at least 1, got {factor:g}")
+    if steps < 0:
+        raise PoscliError(f"--steps must be 0 (no fine-tuning) or more, got {steps}")
+    if finetune_length is None:
+        finetune_length = min(target, FINETUNE_LENGTH_MULTIPLE * original_length)
+    if finetune_length < 2:
+        raise PoscliError(f"--finetune-length must be at least 2, got {finetune_length}")
+    parent_train = parent["train"]
+    tokens_per_step = parent_train["batch_size"] * original_length
+    batch_size = batch_size or max(1, tokens_per_step // finetune_length)
+
+    rope_scaling = {"method": method, "factor": factor, "original_length": original_length, "options": options}
+    # The parameters do not change; the frequencies do, so inv_freq is checked for sanity now.
+    scaling.rope_parameters(method, model["d_model"] // model["n_head"], model["rope_base"], factor, original_length, target, **options)
+    model_config = ModelConfig.from_dict({
+        **model,
+        "rope_scaling": rope_scaling,
+        "train_length": finetune_length if steps else original_length,
+    })
+    train_config = TrainConfig.from_dict({
+        **parent_train,
+        "steps": steps,
+        "minutes": None,
+        "lr": lr,
+        "warmup_steps": min(20, steps),
+        "batch_size": batch_size,
+        "seed": seed,
+        "device": device,
+    })
+    label = extension_label(runs.run_label(parent), method, factor, steps, finetune_length)
+    lineage = {
+        "parent": parent["name"],
+        "label": label,
+        "extension": {
+            "method": method,
+            "factor": factor,
+            "target": target,
+            "original_length": original_length,
+            "options": options,
+            "finetune": {"steps": steps, "length": finetune_length if steps else None, "batch_size": batch_size, "lr": lr},
+        },
+    }
+    if name is None:
+        name = runs.new_run_name(re.sub(r"[^A-Za-z0-9._+-]", "", f"{parent['name']}+{method}-x{factor:g}"), results)
+
+    from poscli.train import train
+
+    weights = runs.load_weights(parent_folder)
+    return train(
+        model_config, train_config, name=name, results=results, console=console, show_progress=show_progress,
+        initial_weights=weights, lineage=lineage,
+    )

@@ -1,0 +1,191 @@
+"""Context extension for RoPE: a registry of frequency recipes with one signature.
+
+Each method maps (head_dim, base, factor, original_length, seq_len, options) to the RoPE
+inverse frequencies and an attention scale, following the conventions of
+``modeling_rope_utils.py`` in the transformers library: the attention scale multiplies both
+cos and sin, i.e. both q and k, so the attention logits scale by its square.
+
+Notation (``../shared/reference/PAPERS.md``): d rotary dims, b base, s factor
+(= target length / original length), L the original (trained) length,
+inv_freq_i = b^(-2i/d) for i = 0 .. d/2 - 1.
+
+Public entry point::
+
+    inv_freq, attention_scale = rope_parameters("yarn", head_dim=32, base=10000, factor=16,
+                                                original_length=256)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from poscli.errors import PoscliError
+
+RopeRecipe = Callable[..., tuple[Tensor, float]]
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    recipe: RopeRecipe
+    options: dict[str, float]  # option name -> default
+    description: str
+    citation: str
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(name: str, description: str, citation: str, **options: float):
+    def decorator(recipe: RopeRecipe) -> RopeRecipe:
+        METHODS[name] = Method(name, recipe, dict(options), description, citation)
+        return recipe
+
+    return decorator
+
+
+def default_inv_freq(head_dim: int, base: float) -> Tensor:
+    """inv_freq_i = base^(-2i/d), computed in float64 then stored as float32. (d/2,)"""
+    return (base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)).to(torch.float32)
+
+
+@register("default", "plain RoPE, the frequencies as trained", "Su et al., 2021")
+def _default(head_dim, base, factor, original_length, seq_len):
+    return default_inv_freq(head_dim, base), 1.0
+
+
+@register("pi", "Position Interpolation: every frequency divided by the factor", "Chen et al., 2023")
+def _linear(head_dim, base, factor, original_length, seq_len):
+    return default_inv_freq(head_dim, base) / factor, 1.0
+
+
+@register("ntk", "NTK-aware: base raised to b * s^(d/(d-2)) once, for the factor", "bloc97, 2023 (reddit r/LocalLLaMA)")
+def _ntk(head_dim, base, factor, original_length, seq_len):
+    return default_inv_freq(head_dim, base * factor ** (head_dim / (head_dim - 2))), 1.0
+
+
+@register(
+    "dynamic-ntk",
+    "dynamic NTK: base recomputed from the actual length when it exceeds the original",
+    "emozilla, 2023 (reddit r/LocalLLaMA); transformers' 'dynamic'",
+)
+def _dynamic_ntk(head_dim, base, factor, original_length, seq_len):
+    if seq_len is None or seq_len <= original_length:
+        return default_inv_freq(head_dim, base), 1.0
+    new_base = base * ((factor * seq_len / original_length) - (factor - 1)) ** (head_dim / (head_dim - 2))
+    return default_inv_freq(head_dim, new_base), 1.0
+
+
+def yarn_attention_scale(factor: float) -> float:
+    """YaRN's temperature: sqrt(1/t) = 0.1 ln(s) + 1 for s > 1 (Peng et al., 2023, eq. 22)."""
+    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
+@register(
+    "yarn",
+    "YaRN: NTK-by-parts ramp between interpolation and extrapolation, plus attention temperature",
+    "Peng et al., 2023",
+    beta_fast=32.0,
+    beta_slow=1.0,
+)
+def _yarn(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0):
+    def correction_dim(rotations: float) -> float:
+        # the dimension whose wavelength makes `rotations` turns over the original length
+        return head_dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), head_dim - 1)
+    if low == high:
+        high += 0.001  # avoid a division by zero in the ramp
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # (d/2,)
+    extrapolation_weight = 1 - ramp  # 1: keep the trained frequency (high frequencies), 0: interpolate
+    inv_freq = default_inv_freq(head_dim, base)
+    inv_freq = (inv_freq / factor) * (1 - extrapolation_weight) + inv_freq * extrapolation_weight
+    return inv_freq, yarn_attention_scale(factor)
+
+
+@register(
+    "llama3",
+    "Llama 3.1: long wavelengths divided by the factor, short kept, a smooth blend between",
+    "Meta, Llama 3.1 (2024)",
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+)
+def _llama3(head_dim, base, factor, original_length, seq_len, low_freq_factor=1.0, high_freq_factor=4.0):
+    inv_freq = default_inv_freq(head_dim, base)
+    wavelength = 2 * math.pi / inv_freq  # (d/2,)
+    low_freq_wavelength = original_length / low_freq_factor
+    high_freq_wavelength = original_length / high_freq_factor
+    scaled = torch.where(wavelength > low_freq_wavelength, inv_freq / factor, inv_freq)
+    smooth = (original_length / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelength >= high_freq_wavelength) & (wavelength <= low_freq_wavelength)
+    return torch.where(medium, blended, scaled), 1.0
+
+
+@register(
+    "base",
+    "base change: new base given by --rope-base (Llama 3 trains at 500000; Code Llama moved 10000 to 1e6)",
+    "Rozière et al., 2023 (Code Llama); Xiong et al., 2023",
+    rope_base=0.0,
+)
+def _base(head_dim, base, factor, original_length, seq_len, rope_base=0.0):
+    if rope_base <= 1:
+        raise PoscliError("--method base needs the new base: add e.g. --rope-base 500000")
+    return default_inv_freq(head_dim, rope_base), 1.0
+
+
+def method_names() -> list[str]:
+    return list(METHODS)
+
+
+def get_method(name: str) -> Method:
+    if name not in METHODS:
+        raise PoscliError(f"unknown extension method {name!r}; choose one of: {', '.join(METHODS)} (e.g. --method yarn)")
+    return METHODS[name]
+
+
+def check_options(method: str, options: dict[str, float]) -> dict[str, float]:
+    """The method's options with defaults filled in; an option it does not take is an error."""
+    known = get_method(method).options
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unknown)
+        takes = ", ".join("--" + name.replace("_", "-") for name in known) or "no options"
+        raise PoscliError(f"--method {method} does not take {flags}; it takes {takes}")
+    return {**known, **options}
+
+
+def rope_parameters(
+    method: str,
+    head_dim: int,
+    base: float,
+    factor: float,
+    original_length: int,
+    seq_len: int | None = None,
+    **options: float,
+) -> tuple[Tensor, float]:
+    """RoPE inverse frequencies (d/2,) float32 and the attention scale for ``method``.
+
+    Args:
+        method: one of ``method_names()``: default, pi, ntk, dynamic-ntk, yarn, llama3, base.
+        head_dim: rotary dimensions d (even).
+        base: the base the model was trained with.
+        factor: scale factor s = target length / original length (>= 1).
+        original_length: L, the length the model was trained at.
+        seq_len: the length being run; only ``dynamic-ntk`` uses it.
+        options: the method's own options (``beta_fast``/``beta_slow`` for yarn,
+            ``low_freq_factor``/``high_freq_factor`` for llama3, ``rope_base`` for base).
+    """
+    if head_dim < 4 or head_dim % 2:
+        raise PoscliError(f"rotary dimension must be even and at least 4, got {head_dim}")
+    if factor < 1:
+        raise PoscliError(f"the scale factor must be at least 1, got {factor}")
+    if original_length < 1:
+        raise PoscliError(f"the original length must be positive, got {original_length}")
+    return get_method(method).recipe(head_dim, base, factor, original_length, seq_len, **check_options(method, options))

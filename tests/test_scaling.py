@@ -1,0 +1,158 @@
+"""Context-extension recipes against the formulas in PAPERS.md (transformers' conventions),
+each computed here by hand in float64 Python, independently of poscli.scaling."""
+
+import math
+
+import pytest
+import torch
+
+from poscli import encodings, scaling
+from poscli.errors import PoscliError
+from poscli.scaling import rope_parameters
+from tests.conftest import tiny_config
+
+D, BASE, L = 32, 10000.0, 256
+
+
+def by_hand_inv_freq(base=BASE, d=D):
+    return [base ** (-2 * i / d) for i in range(d // 2)]
+
+
+def close(tensor, values, rel=1e-5):
+    assert tensor.dtype == torch.float32 and tensor.shape == (len(values),)
+    assert tensor.double().tolist() == pytest.approx(values, rel=rel)
+
+
+def test_every_method_has_the_same_signature_and_returns_frequencies_and_a_scale():
+    assert set(scaling.method_names()) == {"default", "pi", "ntk", "dynamic-ntk", "yarn", "llama3", "base"}
+    for method in scaling.method_names():
+        options = {"rope_base": 500000.0} if method == "base" else {}
+        inv_freq, attention_scale = rope_parameters(method, D, BASE, 8.0, L, seq_len=2048, **options)
+        assert inv_freq.shape == (D // 2,) and torch.isfinite(inv_freq).all() and (inv_freq > 0).all()
+        assert isinstance(attention_scale, float)
+
+
+def test_default_is_plain_rope():
+    close(rope_parameters("default", D, BASE, 1.0, L)[0], by_hand_inv_freq())
+
+
+def test_position_interpolation_divides_every_frequency_by_the_factor():
+    inv_freq, scale = rope_parameters("pi", D, BASE, 8.0, L)
+    close(inv_freq, [f / 8 for f in by_hand_inv_freq()])
+    assert scale == 1.0
+
+
+def test_ntk_raises_the_base_by_s_to_the_d_over_d_minus_2():
+    inv_freq, scale = rope_parameters("ntk", D, BASE, 16.0, L)
+    close(inv_freq, by_hand_inv_freq(BASE * 16 ** (D / (D - 2))))
+    assert scale == 1.0
+
+
+def test_ntk_lowest_frequency_is_divided_by_the_factor():
+    inv_freq, _ = rope_parameters("ntk", D, BASE, 16.0, L)
+    assert inv_freq[-1].item() == pytest.approx(by_hand_inv_freq()[-1] / 16, rel=1e-5)
+
+
+def test_dynamic_ntk_keeps_the_original_frequencies_up_to_the_original_length():
+    for seq_len in (None, 100, L):
+        close(rope_parameters("dynamic-ntk", D, BASE, 4.0, L, seq_len=seq_len)[0], by_hand_inv_freq())
+
+
+def test_dynamic_ntk_recomputes_the_base_from_the_sequence_length():
+    s, T = 4.0, 3000
+    base = BASE * ((s * T / L) - (s - 1)) ** (D / (D - 2))
+    close(rope_parameters("dynamic-ntk", D, BASE, s, L, seq_len=T)[0], by_hand_inv_freq(base))
+
+
+def yarn_by_hand(s, beta_fast=32, beta_slow=1, d=D, base=BASE, length=L):
+    def correction_dim(r):
+        return d * math.log(length / (r * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), d - 1)
+    if low == high:
+        high += 0.001
+    values = []
+    for i, f in enumerate(by_hand_inv_freq(base, d)):
+        ramp = min(1.0, max(0.0, (i - low) / (high - low)))
+        w = 1 - ramp
+        values.append((f / s) * (1 - w) + f * w)
+    return values, (0.1 * math.log(s) + 1 if s > 1 else 1.0), (low, high)
+
+
+@pytest.mark.parametrize("s", [2.0, 8.0, 128.0])
+def test_yarn_matches_the_ntk_by_parts_formula_and_temperature(s):
+    inv_freq, scale = rope_parameters("yarn", D, BASE, s, L)
+    expected, expected_scale, (low, high) = yarn_by_hand(s)
+    close(inv_freq, expected)
+    assert scale == pytest.approx(expected_scale)
+    # high frequencies (i < low) extrapolate unchanged, low ones (i >= high) are interpolated by s
+    original = by_hand_inv_freq()
+    assert inv_freq[0].item() == pytest.approx(original[0]) and low <= 1
+    assert inv_freq[-1].item() == pytest.approx(original[-1] / s, rel=1e-5)
+
+
+def test_yarn_options_move_the_ramp():
+    a, _ = rope_parameters("yarn", D, BASE, 8.0, L, beta_fast=32, beta_slow=1)
+    b, _ = rope_parameters("yarn", D, BASE, 8.0, L, beta_fast=4, beta_slow=0.5)
+    close(b, yarn_by_hand(8.0, beta_fast=4, beta_slow=0.5)[0])
+    assert not torch.allclose(a, b)
+
+
+def test_llama3_divides_long_wavelengths_keeps_short_ones_and_blends_between():
+    s, low_f, high_f, length = 8.0, 1.0, 4.0, 8192
+    d, base = 128, 500000.0
+    inv_freq, scale = rope_parameters("llama3", d, base, s, length)
+    assert scale == 1.0
+    for i, f in enumerate(by_hand_inv_freq(base, d)):
+        wavelength = 2 * math.pi / f
+        if wavelength < length / high_f:
+            expected = f
+        elif wavelength > length / low_f:
+            expected = f / s
+        else:
+            smooth = (length / wavelength - low_f) / (high_f - low_f)
+            expected = (1 - smooth) * f / s + smooth * f
+        assert inv_freq[i].item() == pytest.approx(expected, rel=1e-5), i
+
+
+def test_base_change_uses_the_new_base_and_requires_it():
+    close(rope_parameters("base", D, BASE, 4.0, L, rope_base=500000.0)[0], by_hand_inv_freq(500000.0))
+    with pytest.raises(PoscliError, match="--rope-base"):
+        rope_parameters("base", D, BASE, 4.0, L)
+
+
+def test_factor_one_changes_nothing_for_the_scaling_methods():
+    for method in ("pi", "ntk", "yarn", "llama3"):
+        inv_freq, scale = rope_parameters(method, D, BASE, 1.0, L, seq_len=4 * L)
+        close(inv_freq, by_hand_inv_freq())
+        assert scale == 1.0
+
+
+def test_unknown_method_and_foreign_options_are_clear_errors():
+    with pytest.raises(PoscliError, match="choose one of: default, pi, ntk, dynamic-ntk, yarn, llama3, base"):
+        rope_parameters("longrope", D, BASE, 2.0, L)
+    with pytest.raises(PoscliError, match="--method pi does not take --beta-fast"):
+        rope_parameters("pi", D, BASE, 2.0, L, beta_fast=32)
+
+
+def test_attention_scale_multiplies_q_and_k_so_logits_scale_by_its_square():
+    plain = encodings.build(tiny_config("rope"))
+    scaled = encodings.build(tiny_config("rope", rope_scaling={"method": "yarn", "factor": 16.0, "original_length": 32, "options": {}}))
+    assert scaled.attention_scale == pytest.approx(0.1 * math.log(16) + 1)
+    q, k = torch.randn(1, 4, 10, 8), torch.randn(1, 4, 10, 8)
+    positions = torch.arange(10)
+    # with the yarn frequencies swapped into the plain encoding, only the scale differs
+    plain.inv_freq = scaled.inv_freq.clone()
+    q0, k0 = plain.rotate(q, k, positions, 0)
+    q1, k1 = scaled.rotate(q, k, positions, 0)
+    torch.testing.assert_close(q1 @ k1.transpose(-1, -2), (q0 @ k0.transpose(-1, -2)) * scaled.attention_scale**2, rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_ntk_encoding_recomputes_frequencies_for_each_length():
+    encoding = encodings.build(tiny_config("rope", rope_scaling={"method": "dynamic-ntk", "factor": 4.0, "original_length": 32, "options": {}}))
+    short, _ = encoding.frequencies(32)
+    long, _ = encoding.frequencies(512)
+    close(short, by_hand_inv_freq(BASE, 8))
+    base = BASE * ((4.0 * 512 / 32) - 3) ** (8 / 6)
+    close(long, by_hand_inv_freq(base, 8))
