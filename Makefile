@@ -8,13 +8,15 @@ PY      := $(VENV)/bin/python
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 ENCODINGS := none sinusoidal learned shaw t5 rope alibi
 
-.PHONY: help install demo test core-table clean
+.PHONY: help install demo test core-table extend-table suite clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
 	@echo "make demo        install, train the default model (rope) on the built-in corpus, evaluate it"
 	@echo "make test        install and run the test suite"
 	@echo "make core-table  train every encoding with the defaults and evaluate at 256, 1k, 4k (README table)"
+	@echo "make extend-table extend core-rope to 4k with every method, with and without fine-tuning (README table)"
+	@echo "make suite       the evaluation suite on models trained with passkey mixed in, the decay figure, the report"
 
 install: $(VENV)/.installed
 
@@ -40,6 +42,36 @@ core-table: install
 	  else $(POSCLI) train --pe $$pe --name core-$$pe --quiet || exit $$?; fi; \
 	done
 	$(POSCLI) eval $(addprefix core-,$(ENCODINGS)) --lengths 256,1k,4k --table core --quiet
+
+# The README's extension table: core-rope (train length 256) extended 16x to 4k by every method,
+# without fine-tuning and with the default fine-tuning (400 steps at 1k), evaluated at 256, 1k, 4k.
+EXTEND_METHODS := pi ntk dynamic-ntk yarn llama3 base
+extend-table: install
+	@[ -f results/runs/core-rope/model.safetensors ] || $(POSCLI) train --pe rope --name core-rope --quiet
+	@for m in $(EXTEND_METHODS); do \
+	  opts=$$( [ $$m = base ] && echo "--rope-base 500000" ); \
+	  for steps in 0 400; do \
+	    run=core-rope+$$m-$$steps; \
+	    if [ -f results/runs/$$run/model.safetensors ]; then echo "$$run already extended"; \
+	    else $(POSCLI) extend core-rope --method $$m --target 4k --steps $$steps $$opts --name $$run --quiet || exit $$?; fi; \
+	  done; \
+	done
+	$(POSCLI) eval core-rope $(foreach m,$(EXTEND_METHODS),core-rope+$(m)-0 core-rope+$(m)-400) --lengths 256,1k,4k --table extend --quiet
+
+# The evaluation suite (README plots): ALiBi and RoPE trained with passkey examples mixed in
+# (20% of sequences), evaluated with non-overlapping and sliding windows, loss by position and
+# passkey retrieval; then the decay figure and results/REPORT.md.
+SUITE_RUNS := suite-alibi suite-rope
+suite: install
+	@for pe in alibi rope; do \
+	  if [ -f results/runs/suite-$$pe/model.safetensors ]; then echo "suite-$$pe already trained"; \
+	  else $(POSCLI) train --pe $$pe --mix passkey:0.2 --name suite-$$pe --quiet || exit $$?; fi; \
+	done
+	$(POSCLI) eval $(SUITE_RUNS) --lengths 256,1k,4k --table suite --quiet
+	$(POSCLI) eval $(SUITE_RUNS) --lengths 256,1k,4k --stride 64 --table suite --quiet
+	$(POSCLI) eval $(SUITE_RUNS) --task passkey --lengths 256,1k,4k --depths 0,25,50,75,100 --trials 20 --table suite-passkey --quiet
+	$(POSCLI) plot decay
+	$(POSCLI) report
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -62,7 +62,8 @@ def train(
     rope_base: Annotated[float, typer.Option("--rope-base", help="RoPE base (theta_i = base^(-2i/d)).")] = 10000.0,
     rope_layout: Annotated[str, typer.Option("--rope-layout", help="RoPE pairing: halves (GPT-NeoX) or interleaved (RoFormer).")] = "halves",
     shaw_clip: Annotated[int, typer.Option("--shaw-clip", help="Shaw et al.: clip relative distance at k.")] = 16,
-    data: Annotated[str, typer.Option(help="stdlib, a text file / folder / glob, or hf:NAME[:CONFIG].")] = "stdlib",
+    data: Annotated[str, typer.Option(help="stdlib, passkey, a text file / folder / glob, or hf:NAME[:CONFIG].")] = "stdlib",
+    mix: Annotated[Optional[str], typer.Option(help="Mix whole passkey examples into training, e.g. passkey:0.2.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per step.")] = 16,
     steps: Annotated[int, typer.Option(help="Optimizer steps (training stops at steps or --minutes, whichever first).")] = 1000,
     minutes: Annotated[Optional[float], typer.Option(help="Time budget in minutes.")] = None,
@@ -85,9 +86,13 @@ def train(
         pe=pe, rope_base=rope_base, rope_layout=rope_layout, shaw_clip=shaw_clip,
     )
     train_config = TrainConfig(
-        data=data, batch_size=batch_size, steps=steps, minutes=minutes, lr=lr, warmup_steps=warmup, seed=seed, device=device,
+        data=data, mix=mix, batch_size=batch_size, steps=steps, minutes=minutes, lr=lr, warmup_steps=warmup, seed=seed, device=device,
     )
     train_config.validate()
+    if mix is not None:
+        from poscli.passkey import parse_mix
+
+        parse_mix(mix)
 
     from poscli.train import train as run_training
 
@@ -98,6 +103,7 @@ def train(
         f"{model_config.train_length}: {result.heldout_loss:.4f} nats/token (perplexity {result.heldout_perplexity:.3f}, "
         f"{result.heldout_loss / 0.6931471805599453:.3f} bits/byte)"
     )
+    _record(results)
     print(result.run)
 
 
@@ -148,6 +154,7 @@ def extend(
         f"extended in {result.seconds / 60:.1f} min; held-out perplexity at its train length: {result.heldout_perplexity:.3f}. "
         f"Evaluate with: poscli eval {result.run.name}"
     )
+    _record(results)
     print(result.run)
 
 
@@ -156,19 +163,31 @@ def evaluate(
     run_names: Annotated[list[str], typer.Argument(metavar="RUN...", help="Run names (in results/runs) or run folders.")],
     lengths: Annotated[Optional[str], typer.Option(help="Comma-separated lengths, e.g. 256,1k,4k (default: each run's train length x1, x4, x16).")] = None,
     max_tokens: Annotated[str, typer.Option("--max-tokens", help="Held-out tokens scored per run and length, at most.")] = "128k",
-    table: Annotated[str, typer.Option(help="Table name: writes RESULTS/TABLE.csv and RESULTS/TABLE.md.")] = "ppl",
+    stride: Annotated[Optional[str], typer.Option(help="Sliding windows: score only the last S tokens of each window (default: non-overlapping windows).")] = None,
+    table: Annotated[Optional[str], typer.Option(help="Table name: writes RESULTS/TABLE.csv, .md and .png (default: ppl, or passkey for --task passkey).")] = None,
+    task: Annotated[str, typer.Option(help="perplexity or passkey.")] = "perplexity",
+    depths: Annotated[str, typer.Option(help="passkey: key depths in percent of the filler.")] = "0,25,50,75,100",
+    trials: Annotated[int, typer.Option(help="passkey: prompts per (length, depth) cell.")] = 20,
     device: Device = "auto",
     results: Results = None,
     quiet: Quiet = False,
 ):
-    """Perplexity of each run at each length over non-overlapping held-out windows."""
+    """Perplexity (non-overlapping or sliding windows, with loss by position) or passkey accuracy
+    of each run at each length."""
     from poscli.lengths import parse_length, parse_lengths
     from poscli.runs import RUN_NAME
 
+    if task not in ("perplexity", "passkey"):
+        raise PoscliError(f"--task {task!r} is not a task; choose perplexity or passkey")
+    table = table or ("ppl" if task == "perplexity" else "passkey")
     parsed_lengths = parse_lengths(lengths) if lengths is not None else None
     budget = parse_length(max_tokens, "--max-tokens")
+    stride = parse_length(stride, "--stride") if stride is not None else None
     if not RUN_NAME.match(table):
         raise PoscliError(f"--table {table!r} may use only letters, digits and . _ + -")
+    if task == "passkey":
+        _evaluate_passkey(run_names, parsed_lengths, _parse_depths(depths), trials, table, device, results, quiet)
+        return
 
     from rich.table import Table
 
@@ -176,10 +195,10 @@ def evaluate(
 
     console = _console()
     with _progress(console, quiet) as progress:
-        rows = evaluate_runs(run_names, parsed_lengths, results, budget, device, progress)
-    csv_path, md_path = write_tables(rows, results, table)
+        rows, position_rows = evaluate_runs(run_names, parsed_lengths, results, budget, device, progress, stride)
+    written = write_tables(rows, results, table, position_rows)
 
-    shown = Table(title="perplexity (non-overlapping windows)")
+    shown = Table(title=f"perplexity ({'non-overlapping windows' if stride is None else f'sliding windows, stride {stride}'})")
     for column in ("run", "pe", "train len", "length", "ppl", "bits/byte", "windows", "tokens"):
         shown.add_column(column, justify="left" if column in ("run", "pe") else "right")
     for row in rows:
@@ -188,13 +207,103 @@ def evaluate(
             row["label"], row["pe"], str(row["train_length"]), str(row["length"]), format_ppl(row["ppl"]),
             "n/a" if na else f"{row['bpb']:.3f}", str(row["windows"]), f"{row['tokens']:,}",
         )
+    _print_table(shown)
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    _record(results, table)
+
+
+def _parse_depths(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise PoscliError(f"--depths {text!r}: use percentages from 0 to 100, e.g. --depths 0,25,50,75,100") from None
+    if any(not 0 <= v <= 100 for v in values):
+        raise PoscliError(f"--depths {text!r}: every depth must be between 0 and 100, e.g. --depths 0,25,50,75,100")
+    return values
+
+
+def _evaluate_passkey(run_names, lengths, depths, trials, table, device, results, quiet):
+    from rich.table import Table
+
+    from poscli.passkey import evaluate_passkey, write_passkey_tables
+
+    console = _console()
+    with _progress(console, quiet) as progress:
+        rows = evaluate_passkey(run_names, lengths, depths, trials, results, device, progress)
+    written = write_passkey_tables(rows, results, table)
+    shown = Table(title=f"passkey retrieval ({trials} trials per cell, 95% Wilson interval)")
+    for column in ("run", "length", "depth %", "accuracy", "95% interval"):
+        shown.add_column(column, justify="left" if column == "run" else "right")
+    for row in rows:
+        na = bool(row["note"])
+        shown.add_row(row["label"], str(row["length"]), f"{row['depth']:g}", "n/a" if na else f"{row['accuracy']:.2f}",
+                      "" if na else f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]")
+    _print_table(shown)
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    _record(results, table)
+
+
+def _print_table(table) -> None:
     from rich.console import Console
 
     out = Console()
     if not out.is_terminal:
         out.width = 160  # piped or redirected: keep whole labels instead of 80-column ellipses
-    out.print(shown)
-    console.print(f"wrote {csv_path} and {md_path}")
+    out.print(table)
+
+
+def _record(results, *tables: str) -> None:
+    """Note the command line in RESULTS/history.jsonl, for the report."""
+    from poscli.report import record_command
+
+    record_command(results, sys.argv, tables)
+
+
+plot_app = typer.Typer(help="Figures that need no trained model.", no_args_is_help=True)
+app.add_typer(plot_app, name="plot")
+
+
+@plot_app.command("decay")
+def plot_decay_command(
+    dim: Annotated[int, typer.Option(help="Vector dimension d (even).")] = 128,
+    base: Annotated[float, typer.Option(help="Sinusoid / RoPE base.")] = 10000.0,
+    max_distance: Annotated[int, typer.Option("--max-distance", help="Largest relative distance.")] = 1024,
+    pairs: Annotated[int, typer.Option(help="Random (q, k) pairs averaged.")] = 80,
+    seed: Annotated[int, typer.Option(help="Seed for the random pairs.")] = 0,
+    results: Results = None,
+):
+    """Mean q.k against relative distance for sinusoidal and RoPE (chapter section 4.5): RESULTS/decay.png and .csv."""
+    if dim < 2 or dim % 2:
+        raise PoscliError(f"--dim must be an even number of at least 2, got {dim}")
+    if base <= 1:
+        raise PoscliError(f"--base must be greater than 1, got {base:g}")
+    if max_distance < 1:
+        raise PoscliError(f"--max-distance must be at least 1, got {max_distance}")
+    if pairs < 1:
+        raise PoscliError(f"--pairs must be at least 1, got {pairs}")
+    from poscli.decay import attention_decay
+    from poscli.io import atomic_write
+    from poscli.plots import plot_decay
+    from poscli.runs import results_dir
+
+    folder = results_dir(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    result = attention_decay(dim, base, max_distance, pairs, seed)
+    with atomic_write(folder / "decay.csv") as handle:
+        handle.write("distance,sinusoidal,rope\n")
+        for d, s, r in zip(result["distance"].tolist(), result["sinusoidal"].tolist(), result["rope"].tolist()):
+            handle.write(f"{d},{s:.6f},{r:.6f}\n")
+    path = plot_decay(result, folder / "decay.png", dim, base, pairs)
+    print(f"wrote {folder / 'decay.csv'} and {path}")
+    _record(results, "decay")
+
+
+@app.command()
+def report(results: Results = None):
+    """Write RESULTS/REPORT.md: every table and plot in the results folder, the commands that made them, the machine."""
+    from poscli.report import write_report
+
+    print(f"wrote {write_report(results)}")
 
 
 @app.command("runs")

@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from poscli.errors import PoscliError
 
+C = TypeVar("C", bound="FlatConfig")
+
+
+class FlatConfig:
+    """Serialises a dataclass to a plain dict (for config.json) and back; unknown keys are ignored
+    so a config written by a newer poscli still loads."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[C], values: dict[str, Any]) -> C:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
 
 @dataclass
-class ModelConfig:
+class ModelConfig(FlatConfig):
     # --- tokenizer ---
     vocab_size: int = 256  # byte-level: one token per byte
     # --- transformer ---
@@ -60,19 +75,12 @@ class ModelConfig:
         if self.t5_num_buckets < 2 or self.t5_max_distance <= self.t5_num_buckets // 2:
             raise PoscliError("T5 bias needs at least 2 buckets and a max distance above half the buckets")
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "ModelConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
-
 
 @dataclass
-class TrainConfig:
+class TrainConfig(FlatConfig):
     # --- data ---
-    data: str = "stdlib"  # "stdlib", a path / folder / glob of text files, or "hf:NAME[:CONFIG]"
+    data: str = "stdlib"  # "stdlib", "passkey", a path / folder / glob of text files, or "hf:NAME[:CONFIG]"
+    mix: str | None = None  # "passkey:F": a fraction F of training sequences are passkey examples
     heldout_fraction: float = 0.1
     # --- optimisation ---
     batch_size: int = 16
@@ -103,11 +111,3 @@ class TrainConfig:
             raise PoscliError(f"--warmup must be 0 or more, got {self.warmup_steps}")
         if not (0 < self.heldout_fraction < 0.5):
             raise PoscliError(f"the held-out fraction must be between 0 and 0.5, got {self.heldout_fraction}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})

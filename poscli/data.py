@@ -7,6 +7,8 @@ Corpora (``--data``):
   offline on every machine that runs poscli.
 - a local text file, folder (searched recursively) or glob, loaded with ``datasets``'
   ``text`` builder, one document per file. Files that look binary (a NUL byte) are skipped.
+- ``passkey``: synthetic passkey-retrieval documents (``poscli.passkey``); training on it
+  draws whole passkey examples of exactly the train length instead of random windows.
 - ``hf:NAME[:CONFIG]``: ``datasets.load_dataset(NAME, CONFIG, split="train")`` for users who
   are online; each row's ``text`` column (or its first string column) is a document.
 
@@ -37,7 +39,7 @@ TEST_DIRECTORY_NAMES = {"test", "tests", "idle_test"}
 
 def encode(text: str) -> np.ndarray:
     """UTF-8 bytes as token ids 0..255. (N,) uint8."""
-    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()  # writable, so torch can share it
 
 
 def decode(tokens) -> str:
@@ -147,7 +149,7 @@ def local_files(spec: str) -> list[Path]:
             raise PoscliError(f"the pattern {spec!r} matches no files; check the path or quote the glob")
     else:
         raise PoscliError(
-            f"--data {spec!r} is not 'stdlib', an existing file or folder, a glob, or hf:NAME[:CONFIG]"
+            f"--data {spec!r} is not 'stdlib', 'passkey', an existing file or folder, a glob, or hf:NAME[:CONFIG]"
         )
     unreadable = [p for p in candidates if not os.access(p, os.R_OK)]
     if unreadable:
@@ -204,6 +206,10 @@ def _documents_and_key(spec: str) -> tuple[callable, str]:
         files = stdlib_files()
         key_source = ["stdlib", sys.version, _fingerprint(files)]
         return (lambda: [p.read_text(encoding="utf-8", errors="replace") for p in files]), _hash(key_source)
+    if spec == "passkey":
+        from poscli.passkey import synthetic_documents
+
+        return synthetic_documents, _hash(["passkey", CACHE_VERSION])
     if spec.startswith("hf:"):
         name, _, config = spec[3:].partition(":")
         if not name:
@@ -248,25 +254,35 @@ def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1) -> Corpus:
     return Corpus(spec=spec, tokens=tokens, offsets=offsets, doc_hashes=doc_hashes, heldout=heldout)
 
 
-def eval_windows(corpus: Corpus, length: int, max_tokens: int) -> list[np.ndarray]:
-    """Non-overlapping windows of ``length + 1`` tokens (``length`` inputs, each with its next
-    token as target) cut from held-out documents with at least that many tokens. Consecutive
-    windows share one boundary token so every token after a document's first is scored once.
+def eval_windows(corpus: Corpus, length: int, max_tokens: int, stride: int | None = None) -> list[tuple[np.ndarray, int]]:
+    """Evaluation windows of ``length + 1`` tokens (``length`` inputs, each with its next token
+    as target) cut from held-out documents with at least that many tokens, each paired with
+    the index of its first scored target.
 
-    At most ceil(max_tokens / length) windows are used, spread evenly over all candidates so
-    the choice is deterministic and covers many documents.
+    - ``stride`` None (non-overlapping, the default of Press et al.): windows start every
+      ``length`` tokens and score every target; consecutive windows share one boundary token,
+      so every token after a document's first is scored exactly once.
+    - ``stride`` S < length (sliding window, as the ALiBi and YaRN evaluations): windows start
+      every S tokens; a document's first window scores all its targets, each later one only
+      its last S, so every token is still scored once but each has >= length - S of context.
+
+    At most enough windows to score ``max_tokens`` targets are used, spread evenly over all
+    candidates, so the choice is deterministic and covers many documents.
     """
+    step = stride or length
+    if not 1 <= step <= length:
+        raise PoscliError(f"--stride must be between 1 and the window length {length}, got {step}")
     windows = []
     for document in corpus.heldout_documents():
-        for start in range(0, len(document) - length, length):
-            windows.append(document[start : start + length + 1])
+        for start in range(0, len(document) - length, step):
+            windows.append((document[start : start + length + 1], 0 if start == 0 else length - step))
     if not windows:
         longest = int(corpus.document_lengths()[corpus.heldout].max())
         raise PoscliError(
             f"no held-out document of {corpus.spec!r} is long enough for length {length}: the longest has "
             f"{longest} tokens, so lengths up to {longest - 1} work; use a shorter --lengths or a corpus with longer documents"
         )
-    limit = max(1, -(-max_tokens // length))
+    limit = max(1, -(-max_tokens // step))
     if len(windows) > limit:
         picks = np.linspace(0, len(windows) - 1, limit).round().astype(int)
         windows = [windows[i] for i in picks]

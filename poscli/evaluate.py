@@ -25,8 +25,13 @@ from poscli.io import atomic_write
 TABLE_COLUMNS = [
     "run", "label", "pe", "train_length", "length", "mode", "ppl", "bpb", "loss", "windows", "tokens", "note", "evaluated",
 ]
+POSITION_COLUMNS = ["run", "label", "pe", "train_length", "length", "mode", "position_start", "position_end", "loss", "tokens"]
 # Tokens per forward pass when evaluating; long windows go one at a time.
 EVAL_BATCH_TOKENS = 16384
+
+
+def mode_name(stride: int | None) -> str:
+    return "nonoverlapping" if stride is None else f"sliding-{stride}"
 
 
 @torch.inference_mode()
@@ -36,31 +41,62 @@ def perplexity(
     length: int,
     max_tokens: int,
     device,
+    stride: int | None = None,
     on_window: Callable[[int], None] | None = None,
 ) -> dict:
-    """Token-weighted perplexity over non-overlapping held-out windows of ``length`` inputs.
+    """Token-weighted perplexity over held-out windows of ``length`` inputs (see ``eval_windows``
+    for the non-overlapping and sliding-window conventions).
 
-    Returns loss (nats/token), ppl, bpb (bits per byte), windows and tokens scored.
+    Returns loss (nats/token), ppl, bpb (bits per byte), windows and tokens scored, and
+    ``position_loss`` / ``position_tokens``: (length,) sums of loss and counts at each position.
     """
-    windows = eval_windows(corpus, length, max_tokens)
+    windows = eval_windows(corpus, length, max_tokens, stride)
     batch_size = max(1, EVAL_BATCH_TOKENS // length)
-    total_loss, total_tokens = 0.0, 0
+    position_loss = torch.zeros(length, dtype=torch.float64)
+    position_tokens = torch.zeros(length, dtype=torch.float64)
+    positions = torch.arange(length)
     for first in range(0, len(windows), batch_size):
-        batch = torch.from_numpy(np.stack(windows[first : first + batch_size])).to(device=device, dtype=torch.long)  # (B, T + 1)
+        chunk = windows[first : first + batch_size]
+        batch = torch.from_numpy(np.stack([w for w, _ in chunk])).to(device=device, dtype=torch.long)  # (B, T + 1)
+        scored_from = torch.tensor([s for _, s in chunk])  # (B,)
         logits = model(batch[:, :-1])  # (B, T, V)
-        losses = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten(), reduction="sum")
-        total_loss += losses.item()
-        total_tokens += batch[:, 1:].numel()
+        losses = F.cross_entropy(logits.transpose(1, 2).float(), batch[:, 1:], reduction="none").cpu().double()  # (B, T)
+        scored = (positions[None, :] >= scored_from[:, None]).double()  # (B, T)
+        position_loss += (losses * scored).sum(0)
+        position_tokens += scored.sum(0)
         if on_window:
-            on_window(len(batch))
-    loss = total_loss / total_tokens
+            on_window(len(chunk))
+    tokens = int(position_tokens.sum())
+    loss = float(position_loss.sum()) / tokens
     return {
         "loss": loss,
         "ppl": math.exp(loss),
         "bpb": loss / math.log(2),
         "windows": len(windows),
-        "tokens": total_tokens,
+        "tokens": tokens,
+        "position_loss": position_loss.numpy(),
+        "position_tokens": position_tokens.numpy(),
     }
+
+
+def position_buckets(length: int, per_octave: int = 4) -> list[tuple[int, int]]:
+    """Log-spaced buckets [start, end) of 0-based positions covering 0..length-1:
+    position p has p + 1 tokens of context, and bucket edges are 2^(k/per_octave) in p + 1."""
+    edges = sorted({int(2 ** (k / per_octave)) for k in range(int(math.log2(length) * per_octave) + 1)} | {length + 1})
+    edges = [e for e in edges if e <= length + 1]
+    if len(edges) > 2 and edges[-1] - edges[-2] < (edges[-2] - edges[-3]) / 2:
+        del edges[-2]  # fold a sliver of a last bucket into the one before it
+    return [(a - 1, b - 1) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def loss_by_position(position_loss, position_tokens, length: int) -> list[dict]:
+    """Mean loss per log-spaced position bucket (buckets with no scored token are left out)."""
+    rows = []
+    for start, end in position_buckets(length):
+        tokens = float(position_tokens[start:end].sum())
+        if tokens:
+            rows.append({"position_start": start, "position_end": end, "loss": float(position_loss[start:end].sum()) / tokens, "tokens": int(tokens)})
+    return rows
 
 
 def default_lengths(config: dict) -> list[int]:
@@ -81,11 +117,13 @@ def evaluate_runs(
     max_tokens: int = 131072,
     device: str = "auto",
     progress=None,
-) -> list[dict]:
+    stride: int | None = None,
+) -> tuple[list[dict], list[dict]]:
     """Evaluate each run at each length. ``lengths`` None means ``default_lengths`` of each run.
 
     Every run and every length is checked (runs exist, lengths fit the held-out documents)
     before any model is evaluated, so a bad request fails fast and writes nothing.
+    Returns the perplexity rows and the loss-by-position rows.
     """
     from poscli.device import select_device
 
@@ -101,10 +139,10 @@ def evaluate_runs(
             corpora[key] = load_corpus(*key)
         run_lengths = lengths or default_lengths(config)
         for length in run_lengths:
-            eval_windows(corpora[key], length, max_tokens=1)  # fails now, not after an hour of evaluation
+            eval_windows(corpora[key], length, max_tokens=1, stride=stride)  # fails now, not after an hour of evaluation
         plans.append((folder, config, corpora[key], run_lengths))
 
-    rows = []
+    rows, position_rows = [], []
     for folder, config, corpus, run_lengths in plans:
         model, config = runs.load_model(folder, str(device))
         for length in run_lengths:
@@ -114,48 +152,69 @@ def evaluate_runs(
                 "pe": config["model"]["pe"],
                 "train_length": config["model"]["train_length"],
                 "length": length,
-                "mode": "nonoverlapping",
+                "mode": mode_name(stride),
                 "note": "",
                 "evaluated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }
-            windows = len(eval_windows(corpus, length, max_tokens))
+            windows = len(eval_windows(corpus, length, max_tokens, stride))
             task = progress.add_task(f"{row['label']} @ {length}", total=windows) if progress else None
             advance = (lambda n, task=task: progress.advance(task, n)) if progress else None
             try:
-                row.update(perplexity(model, corpus, length, max_tokens, device, on_window=advance))
+                result = perplexity(model, corpus, length, max_tokens, device, stride, on_window=advance)
+                identity = {k: row[k] for k in ("run", "label", "pe", "train_length", "length", "mode")}
+                for bucket in loss_by_position(result.pop("position_loss"), result.pop("position_tokens"), length):
+                    position_rows.append({**identity, **bucket})
+                row.update(result)
             except NotApplicable as reason:
                 row.update(ppl=float("nan"), bpb=float("nan"), loss=float("nan"), windows=0, tokens=0, note=f"n/a: {reason}")
                 if progress:
                     progress.update(task, completed=windows)
             rows.append(row)
-    return rows
+    return rows, position_rows
 
 
-def write_tables(rows: list[dict], results: str | Path | None = None, table: str = "ppl") -> tuple[Path, Path]:
-    """Merge ``rows`` into RESULTS/TABLE.csv (long form) and rewrite RESULTS/TABLE.md (a pivot).
-
-    A row replaces an earlier one for the same run, length and mode; other rows are kept.
-    """
+def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str]):
+    """Merge ``rows`` into the CSV at ``path``: every earlier row whose ``key`` matches a new
+    row's is replaced, all others are kept. Returns the merged table (a DataFrame)."""
     import pandas as pd
 
-    folder = runs.results_dir(results)
-    folder.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = folder / f"{table}.csv", folder / f"{table}.md"
-    new = pd.DataFrame(rows, columns=TABLE_COLUMNS)
-    if csv_path.exists():
-        old = pd.read_csv(csv_path, keep_default_na=False, na_values=["nan", "NaN", ""])
-        old = old[TABLE_COLUMNS] if set(TABLE_COLUMNS) <= set(old.columns) else old
-        key = ["run", "length", "mode"]
-        replaced = old.set_index(key).index.isin(new.set_index(key).index)
+    new = pd.DataFrame(rows, columns=columns)
+    if path.exists():
+        old = pd.read_csv(path, keep_default_na=False, na_values=["nan", "NaN", ""])
+        old = old[[c for c in columns if c in old.columns]]
+        replaced = old.set_index(key).index.isin(new.set_index(key).index.unique())
         combined = pd.concat([old[~replaced], new], ignore_index=True)
     else:
         combined = new
-    combined = combined.sort_values(["run", "mode", "length"], kind="stable").reset_index(drop=True)
-    with atomic_write(csv_path) as handle:
+    combined = combined.sort_values(key, kind="stable").reset_index(drop=True)
+    with atomic_write(path) as handle:
         combined.to_csv(handle, index=False)
+    return combined
+
+
+def write_tables(rows: list[dict], results: str | Path | None = None, table: str = "ppl", position_rows: list[dict] | None = None) -> list[Path]:
+    """Merge ``rows`` into RESULTS/TABLE.csv (long form), rewrite RESULTS/TABLE.md (a pivot) and
+    RESULTS/TABLE.png (perplexity versus length); with ``position_rows``, also
+    RESULTS/TABLE_by_position.csv and its plot. Returns the files written.
+
+    A row replaces an earlier one for the same run, length and mode; other rows are kept.
+    """
+    from poscli.plots import plot_loss_by_position, plot_perplexity
+
+    folder = runs.results_dir(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path, png_path = folder / f"{table}.csv", folder / f"{table}.md", folder / f"{table}.png"
+    combined = merge_rows(csv_path, rows, TABLE_COLUMNS, ["run", "mode", "length"])
     with atomic_write(md_path) as handle:
         handle.write(markdown_pivot(combined))
-    return csv_path, md_path
+    written = [csv_path, md_path, plot_perplexity(combined, png_path, f"perplexity versus length ({table})")]
+    if position_rows:
+        by_position = merge_rows(folder / f"{table}_by_position.csv", position_rows, POSITION_COLUMNS, ["run", "mode", "length", "position_start"])
+        written.append(folder / f"{table}_by_position.csv")
+        nonoverlapping = by_position[by_position["mode"] == "nonoverlapping"]
+        if len(nonoverlapping):
+            written.append(plot_loss_by_position(nonoverlapping, folder / f"{table}_by_position.png", f"loss by position ({table}, non-overlapping windows)"))
+    return written
 
 
 def format_ppl(value: float) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import random
 import subprocess
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from poscli.device import select_device
 from poscli.errors import PoscliError
 from poscli.evaluate import perplexity
 from poscli.model import GPT
+from poscli.passkey import parse_mix, training_sequence
 
 
 class TrainingInterrupted(PoscliError):
@@ -46,11 +48,21 @@ def learning_rate(step: int, progress: float, config: TrainConfig) -> float:
     return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
 
 
-def sample_batch(stream: torch.Tensor, batch_size: int, length: int, generator: torch.Generator, device: torch.device):
-    """Random windows of the training stream. stream: (N,) uint8 -> tokens, targets: (B, T) int64."""
+def sample_batch(
+    stream: torch.Tensor, batch_size: int, length: int, generator: torch.Generator, device: torch.device, passkey_fraction: float = 0.0
+):
+    """Random windows of the training stream, each replaced with probability ``passkey_fraction``
+    by a whole passkey example (so the question and its key are in one sequence).
+    stream: (N,) uint8 -> tokens, targets: (B, T) int64."""
     starts = torch.randint(0, len(stream) - length - 1, (batch_size,), generator=generator)  # (B,)
     index = starts[:, None] + torch.arange(length + 1)[None, :]  # (B, T + 1)
-    window = stream[index].to(device=device, dtype=torch.long)  # (B, T + 1)
+    window = stream[index]  # (B, T + 1) uint8
+    if passkey_fraction > 0:
+        chosen = (torch.rand(batch_size, generator=generator) < passkey_fraction).nonzero().flatten().tolist()
+        for row in chosen:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            window[row] = torch.from_numpy(training_sequence(length + 1, random.Random(seed)))
+    window = window.to(device=device, dtype=torch.long)
     return window[:, :-1], window[:, 1:]
 
 
@@ -121,6 +133,9 @@ def train(
     device = select_device(train_config.device)
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
+    passkey_fraction = 1.0 if train_config.data == "passkey" else parse_mix(train_config.mix)
+    if passkey_fraction:
+        training_sequence(model_config.train_length + 1, random.Random(0))  # a train length too short fails now
 
     torch.manual_seed(train_config.seed)
     model = GPT(model_config)
@@ -195,7 +210,9 @@ def train(
                 lr = learning_rate(step, fraction, train_config)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                tokens, targets = sample_batch(stream, train_config.batch_size, model_config.train_length, generator, device)
+                tokens, targets = sample_batch(
+                    stream, train_config.batch_size, model_config.train_length, generator, device, passkey_fraction
+                )
                 loss = model.loss(tokens, targets)
                 if not torch.isfinite(loss):
                     raise PoscliError(

@@ -1,0 +1,39 @@
+"""The attention-decay figure of section 4.5 of the positional-encoding chapter
+(``shared/reference/seeds/000_*.txt``): the mean q.k over random q and k against relative
+distance, for sinusoidal positions added to q and k, and for RoPE-rotated q and k.
+
+Sinusoidal: (q + PE_i) . (k + PE_j) averages to PE_i . PE_j = sum_t cos((j - i) w_t), which
+oscillates with distance, so a far key can look as related as a near one. RoPE:
+R(i) q . R(j) k = q^T R(j - i) k carries only relative position, and its mean over random
+pairs stays near zero at every distance.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from poscli.encodings.base import sinusoid_table
+from poscli.encodings.rope import rotate_pairs
+from poscli.scaling import default_inv_freq
+
+
+def attention_decay(dim: int = 128, base: float = 10000.0, max_distance: int = 1024, pairs: int = 80, seed: int = 0) -> dict:
+    """Mean q.k over ``pairs`` random (q, k) ~ N(0, I) at relative distances 0..max_distance.
+
+    The query sits at position 0 and the key at position ``distance``. Returns float64 tensors
+    ``distance`` (D,), ``sinusoidal`` (D,) and ``rope`` (D,).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(pairs, dim, generator=generator, dtype=torch.float64)  # (P, d)
+    k = torch.randn(pairs, dim, generator=generator, dtype=torch.float64)  # (P, d)
+    distance = torch.arange(max_distance + 1)  # (D,)
+
+    table = sinusoid_table(distance, dim, base).to(torch.float64)  # (D, d)
+    q_sin = q + table[0]  # (P, d): query at position 0
+    k_sin = k[:, None, :] + table[None, :, :]  # (P, D, d): key at position `distance`
+    sinusoidal = torch.einsum("pd,pnd->pn", q_sin, k_sin).mean(0)  # (D,)
+
+    angles = distance.to(torch.float64)[:, None] * default_inv_freq(dim, base).to(torch.float64)[None, :]  # (D, d/2)
+    k_rot = rotate_pairs(k[:, None, :].expand(pairs, len(distance), dim), angles.cos(), angles.sin(), "interleaved")  # (P, D, d)
+    rope = torch.einsum("pd,pnd->pn", q, k_rot).mean(0)  # (D,); the query at position 0 is not rotated
+    return {"distance": distance, "sinusoidal": sinusoidal, "rope": rope}

@@ -1,0 +1,113 @@
+"""PNG plots with matplotlib (Agg backend: no display needed). Each reads like a figure in a
+paper: labelled axes, a title that says what was measured, the train length marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from poscli.io import atomic_write  # noqa: E402
+
+
+def _save(figure, path: Path) -> Path:
+    figure.tight_layout()
+    with atomic_write(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=120)
+    plt.close(figure)
+    return path
+
+
+def _length_axis(axes) -> None:
+    """Log2 x axis labelled 256, 1k, 4k, ..."""
+    from matplotlib.ticker import FuncFormatter
+
+    from poscli.lengths import format_length
+
+    axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_length(int(round(x))) if x >= 1 else f"{x:g}"))
+
+
+def _plain_log_y(axes) -> None:
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    axes.set_yscale("log")
+    axes.yaxis.set_major_formatter(ScalarFormatter())
+    axes.yaxis.set_minor_formatter(ScalarFormatter())
+    axes.ticklabel_format(axis="y", style="plain")
+
+
+def _mark_train_lengths(axes, train_lengths) -> None:
+    for n, length in enumerate(sorted(set(int(x) for x in train_lengths))):
+        axes.axvline(length, color="grey", linestyle="--", linewidth=1, label="train length" if n == 0 else None)
+
+
+def plot_perplexity(table, path: Path, title: str) -> Path:
+    """Perplexity versus evaluation length, one line per run (and mode), log-log axes."""
+    figure, axes = plt.subplots(figsize=(8, 5))
+    rows = table.dropna(subset=["ppl"])
+    modes = rows["mode"].unique()
+    for (label, mode), part in rows.groupby(["label", "mode"], sort=False):
+        part = part.sort_values("length")
+        name = label if len(modes) == 1 else f"{label} ({mode})"
+        axes.plot(part["length"], part["ppl"], marker="o", label=name)
+    _mark_train_lengths(axes, table["train_length"])
+    _length_axis(axes)
+    _plain_log_y(axes)
+    axes.set_xlabel("evaluation length (tokens)")
+    axes.set_ylabel("perplexity (held-out, per byte)")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    return _save(figure, path)
+
+
+def plot_loss_by_position(table, path: Path, title: str) -> Path:
+    """Mean loss against token position (log axis), one line per run at its longest length."""
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for label, part in table.groupby("label", sort=False):
+        longest = part[part["length"] == part["length"].max()].sort_values("position_start")
+        centre = (longest["position_start"] + longest["position_end"]) / 2
+        axes.plot(centre, longest["loss"], marker=".", label=f"{label} (length {longest['length'].iloc[0]})")
+    _mark_train_lengths(axes, table["train_length"])
+    _length_axis(axes)
+    axes.set_xlabel("token position in the window")
+    axes.set_ylabel("mean loss (nats per byte)")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    return _save(figure, path)
+
+
+def plot_passkey_heatmap(table, path: Path, title: str) -> Path:
+    """Passkey accuracy per (length, depth) cell for one run: length on x, depth on y."""
+    pivot = table.pivot_table(index="depth", columns="length", values="accuracy").sort_index(ascending=False)
+    figure, axes = plt.subplots(figsize=(1.2 + 1.1 * len(pivot.columns), 1.2 + 0.6 * len(pivot.index)))
+    image = axes.imshow(pivot.values, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    axes.set_xticks(range(len(pivot.columns)), [str(c) for c in pivot.columns])
+    axes.set_yticks(range(len(pivot.index)), [f"{d:g}%" for d in pivot.index])
+    for (y, x), value in np.ndenumerate(pivot.values):
+        axes.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=8)
+    axes.set_xlabel("context length (tokens)")
+    axes.set_ylabel("key depth")
+    axes.set_title(title, fontsize=10)
+    figure.colorbar(image, ax=axes, label="exact-match accuracy")
+    return _save(figure, path)
+
+
+def plot_decay(result: dict, path: Path, dim: int, base: float, pairs: int) -> Path:
+    """Mean q.k against relative distance, sinusoidal versus RoPE (chapter section 4.5)."""
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    axes.plot(result["distance"], result["sinusoidal"], label="sinusoidal: (q + PE_i) . (k + PE_j)", linewidth=1)
+    axes.plot(result["distance"], result["rope"], label="RoPE: R(i) q . R(j) k", linewidth=1)
+    axes.axhline(0, color="black", linewidth=0.5)
+    axes.set_xlabel("relative distance j - i")
+    axes.set_ylabel(f"mean q.k over {pairs} random pairs")
+    axes.set_title(f"q.k versus distance (d = {dim}, base = {base:g})")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    return _save(figure, path)

@@ -1,0 +1,179 @@
+"""Sliding windows, loss by position, passkey retrieval, plots, the decay figure and the report."""
+
+import json
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from poscli import passkey
+from poscli.data import load_corpus
+from poscli.decay import attention_decay
+from poscli.errors import PoscliError
+from poscli.evaluate import loss_by_position, perplexity, position_buckets
+from poscli.model import GPT
+from tests.conftest import tiny_config
+from tests.test_cli import TINY, poscli
+
+
+@pytest.fixture
+def model_and_corpus(text_corpus):
+    torch.manual_seed(0)
+    model = GPT(tiny_config("alibi")).eval()
+    return model, load_corpus(str(text_corpus))
+
+
+def test_sliding_perplexity_with_stride_equal_to_the_window_is_the_nonoverlapping_one(model_and_corpus):
+    model, corpus = model_and_corpus
+    plain = perplexity(model, corpus, 48, 10**6, "cpu")
+    sliding = perplexity(model, corpus, 48, 10**6, "cpu", stride=48)
+    assert sliding["tokens"] == plain["tokens"] and sliding["ppl"] == pytest.approx(plain["ppl"], rel=1e-9)
+
+
+def test_sliding_perplexity_scores_as_many_tokens_with_more_context(model_and_corpus):
+    model, corpus = model_and_corpus
+    sliding = perplexity(model, corpus, 48, 10**6, "cpu", stride=12)
+    assert sliding["position_tokens"][:36].sum() < sliding["position_tokens"][36:].sum()
+
+
+def test_loss_by_position_buckets_average_back_to_the_overall_loss(model_and_corpus):
+    model, corpus = model_and_corpus
+    result = perplexity(model, corpus, 100, 10**6, "cpu")
+    buckets = loss_by_position(result["position_loss"], result["position_tokens"], 100)
+    assert sum(b["tokens"] for b in buckets) == result["tokens"]
+    weighted = sum(b["loss"] * b["tokens"] for b in buckets) / result["tokens"]
+    assert weighted == pytest.approx(result["loss"], rel=1e-9)
+
+
+def test_position_buckets_are_log_spaced_and_cover_every_position():
+    buckets = position_buckets(256)
+    assert buckets[0] == (0, 1) and buckets[-1][1] == 256
+    assert all(a[1] == b[0] for a, b in zip(buckets, buckets[1:]))
+    widths = [end - start for start, end in buckets]
+    assert widths[-1] > 8 * widths[0]
+
+
+@pytest.mark.parametrize("length", [120, 700, 1024, 5000])
+@pytest.mark.parametrize("depth", [0, 25, 50, 75, 100])
+def test_passkey_prompt_has_the_exact_length_and_the_key_at_the_requested_depth(length, depth):
+    key = 31337
+    prompt = passkey.make_prompt(length, depth, key)
+    assert len(prompt.encode()) == length and prompt.endswith(passkey.QUESTION)
+    assert prompt.count(str(key)) == (1 if length < passkey.FULL_TEMPLATE_FROM else 2)
+    intro = 0 if length < passkey.FULL_TEMPLATE_FROM else len(passkey.INTRODUCTION)
+    key_text = (passkey.COMPACT_KEY_SENTENCE if length < passkey.FULL_TEMPLATE_FROM else passkey.KEY_SENTENCE).format(key=key)
+    filler = length - intro - len(key_text) - len(passkey.QUESTION)
+    where = prompt.index("The pass key is") - intro  # offset into the filler
+    # at the requested depth, moved back by at most one filler sentence
+    assert filler * depth / 100 - 25 <= where <= filler * depth / 100 + 1
+
+
+def test_passkey_scorer_accepts_the_right_answer_and_rejects_wrong_ones():
+    assert passkey.is_correct("4242. Remember", 4242)
+    assert passkey.is_correct(" 4242.", 4242)
+    assert not passkey.is_correct("42424", 4242)
+    assert not passkey.is_correct("4241.", 4242)
+    assert not passkey.is_correct("The pass", 4242)
+
+
+def test_passkey_training_sequences_end_with_the_answer():
+    rng = random.Random(0)
+    for length in (129, 257, 2049):
+        text = bytes(passkey.training_sequence(length, rng)).decode()
+        assert len(text) == length
+        key = int(text.rsplit("The pass key is ", 1)[1].rstrip("."))
+        assert text.count(f"The pass key is {key}.") == 2  # stated once, answered once
+
+
+def test_wilson_interval_brackets_the_rate_and_narrows_with_trials():
+    low, high = passkey.wilson_interval(10, 20)
+    assert low < 0.5 < high
+    narrow = passkey.wilson_interval(100, 200)
+    assert narrow[1] - narrow[0] < high - low
+    assert passkey.wilson_interval(0, 20)[0] == 0 and passkey.wilson_interval(20, 20)[1] == 1
+
+
+@pytest.mark.parametrize("text", ["passkey", "passkey:0", "passkey:1.5", "other:0.2", "passkey:x"])
+def test_bad_mix_is_a_clear_error(text):
+    with pytest.raises(PoscliError, match="--mix"):
+        passkey.parse_mix(text)
+
+
+def test_decay_matches_a_direct_computation():
+    dim, base, pairs = 16, 10000.0, 5
+    result = attention_decay(dim=dim, base=base, max_distance=40, pairs=pairs, seed=3)
+    generator = torch.Generator().manual_seed(3)
+    q = torch.randn(pairs, dim, generator=generator, dtype=torch.float64)
+    k = torch.randn(pairs, dim, generator=generator, dtype=torch.float64)
+    for distance in (0, 1, 7, 40):
+        pe = lambda pos: torch.tensor(  # noqa: E731
+            [f(pos / base ** (2 * (t // 2) / dim)) for t, f in zip(range(dim), [math.sin, math.cos] * (dim // 2))], dtype=torch.float64
+        )
+        sinusoidal = ((q + pe(0)) * (k + pe(distance))).sum(-1).mean()
+        rotation = torch.zeros(dim, dim, dtype=torch.float64)  # block-diagonal R(distance)
+        for i in range(dim // 2):
+            angle = distance * base ** (-2 * i / dim)
+            c, s = math.cos(angle), math.sin(angle)
+            rotation[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
+        rope = (q * (k @ rotation.T)).sum(-1).mean()
+        assert result["sinusoidal"][distance].item() == pytest.approx(sinusoidal.item(), rel=1e-6)  # PE table is float32
+        assert result["rope"][distance].item() == pytest.approx(rope.item(), rel=1e-6, abs=1e-9)  # inv_freq is float32
+
+
+@pytest.fixture(scope="module")
+def passkey_run(tmp_path_factory):
+    from tests.conftest import write_text_corpus
+
+    base = tmp_path_factory.mktemp("suite")
+    corpus = write_text_corpus(base / "corpus", documents=12, words=1200)
+    results = base / "results"
+    args = [*TINY]
+    args[args.index("--train-length") + 1] = "128"
+    done = poscli("train", "--pe", "alibi", "--data", str(corpus), "--mix", "passkey:0.5", "--steps", "4", "--results", str(results), *args)
+    assert done.returncode == 0, done.stderr
+    return results
+
+
+def test_the_whole_suite_writes_every_table_and_plot(passkey_run):
+    results = passkey_run
+    for args in (
+        ["eval", "alibi", "--lengths", "128,256"],
+        ["eval", "alibi", "--lengths", "128,256", "--stride", "32"],
+        ["eval", "alibi", "--task", "passkey", "--lengths", "128,256", "--depths", "0,50,100", "--trials", "3"],
+        ["plot", "decay", "--max-distance", "64"],
+        ["report"],
+    ):
+        done = poscli(*args, "--results", str(results), "--quiet") if args[0] == "eval" else poscli(*args, "--results", str(results))
+        assert done.returncode == 0, (args, done.stderr)
+    for name in ("ppl.csv", "ppl.md", "ppl.png", "ppl_by_position.csv", "ppl_by_position.png", "passkey.csv", "passkey.md",
+                 "passkey-alibi.png", "decay.png", "decay.csv", "REPORT.md", "history.jsonl"):
+        assert (results / name).stat().st_size > 0, name
+    for png in results.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = pd.read_csv(results / "ppl.csv")
+    assert set(table["mode"]) == {"nonoverlapping", "sliding-32"}
+    cells = pd.read_csv(results / "passkey.csv")
+    assert len(cells) == 6 and cells["accuracy"].between(0, 1).all() and (cells["ci_low"] <= cells["accuracy"]).all()
+    report = (results / "REPORT.md").read_text()
+    assert "poscli eval alibi --lengths 128,256 --stride 32" in report and "![passkey-alibi](passkey-alibi.png)" in report
+    assert "torch" in report and "## Runs" in report
+    config = json.loads((results / "runs" / "alibi" / "config.json").read_text())
+    assert config["train"]["mix"] == "passkey:0.5"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["eval", "alibi", "--task", "qa"], "choose perplexity or passkey"),
+    (["eval", "alibi", "--task", "passkey", "--depths", "0,150"], "between 0 and 100"),
+    (["eval", "alibi", "--task", "passkey", "--lengths", "32"], "a passkey prompt needs at least"),
+    (["eval", "alibi", "--stride", "500", "--lengths", "128"], "--stride must be between 1 and the window length 128"),
+    (["plot", "decay", "--dim", "7"], "--dim must be an even number"),
+    (["train", "--mix", "passkey:2"], "--mix 'passkey:2'"),
+])
+def test_suite_errors_are_one_line_exit_2(passkey_run, args, message):
+    done = poscli(*args, "--results", str(passkey_run))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
