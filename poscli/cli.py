@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     except PoscliError as error:
         if debug:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"{error.prefix}{error}", file=sys.stderr)
         sys.exit(error.exit_code)
     except typer.Abort:
         print("aborted", file=sys.stderr)

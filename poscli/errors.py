@@ -5,6 +5,7 @@ class PoscliError(Exception):
     """A problem with the user's input: the message says what was wrong and what to type."""
 
     exit_code = 2
+    prefix = "error: "
 
 
 class EnvironmentFailure(PoscliError):

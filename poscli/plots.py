@@ -46,6 +46,18 @@ def _mark_train_lengths(axes, train_lengths) -> None:
         axes.axvline(length, color="grey", linestyle="--", linewidth=1, label="train length" if n == 0 else None)
 
 
+def _finish_length_plot(figure, axes, table, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    """Shared ending of the plots over length or position: train length marked, log2 axis, legend."""
+    _mark_train_lengths(axes, table["train_length"])
+    _length_axis(axes)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    return _save(figure, path)
+
+
 def plot_perplexity(table, path: Path, title: str) -> Path:
     """Perplexity versus evaluation length, one line per run (and mode), log-log axes."""
     figure, axes = plt.subplots(figsize=(8, 5))
@@ -55,15 +67,8 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
         part = part.sort_values("length")
         name = label if len(modes) == 1 else f"{label} ({mode})"
         axes.plot(part["length"], part["ppl"], marker="o", label=name)
-    _mark_train_lengths(axes, table["train_length"])
-    _length_axis(axes)
     _plain_log_y(axes)
-    axes.set_xlabel("evaluation length (tokens)")
-    axes.set_ylabel("perplexity (held-out, per byte)")
-    axes.set_title(title)
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=8)
-    return _save(figure, path)
+    return _finish_length_plot(figure, axes, table, "evaluation length (tokens)", "perplexity (held-out, per byte)", title, path)
 
 
 def plot_loss_by_position(table, path: Path, title: str) -> Path:
@@ -73,14 +78,7 @@ def plot_loss_by_position(table, path: Path, title: str) -> Path:
         longest = part[part["length"] == part["length"].max()].sort_values("position_start")
         centre = (longest["position_start"] + longest["position_end"]) / 2
         axes.plot(centre, longest["loss"], marker=".", label=f"{label} (length {longest['length'].iloc[0]})")
-    _mark_train_lengths(axes, table["train_length"])
-    _length_axis(axes)
-    axes.set_xlabel("token position in the window")
-    axes.set_ylabel("mean loss (nats per byte)")
-    axes.set_title(title)
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=8)
-    return _save(figure, path)
+    return _finish_length_plot(figure, axes, table, "token position in the window", "mean loss (nats per byte)", title, path)
 
 
 def plot_passkey_heatmap(table, path: Path, title: str) -> Path:

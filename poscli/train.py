@@ -34,6 +34,7 @@ class TrainingInterrupted(PoscliError):
     """Ctrl-C during training: the weights were saved; exit with the conventional 130."""
 
     exit_code = 130
+    prefix = ""
 
 
 def learning_rate(step: int, progress: float, config: TrainConfig) -> float:
