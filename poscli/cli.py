@@ -162,7 +162,7 @@ def extend(
 def evaluate(
     run_names: Annotated[list[str], typer.Argument(metavar="RUN...", help="Run names (in results/runs) or run folders.")],
     lengths: Annotated[Optional[str], typer.Option(help="Comma-separated lengths, e.g. 256,1k,4k (default: each run's train length x1, x4, x16).")] = None,
-    max_tokens: Annotated[str, typer.Option("--max-tokens", help="Held-out tokens scored per run and length, at most.")] = "128k",
+    max_tokens: Annotated[str, typer.Option("--max-tokens", help="About how many held-out tokens to score per run and length.")] = "128k",
     stride: Annotated[Optional[str], typer.Option(help="Sliding windows: score only the last S tokens of each window (default: non-overlapping windows).")] = None,
     table: Annotated[Optional[str], typer.Option(help="Table name: writes RESULTS/TABLE.csv, .md and .png (default: ppl, or passkey for --task passkey).")] = None,
     task: Annotated[str, typer.Option(help="perplexity or passkey.")] = "perplexity",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import glob as globlib
 import hashlib
 import json
+import math
 import os
 import sys
 import sysconfig
@@ -266,8 +267,9 @@ def eval_windows(corpus: Corpus, length: int, max_tokens: int, stride: int | Non
       every S tokens; a document's first window scores all its targets, each later one only
       its last S, so every token is still scored once but each has >= length - S of context.
 
-    At most enough windows to score ``max_tokens`` targets are used, spread evenly over all
-    candidates, so the choice is deterministic and covers many documents.
+    About enough windows to score ``max_tokens`` targets are used (the count is set from the
+    mean number scored per window), spread evenly over all candidates, so the choice is
+    deterministic and covers many documents.
     """
     step = stride or length
     if not 1 <= step <= length:
@@ -282,7 +284,8 @@ def eval_windows(corpus: Corpus, length: int, max_tokens: int, stride: int | Non
             f"no held-out document of {corpus.spec!r} is long enough for length {length}: the longest has "
             f"{longest} tokens, so lengths up to {longest - 1} work; use a shorter --lengths or a corpus with longer documents"
         )
-    limit = max(1, -(-max_tokens // step))
+    scored_per_window = sum(length - first for _, first in windows) / len(windows)  # `step`, or more with first windows
+    limit = max(1, math.ceil(max_tokens / scored_per_window))
     if len(windows) > limit:
         picks = np.linspace(0, len(windows) - 1, limit).round().astype(int)
         windows = [windows[i] for i in picks]

@@ -199,22 +199,19 @@ def write_tables(rows: list[dict], results: str | Path | None = None, table: str
 
     A row replaces an earlier one for the same run, length and mode; other rows are kept.
     """
-    from poscli.plots import plot_loss_by_position, plot_perplexity
+    from poscli.plots import draw_plots
 
     folder = runs.results_dir(results)
     folder.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path, png_path = folder / f"{table}.csv", folder / f"{table}.md", folder / f"{table}.png"
+    csv_path, md_path = folder / f"{table}.csv", folder / f"{table}.md"
     combined = merge_rows(csv_path, rows, TABLE_COLUMNS, ["run", "mode", "length"])
     with atomic_write(md_path) as handle:
         handle.write(markdown_pivot(combined))
-    written = [csv_path, md_path, plot_perplexity(combined, png_path, f"perplexity versus length ({table})")]
+    written = [csv_path, md_path]
     if position_rows:
-        by_position = merge_rows(folder / f"{table}_by_position.csv", position_rows, POSITION_COLUMNS, ["run", "mode", "length", "position_start"])
         written.append(folder / f"{table}_by_position.csv")
-        nonoverlapping = by_position[by_position["mode"] == "nonoverlapping"]
-        if len(nonoverlapping):
-            written.append(plot_loss_by_position(nonoverlapping, folder / f"{table}_by_position.png", f"loss by position ({table}, non-overlapping windows)"))
-    return written
+        merge_rows(written[-1], position_rows, POSITION_COLUMNS, ["run", "mode", "length", "position_start"])
+    return written + draw_plots(folder, table)
 
 
 def format_ppl(value: float) -> str:

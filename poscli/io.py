@@ -9,12 +9,19 @@ import tempfile
 from pathlib import Path
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w"):
     """Write to a temporary file beside ``path`` and rename it over ``path`` only on success,
     so an interrupted write never leaves a half-written file."""
     path = Path(path)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
     try:
         with os.fdopen(descriptor, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle

@@ -195,19 +195,14 @@ def write_passkey_tables(rows: list[dict], results=None, table: str = "passkey")
     from poscli import runs
     from poscli.evaluate import merge_rows
     from poscli.io import atomic_write
-    from poscli.plots import plot_passkey_heatmap
+    from poscli.plots import draw_plots
 
     folder = runs.results_dir(results)
     folder.mkdir(parents=True, exist_ok=True)
     combined = merge_rows(folder / f"{table}.csv", rows, PASSKEY_COLUMNS, ["run", "length", "depth"])
     with atomic_write(folder / f"{table}.md") as handle:
         handle.write(passkey_markdown(combined))
-    written = [folder / f"{table}.csv", folder / f"{table}.md"]
-    for run, part in combined.groupby("run"):
-        if part["accuracy"].notna().any():
-            title = f"passkey accuracy: {part['label'].iloc[0]} ({int(part['trials'].iloc[0])} trials per cell)"
-            written.append(plot_passkey_heatmap(part, folder / f"{table}-{run}.png", title))
-    return written
+    return [folder / f"{table}.csv", folder / f"{table}.md", *draw_plots(folder, table)]
 
 
 def passkey_markdown(table) -> str:

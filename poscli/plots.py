@@ -54,15 +54,22 @@ def _finish_length_plot(figure, axes, table, xlabel: str, ylabel: str, title: st
     axes.set_ylabel(ylabel)
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=8)
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(figure, path)
+
+
+def _distinct_colors(axes, count: int) -> None:
+    """More lines than the default 10-colour cycle: take distinct colours from tab20."""
+    if count > 10:
+        axes.set_prop_cycle(color=plt.cm.tab20(np.linspace(0, 1, count, endpoint=False)))
 
 
 def plot_perplexity(table, path: Path, title: str) -> Path:
     """Perplexity versus evaluation length, one line per run (and mode), log-log axes."""
-    figure, axes = plt.subplots(figsize=(8, 5))
+    figure, axes = plt.subplots(figsize=(11, 5))
     rows = table.dropna(subset=["ppl"])
     modes = rows["mode"].unique()
+    _distinct_colors(axes, rows.groupby(["label", "mode"]).ngroups)
     for (label, mode), part in rows.groupby(["label", "mode"], sort=False):
         part = part.sort_values("length")
         name = label if len(modes) == 1 else f"{label} ({mode})"
@@ -73,7 +80,8 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
 
 def plot_loss_by_position(table, path: Path, title: str) -> Path:
     """Mean loss against token position (log axis), one line per run at its longest length."""
-    figure, axes = plt.subplots(figsize=(8, 5))
+    figure, axes = plt.subplots(figsize=(11, 5))
+    _distinct_colors(axes, table["label"].nunique())
     for label, part in table.groupby("label", sort=False):
         longest = part[part["length"] == part["length"].max()].sort_values("position_start")
         centre = (longest["position_start"] + longest["position_end"]) / 2
@@ -109,3 +117,31 @@ def plot_decay(result: dict, path: Path, dim: int, base: float, pairs: int) -> P
     axes.grid(True, alpha=0.3)
     axes.legend()
     return _save(figure, path)
+
+
+def draw_plots(folder: Path, table: str) -> list[Path]:
+    """Every plot of the results table ``table``, drawn from its CSV files in ``folder``:
+    perplexity versus length and loss by position for perplexity tables, a heatmap per run for
+    passkey tables. Used after each evaluation and again by ``poscli report``."""
+    import pandas as pd
+
+    csv_path = folder / f"{table}.csv"
+    if not csv_path.exists():
+        return []
+    data = pd.read_csv(csv_path, keep_default_na=False, na_values=["nan", "NaN", ""])
+    written = []
+    if "ppl" in data.columns and data["ppl"].notna().any():
+        written.append(plot_perplexity(data, folder / f"{table}.png", f"perplexity versus length ({table})"))
+        positions_path = folder / f"{table}_by_position.csv"
+        if positions_path.exists():
+            positions = pd.read_csv(positions_path)
+            nonoverlapping = positions[positions["mode"] == "nonoverlapping"]
+            if len(nonoverlapping):
+                title = f"loss by position ({table}, non-overlapping windows)"
+                written.append(plot_loss_by_position(nonoverlapping, folder / f"{table}_by_position.png", title))
+    if "accuracy" in data.columns:
+        for run, part in data.groupby("run"):
+            if part["accuracy"].notna().any():
+                title = f"passkey accuracy: {part['label'].iloc[0]} ({int(part['trials'].iloc[0])} trials per cell)"
+                written.append(plot_passkey_heatmap(part, folder / f"{table}-{run}.png", title))
+    return written

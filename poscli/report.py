@@ -94,7 +94,10 @@ def write_report(results=None) -> Path:
     history = _history(folder)
     lines = ["# poscli report\n", *_machine(), ""]
     tables = sorted(p.stem for p in folder.glob("*.csv") if not p.stem.endswith("_by_position") and p.stem != "decay")
+    from poscli.plots import draw_plots
+
     for table in tables:
+        draw_plots(folder, table)  # the figures always match the tables they are shown with
         lines.append(f"## {table}\n")
         commands = _commands(history, table)
         if commands:
