@@ -85,7 +85,7 @@ ERRORS = [
     (["eval", "alibi", "--lengths", "1m"], "the longest has"),
     (["train", "--steps", "abc"], "Invalid value for '--steps'"),
     (["train", "--width", "30"], "not divisible by 4 heads"),
-    (["train", "--data", "/no/such/corpus"], "is not 'stdlib', an existing file or folder"),
+    (["train", "--data", "/no/such/corpus"], "is not 'stdlib', 'passkey', an existing file or folder"),
     (["train", "--device", "cuda:7"], "is not available on this machine"),
     (["train", "--train-length", "1000000"], "too few for --train-length"),
     (["train", "--name", "alibi"], "already exists"),
