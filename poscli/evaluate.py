@@ -43,14 +43,16 @@ def perplexity(
     device,
     stride: int | None = None,
     on_window: Callable[[int], None] | None = None,
+    windows: list | None = None,
 ) -> dict:
     """Token-weighted perplexity over held-out windows of ``length`` inputs (see ``eval_windows``
     for the non-overlapping and sliding-window conventions).
 
+    ``windows``, if given, are the ``eval_windows`` already cut for these arguments.
     Returns loss (nats/token), ppl, bpb (bits per byte), windows and tokens scored, and
     ``position_loss`` / ``position_tokens``: (length,) sums of loss and counts at each position.
     """
-    windows = eval_windows(corpus, length, max_tokens, stride)
+    windows = windows if windows is not None else eval_windows(corpus, length, max_tokens, stride)
     batch_size = max(1, EVAL_BATCH_TOKENS // length)
     position_loss = torch.zeros(length, dtype=torch.float64)
     position_tokens = torch.zeros(length, dtype=torch.float64)
@@ -156,11 +158,11 @@ def evaluate_runs(
                 "note": "",
                 "evaluated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }
-            windows = len(eval_windows(corpus, length, max_tokens, stride))
-            task = progress.add_task(f"{row['label']} @ {length}", total=windows) if progress else None
+            windows = eval_windows(corpus, length, max_tokens, stride)
+            task = progress.add_task(f"{row['label']} @ {length}", total=len(windows)) if progress else None
             advance = (lambda n, task=task: progress.advance(task, n)) if progress else None
             try:
-                result = perplexity(model, corpus, length, max_tokens, device, stride, on_window=advance)
+                result = perplexity(model, corpus, length, max_tokens, device, stride, on_window=advance, windows=windows)
                 identity = {k: row[k] for k in ("run", "label", "pe", "train_length", "length", "mode")}
                 for bucket in loss_by_position(result.pop("position_loss"), result.pop("position_tokens"), length):
                     position_rows.append({**identity, **bucket})
@@ -168,7 +170,7 @@ def evaluate_runs(
             except NotApplicable as reason:
                 row.update(ppl=float("nan"), bpb=float("nan"), loss=float("nan"), windows=0, tokens=0, note=f"n/a: {reason}")
                 if progress:
-                    progress.update(task, completed=windows)
+                    progress.update(task, completed=len(windows))
             rows.append(row)
     return rows, position_rows
 
