@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 ENCODINGS := none sinusoidal learned shaw t5 rope alibi
 
-.PHONY: help install demo test core-table extend-table suite clean
+.PHONY: help install demo test core-table extend-table extend-32k suite clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
@@ -16,6 +16,7 @@ help:
 	@echo "make test        install and run the test suite"
 	@echo "make core-table  train every encoding with the defaults and evaluate at 256, 1k, 4k (README table)"
 	@echo "make extend-table extend core-rope to 4k with every method, with and without fine-tuning (README table)"
+	@echo "make extend-32k  extend core-rope to 32768 with every method (default fine-tuning), evaluate 1k..32k"
 	@echo "make suite       the evaluation suite on models trained with passkey mixed in, the decay figure, the report"
 
 install: $(VENV)/.installed
@@ -57,6 +58,17 @@ extend-table: install
 	  done; \
 	done
 	$(POSCLI) eval core-rope $(foreach m,$(EXTEND_METHODS),core-rope+$(m)-0 core-rope+$(m)-400) --lengths 256,1k,4k --table extend --quiet
+
+# The CLI example at every method: core-rope extended to 32768 (factor 128) with the default
+# fine-tuning, evaluated at 1k, 4k, 16k and 32k (64k scored tokens per cell).
+extend-32k: install
+	@[ -f results/runs/core-rope/model.safetensors ] || $(POSCLI) train --pe rope --name core-rope --quiet
+	@for m in $(EXTEND_METHODS); do \
+	  opts=$$( [ $$m = base ] && echo "--rope-base 500000" ); \
+	  if [ -f results/runs/core-rope+$$m-32k/model.safetensors ]; then echo "core-rope+$$m-32k already extended"; \
+	  else $(POSCLI) extend core-rope --method $$m --target 32768 $$opts --name core-rope+$$m-32k --quiet || exit $$?; fi; \
+	done
+	$(POSCLI) eval core-rope $(foreach m,$(EXTEND_METHODS),core-rope+$(m)-32k) --lengths 1k,4k,16k,32k --max-tokens 64k --table extend-32k --quiet
 
 # The evaluation suite (README plots): ALiBi and RoPE trained with passkey examples mixed in
 # (20% of sequences), evaluated with non-overlapping windows and sliding windows (stride 256,

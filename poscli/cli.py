@@ -109,8 +109,8 @@ def train(
 
 @app.command()
 def extend(
-    run: Annotated[str, typer.Argument(metavar="RUN", help="A run trained with --pe rope.")],
-    method: Annotated[str, typer.Option(help="pi, ntk, dynamic-ntk, yarn, llama3, base (or default: no change).")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="A run trained with --pe rope (or learned, sinusoidal).")],
+    method: Annotated[str, typer.Option(help="rope: pi, ntk, dynamic-ntk, yarn, llama3, base (default: no change); learned: interpolate; sinusoidal: pi.")],
     target: Annotated[str, typer.Option(help="Length to extend to, e.g. 4k or 32768.")],
     factor: Annotated[Optional[float], typer.Option(help="Scale factor s (default: target / the run's train length).")] = None,
     steps: Annotated[int, typer.Option(help="Fine-tuning steps; 0 extends without training.")] = 400,
@@ -128,11 +128,10 @@ def extend(
     results: Results = None,
     quiet: Quiet = False,
 ):
-    """Extend a RoPE run's context: rescale its frequencies and fine-tune briefly, as a new run."""
-    from poscli import scaling
+    """Extend a run's context: rescale RoPE's frequencies (or stretch a learned table, or interpolate
+    sinusoidal positions) and fine-tune briefly, as a new run."""
     from poscli.lengths import parse_length
 
-    scaling.get_method(method)
     given = {"beta_fast": beta_fast, "beta_slow": beta_slow, "low_freq_factor": low_freq_factor,
              "high_freq_factor": high_freq_factor, "rope_base": rope_base}
     options = {key: value for key, value in given.items() if value is not None}

@@ -45,6 +45,10 @@ class ModelConfig(FlatConfig):
     attention_block: int = 1024  # query rows per block when a score bias must be materialised
     # Extension of RoPE's frequencies (see poscli.scaling); empty for a model as trained.
     rope_scaling: dict[str, Any] = field(default_factory=dict)
+    # Extensions of the absolute encodings (poscli extend): rows of the learned table
+    # (0 means train_length) and the divisor of sinusoidal positions (position interpolation).
+    position_rows: int = 0
+    position_scale: float = 1.0
 
     def __post_init__(self) -> None:
         self.validate()

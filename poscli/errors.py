@@ -16,3 +16,10 @@ class EnvironmentFailure(PoscliError):
 
 class NotApplicable(PoscliError):
     """A valid request this model cannot answer, e.g. a learned table asked past its last row."""
+
+
+class Answer(PoscliError):
+    """Not a failure: a request that needs no work, answered in one line with exit code 0."""
+
+    exit_code = 0
+    prefix = ""

@@ -14,12 +14,30 @@ from pathlib import Path
 
 from poscli import runs, scaling
 from poscli.config import ModelConfig, TrainConfig
-from poscli.errors import PoscliError
+from poscli.errors import Answer, PoscliError
 from poscli.lengths import format_length
 
 DEFAULT_STEPS = 400
 DEFAULT_LR = 3e-4
 FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
+# Relative encodings that run at any length as they are.
+NO_RESCALING = {"alibi", "t5", "shaw", "none"}
+# Methods for the absolute encodings: learned tables are stretched by linear interpolation (the
+# usual trick for BERT and ViT tables); sinusoidal positions are divided by the factor (PI).
+ABSOLUTE_METHODS = {"learned": ["interpolate"], "sinusoidal": ["pi"]}
+
+
+def applicable_methods(pe: str) -> list[str]:
+    if pe == "rope":
+        return scaling.method_names()
+    return ABSOLUTE_METHODS.get(pe, [])
+
+
+def interpolate_table(table, rows: int):
+    """Stretch a (L, C) position table to (rows, C) by linear interpolation, ends aligned."""
+    import torch.nn.functional as F
+
+    return F.interpolate(table.T[None], size=rows, mode="linear", align_corners=True)[0].T.contiguous()
 
 
 def extension_label(parent_label: str, method: str, factor: float, steps: int, finetune_length: int) -> str:
@@ -46,15 +64,27 @@ def extend(
     show_progress: bool = True,
 ):
     """Extend ``run`` to ``target`` tokens with ``method``; returns the new run's TrainResult."""
-    options = scaling.check_options(method, options or {})
     parent_folder = runs.find_run(run, results)
     parent = runs.read_config(parent_folder)
     model = parent["model"]
-    if model["pe"] != "rope":
-        raise PoscliError(f"extension methods rescale RoPE; run {parent['name']!r} uses --pe {model['pe']}. Extend a run trained with --pe rope")
-    if model.get("rope_scaling"):
+    pe = model["pe"]
+    if pe in NO_RESCALING:
+        raise Answer(
+            f"run {parent['name']!r} uses --pe {pe}, which needs no rescaling: evaluate it at any length, "
+            f"e.g. poscli eval {parent['name']} --lengths {format_length(target)}"
+        )
+    methods = applicable_methods(pe)
+    if method not in methods:
+        if pe == "rope":
+            scaling.get_method(method)  # the error lists the RoPE methods
+        raise PoscliError(f"--method {method} does not apply to --pe {pe}; for run {parent['name']!r} use: {', '.join(methods) or 'none'}")
+    if pe == "rope":
+        options = scaling.check_options(method, options or {})
+    elif options:
+        raise PoscliError(f"--method {method} for --pe {pe} takes no options; drop {', '.join('--' + o.replace('_', '-') for o in options)}")
+    if model.get("rope_scaling") or model.get("position_rows") or model.get("position_scale", 1.0) != 1.0:
         raise PoscliError(
-            f"run {parent['name']!r} is already extended ({model['rope_scaling']['method']}); extend its parent {parent.get('parent')!r} instead"
+            f"run {parent['name']!r} is already extended ({parent.get('extension', {}).get('method')}); extend its parent {parent.get('parent')!r} instead"
         )
     original_length = model["train_length"]
     if target <= original_length:
@@ -72,14 +102,18 @@ def extend(
     tokens_per_step = parent_train["batch_size"] * original_length
     batch_size = batch_size or max(1, tokens_per_step // finetune_length)
 
-    rope_scaling = {"method": method, "factor": factor, "original_length": original_length, "options": options}
-    # The parameters do not change; the frequencies do, so inv_freq is checked for sanity now.
-    scaling.rope_parameters(method, model["d_model"] // model["n_head"], model["rope_base"], factor, original_length, target, **options)
-    model_config = ModelConfig.from_dict({
-        **model,
-        "rope_scaling": rope_scaling,
-        "train_length": finetune_length if steps else original_length,
-    })
+    weights = runs.load_weights(parent_folder)
+    changes: dict = {"train_length": finetune_length if steps else original_length}
+    if pe == "rope":
+        # The parameters do not change; the frequencies do, so they are checked for sanity now.
+        scaling.rope_parameters(method, model["d_model"] // model["n_head"], model["rope_base"], factor, original_length, target, **options)
+        changes["rope_scaling"] = {"method": method, "factor": factor, "original_length": original_length, "options": options}
+    elif pe == "learned":
+        changes["position_rows"] = target
+        weights["encoding.table.weight"] = interpolate_table(weights["encoding.table.weight"], target)  # (target, C)
+    else:  # sinusoidal, pi
+        changes["position_scale"] = factor
+    model_config = ModelConfig.from_dict({**model, **changes})
     train_config = TrainConfig.from_dict({
         **parent_train,
         "steps": steps,
@@ -108,7 +142,6 @@ def extend(
 
     from poscli.train import train
 
-    weights = runs.load_weights(parent_folder)
     return train(
         model_config, train_config, name=name, results=results, console=console, show_progress=show_progress,
         initial_weights=weights, lineage=lineage,

@@ -33,7 +33,7 @@ def rope_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("extend")
     corpus = write_text_corpus(base / "corpus", documents=12, words=1200)
     results = base / "results"
-    for pe in ("rope", "alibi"):
+    for pe in ("rope", "alibi", "learned", "sinusoidal"):
         done = poscli("train", "--pe", pe, "--data", str(corpus), "--steps", "4", "--results", str(results), *TINY)
         assert done.returncode == 0, done.stderr
     return results
@@ -83,7 +83,9 @@ def test_dynamic_ntk_run_evaluates_at_several_lengths(rope_run):
 
 EXTEND_ERRORS = [
     (["rope", "--method", "longrope", "--target", "1k"], "choose one of: default, pi, ntk, dynamic-ntk, yarn, llama3, base"),
-    (["alibi", "--method", "yarn", "--target", "1k"], "uses --pe alibi"),
+    (["sinusoidal", "--method", "yarn", "--target", "1k"], "--method yarn does not apply to --pe sinusoidal; for run 'sinusoidal' use: pi"),
+    (["learned", "--method", "pi", "--target", "1k"], "--method pi does not apply to --pe learned; for run 'learned' use: interpolate"),
+    (["learned", "--method", "interpolate", "--target", "1k", "--beta-fast", "4"], "takes no options"),
     (["rope", "--method", "yarn", "--target", "16"], "is not longer than the run's train length 32"),
     (["rope", "--method", "pi", "--target", "1k", "--beta-fast", "8"], "--method pi does not take --beta-fast"),
     (["rope", "--method", "base", "--target", "1k", "--steps", "0"], "add e.g. --rope-base 500000"),
@@ -104,3 +106,51 @@ def test_extend_errors_are_one_line_exit_2_and_write_nothing(rope_run, args, mes
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
     assert sorted(p.name for p in (rope_run / "runs").iterdir()) == before
+
+
+def test_sinusoidal_pi_equals_the_parent_at_interpolated_positions():
+    parent = GPT(tiny_config("sinusoidal")).eval()
+    extended = GPT(ModelConfig.from_dict({**parent.config.to_dict(), "position_scale": 4.0})).eval()
+    extended.load_state_dict(parent.state_dict())
+    tokens = torch.randint(0, 256, (2, 100))
+    with torch.no_grad():
+        torch.testing.assert_close(extended(tokens), parent(tokens, positions=torch.arange(100) / 4.0), rtol=1e-4, atol=1e-4)
+
+
+def test_interpolated_learned_table_keeps_its_rows_and_stretches_between_them():
+    from poscli.extend import interpolate_table
+
+    table = torch.randn(32, 8)
+    stretched = interpolate_table(table, 125)  # 124 / 31 = 4: row 4i is the old row i
+    assert stretched.shape == (125, 8)
+    torch.testing.assert_close(stretched[::4], table)
+    torch.testing.assert_close(stretched[2], (table[0] + table[1]) / 2)
+
+
+def test_relative_encodings_need_no_rescaling_and_say_so(rope_run):
+    before = sorted(p.name for p in (rope_run / "runs").iterdir())
+    done = poscli("extend", "alibi", "--method", "yarn", "--target", "1k", "--results", str(rope_run))
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs no rescaling" in lines[0] and "poscli eval alibi --lengths 1k" in lines[0]
+    assert sorted(p.name for p in (rope_run / "runs").iterdir()) == before
+
+
+def test_learned_table_interpolated_to_the_target_evaluates_past_its_old_rows(rope_run):
+    done = poscli("extend", "learned", "--method", "interpolate", "--target", "128", "--steps", "0", "--name", "learned-x4",
+                  "--results", str(rope_run), "--quiet")
+    assert done.returncode == 0, done.stderr
+    weights = runs.load_weights(rope_run / "runs" / "learned-x4")
+    assert weights["encoding.table.weight"].shape[0] == 128
+    evaluated = poscli("eval", "learned-x4", "--lengths", "128", "--results", str(rope_run), "--quiet", "--table", "learned")
+    assert evaluated.returncode == 0, evaluated.stderr
+    table = pd.read_csv(rope_run / "learned.csv")
+    assert table["ppl"].notna().all() and set(table["label"]) == {"learned +interpolate x4, no fine-tuning"}
+
+
+def test_sinusoidal_pi_extension_runs_and_fine_tunes(rope_run):
+    done = poscli("extend", "sinusoidal", "--method", "pi", "--target", "128", "--steps", "2", "--name", "sin-pi",
+                  "--results", str(rope_run), "--quiet")
+    assert done.returncode == 0, done.stderr
+    config = json.loads((rope_run / "runs" / "sin-pi" / "config.json").read_text())
+    assert config["model"]["position_scale"] == 4 and config["extension"]["method"] == "pi"

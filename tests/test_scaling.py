@@ -156,3 +156,18 @@ def test_dynamic_ntk_encoding_recomputes_frequencies_for_each_length():
     close(short, by_hand_inv_freq(BASE, 8))
     base = BASE * ((4.0 * 512 / 32) - 3) ** (8 / 6)
     close(long, by_hand_inv_freq(base, 8))
+
+
+@pytest.mark.parametrize("d, base, s", [(16, 10000.0, 2.0), (64, 500000.0, 8.0), (128, 10000.0, 32.0)])
+def test_methods_match_the_formulas_at_other_dimensions_bases_and_factors(d, base, s):
+    length = 512
+    close(rope_parameters("pi", d, base, s, length)[0], [f / s for f in by_hand_inv_freq(base, d)])
+    close(rope_parameters("ntk", d, base, s, length)[0], by_hand_inv_freq(base * s ** (d / (d - 2)), d))
+    T = 3 * length
+    dynamic_base = base * ((s * T / length) - (s - 1)) ** (d / (d - 2))
+    close(rope_parameters("dynamic-ntk", d, base, s, length, seq_len=T)[0], by_hand_inv_freq(dynamic_base, d))
+    expected, expected_scale, _ = yarn_by_hand(s, d=d, base=base, length=length)
+    inv_freq, scale = rope_parameters("yarn", d, base, s, length)
+    close(inv_freq, expected)
+    assert scale == pytest.approx(expected_scale)
+    assert inv_freq[0].item() == pytest.approx(1.0) and inv_freq[-1].item() == pytest.approx(by_hand_inv_freq(base, d)[-1] / s, rel=1e-5)

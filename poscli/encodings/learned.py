@@ -19,12 +19,13 @@ class Learned(PositionalEncoding):
 
     def __init__(self, config):
         super().__init__(config)
-        self.table = nn.Embedding(config.train_length, config.d_model)
+        # train_length rows, or more after `poscli extend --method interpolate`
+        self.table = nn.Embedding(config.position_rows or config.train_length, config.d_model)
         nn.init.normal_(self.table.weight, std=0.02)
 
     @property
     def max_length(self) -> int:
-        return self.config.train_length
+        return self.table.num_embeddings
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         if int(positions.max()) >= self.max_length:

@@ -2,6 +2,7 @@
 
 import math
 
+import torch
 from torch import Tensor
 
 from poscli.encodings import register
@@ -16,11 +17,14 @@ class Sinusoidal(PositionalEncoding):
     PE(pos, 2i+1) = cos(pos / 10000^(2i/d)). As in section 3.4 (and fairseq, which the ALiBi
     paper used), token embeddings are multiplied by sqrt(d) first so neither term drowns
     the other. Defined for every position, but unseen positions are out of distribution.
+    ``config.position_scale`` (set by ``poscli extend --method pi``) divides the positions first,
+    the position interpolation of Chen et al. (2023) applied to an absolute encoding.
     """
 
     citation = "Vaswani et al., 2017"
     summary = "fixed sin/cos of the absolute position added to the input embeddings"
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        table = sinusoid_table(positions, self.config.d_model)  # (T, C)
+        scaled = positions.to(torch.float32) / self.config.position_scale  # (T,)
+        table = sinusoid_table(scaled, self.config.d_model)  # (T, C)
         return x * math.sqrt(self.config.d_model) + table.to(x.dtype)  # (B, T, C)
