@@ -137,11 +137,6 @@ def extend(
     options = {key: value for key, value in given.items() if value is not None}
     target_length = parse_length(target, "--target")
     finetune = parse_length(finetune_length, "--finetune-length") if finetune_length is not None else None
-    if name is not None:
-        from poscli.runs import check_name
-
-        check_name(name)
-
     from poscli.extend import extend as run_extend
 
     console = _console()

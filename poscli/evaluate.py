@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from poscli import runs
 from poscli.data import Corpus, eval_windows, load_corpus
-from poscli.errors import NotApplicable, PoscliError
+from poscli.errors import NotApplicable
 from poscli.io import atomic_write
 
 TABLE_COLUMNS = [

@@ -1,5 +1,6 @@
-"""``poscli extend``: make a RoPE run work at a longer length by rescaling its frequencies
-(see ``poscli.scaling``) and, unless ``steps == 0``, fine-tuning it briefly.
+"""``poscli extend``: make a run work at a longer length by rescaling RoPE's frequencies (see
+``poscli.scaling``), stretching a learned table or interpolating sinusoidal positions, and,
+unless ``steps == 0``, fine-tuning it briefly.
 
 Defaults, sized for 2 CPU cores (a few minutes, whatever the target): fine-tune for 400 steps
 (YaRN's fine-tuning length for s = 16, Peng et al. 2023) at min(target, 4 x the original
@@ -82,9 +83,9 @@ def extend(
         options = scaling.check_options(method, options or {})
     elif options:
         raise PoscliError(f"--method {method} for --pe {pe} takes no options; drop {', '.join('--' + o.replace('_', '-') for o in options)}")
-    if model.get("rope_scaling") or model.get("position_rows") or model.get("position_scale", 1.0) != 1.0:
+    if parent.get("extension"):
         raise PoscliError(
-            f"run {parent['name']!r} is already extended ({parent.get('extension', {}).get('method')}); extend its parent {parent.get('parent')!r} instead"
+            f"run {parent['name']!r} is already extended ({parent['extension']['method']}); extend its parent {parent.get('parent')!r} instead"
         )
     original_length = model["train_length"]
     if target <= original_length:

@@ -33,7 +33,7 @@ def _length_axis(axes) -> None:
 
 
 def _plain_log_y(axes) -> None:
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    from matplotlib.ticker import ScalarFormatter
 
     axes.set_yscale("log")
     axes.yaxis.set_major_formatter(ScalarFormatter())

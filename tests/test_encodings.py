@@ -5,7 +5,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from poscli import encodings, runs
 from poscli.errors import NotApplicable

@@ -1,7 +1,6 @@
 """poscli extend: the library and the CLI."""
 
 import json
-import os
 
 import pandas as pd
 import pytest

@@ -1,6 +1,5 @@
 """Learned absolute position embeddings (GPT-2 style)."""
 
-import torch
 from torch import Tensor, nn
 
 from poscli.encodings import register

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding
-from poscli.scaling import default_inv_freq, rope_parameters
+from poscli.scaling import rope_parameters
 
 
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
