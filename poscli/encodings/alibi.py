@@ -5,6 +5,7 @@ import math
 import torch
 from torch import Tensor
 
+from poscli.attention import RelativeBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
 
@@ -43,3 +44,6 @@ class ALiBi(PositionalEncoding):
     def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
         distance = causal_distance(q_positions.to(torch.float32), k_positions.to(torch.float32))  # (Tq, Tk)
         return (distance * -self.slopes[:, None, None]).to(q.dtype)  # (H, Tq, Tk)
+
+    def relative_bias(self, q: Tensor, layer: int) -> RelativeBias:
+        return RelativeBias(slopes=self.slopes)  # -m_h (i - j), linear in the distance

@@ -19,6 +19,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from poscli.attention import RelativeBias
 from poscli.config import ModelConfig
 
 
@@ -53,6 +54,16 @@ class PositionalEncoding(nn.Module):
         """q: (B, H, Tq, hd). Returns a bias broadcastable to (B, H, Tq, Tk), added to q.k / sqrt(hd).
 
         Only causal pairs (k_position <= q_position) are ever used; the model masks the rest.
+        """
+        return None
+
+    def relative_bias(self, q: Tensor, layer: int) -> RelativeBias | None:
+        """The same bias in the form the fast attention path takes, or None to use ``score_bias``.
+
+        Return it when the bias depends only on the distance i - j and is either linear in it
+        (``slopes``) or the same for every distance from some W on (``band``, with that far value
+        subtracted, since softmax ignores a constant added to a row). q: (B, H, T, hd).
+        The model calls this only when positions are consecutive (0..T-1 or an offset of it).
         """
         return None
 

@@ -25,6 +25,37 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     return rotated.flatten(-2)  # (B, H, T, hd)
 
 
+def _rotate_half(x: Tensor, layout: str) -> Tensor:
+    """The partner of each element with the sign of sin: (x1, x2) -> (-x2, x1) for every pair. (..., hd)."""
+    if layout == "halves":
+        x1, x2 = x.chunk(2, dim=-1)  # (..., hd/2) each
+        return torch.cat((-x2, x1), dim=-1)
+    pairs = x.unflatten(-1, (-1, 2))  # (..., hd/2, 2)
+    return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+
+
+class _Rotation(torch.autograd.Function):
+    """x cos + rotate_half(x) sin, with cos/sin laid out per element (T, hd). The same rotation as
+    ``rotate_pairs`` in fewer passes, and a backward that is the inverse rotation (angle -theta),
+    which is cheaper than differentiating the multiplications one by one."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        ctx.layout = layout
+        return torch.addcmul(x * cos, _rotate_half(x, layout), sin)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        cos, sin = ctx.saved_tensors
+        return torch.addcmul(grad * cos, _rotate_half(grad, ctx.layout), -sin), None, None, None
+
+
+def _per_element(table: Tensor, layout: str) -> Tensor:
+    """(T, hd/2) per-pair values -> (T, hd), each value at both elements of its pair."""
+    return torch.cat((table, table), dim=-1) if layout == "halves" else table.repeat_interleave(2, dim=-1)
+
+
 @register("rope")
 class RoPE(PositionalEncoding):
     """Rotates q and k in every layer so that <R(m) q, R(n) k> depends only on n - m.
@@ -50,6 +81,9 @@ class RoPE(PositionalEncoding):
         }
         inv_freq, self.attention_scale = self._frequencies_for(seq_len=None)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (hd/2,)
+        # cos/sin for the positions tensor of the current forward pass, which every layer shares.
+        # Held by identity (the tensor is kept alive, so a new one can never match by accident).
+        self._table: tuple[Tensor, Tensor, Tensor] | None = None
 
     def _frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
         return rope_parameters(self.method, self.config.head_dim, self.config.rope_base, seq_len=seq_len, **self._scaling)
@@ -63,11 +97,21 @@ class RoPE(PositionalEncoding):
             return self._frequencies_for(seq_len)
         return self.inv_freq, self.attention_scale
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin of every angle, times the attention scale, per element. positions (T,) -> (T, hd) each."""
+        if self._table is not None and self._table[0] is positions and self._table[1].device == positions.device:
+            return self._table[1], self._table[2]
         inv_freq, attention_scale = self.frequencies(int(positions.max()) + 1)
         angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]  # (T, hd/2)
-        cos, sin = angles.cos() * attention_scale, angles.sin() * attention_scale  # (T, hd/2) each
         layout = self.config.rope_layout
-        q_rot = rotate_pairs(q.to(torch.float32), cos, sin, layout).to(q.dtype)  # (B, H, T, hd)
-        k_rot = rotate_pairs(k.to(torch.float32), cos, sin, layout).to(k.dtype)  # (B, H, T, hd)
+        cos = _per_element(angles.cos() * attention_scale, layout)  # (T, hd)
+        sin = _per_element(angles.sin() * attention_scale, layout)  # (T, hd)
+        self._table = (positions, cos, sin)
+        return cos, sin
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        cos, sin = self.cos_sin(positions)  # (T, hd) each, float32
+        layout = self.config.rope_layout
+        q_rot = _Rotation.apply(q.to(torch.float32), cos, sin, layout).to(q.dtype)  # (B, H, T, hd)
+        k_rot = _Rotation.apply(k.to(torch.float32), cos, sin, layout).to(k.dtype)  # (B, H, T, hd)
         return q_rot, k_rot

@@ -5,6 +5,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from poscli.attention import RelativeBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
 
@@ -28,10 +29,18 @@ class Shaw(PositionalEncoding):
         super().__init__(config)
         self.relative_keys = nn.Parameter(torch.randn(config.n_layer, config.shaw_clip + 1, config.head_dim) * 0.02)
 
+    def query_dot_relative(self, q: Tensor, layer: int) -> Tensor:
+        """q_i . a_K[r] / sqrt(d) for r = 0 .. k. q: (B, H, Tq, hd) -> (B, H, Tq, k + 1)."""
+        table = self.relative_keys[layer].to(q.dtype)  # (k + 1, hd)
+        return q @ table.T / math.sqrt(self.config.head_dim)
+
     def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
         clipped = causal_distance(q_positions, k_positions).clamp(max=self.config.shaw_clip)  # (Tq, Tk)
-        table = self.relative_keys[layer].to(q.dtype)  # (k + 1, hd)
-        q_dot_rel = q @ table.T / math.sqrt(self.config.head_dim)  # (B, H, Tq, k + 1)
+        q_dot_rel = self.query_dot_relative(q, layer)  # (B, H, Tq, k + 1)
         B, H, Tq, _ = q_dot_rel.shape
         # bias[b, h, i, j] = q_dot_rel[b, h, i, clipped[i, j]]; gather (not fancy indexing) keeps the backward fast.
         return q_dot_rel.gather(-1, clipped.expand(B, H, Tq, clipped.shape[-1]))  # (B, H, Tq, Tk)
+
+    def relative_bias(self, q: Tensor, layer: int) -> RelativeBias:
+        q_dot_rel = self.query_dot_relative(q, layer)  # (B, H, T, k + 1)
+        return RelativeBias(band=q_dot_rel[..., :-1] - q_dot_rel[..., -1:])  # (B, H, T, k): minus the far value

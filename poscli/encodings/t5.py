@@ -5,6 +5,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from poscli.attention import RelativeBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
 
@@ -50,7 +51,15 @@ class T5Bias(PositionalEncoding):
         buckets = t5_causal_bucket(torch.arange(config.t5_max_distance + 1), config.t5_num_buckets, config.t5_max_distance)
         self.register_buffer("bucket_of_distance", buckets, persistent=False)  # (max_distance + 1,)
 
+    def bias_by_distance(self) -> Tensor:
+        """The bias at distances 0 .. max_distance (the last value holds for every longer one). (H, max_distance + 1)."""
+        return self.bias_scale * self.bucket_bias(self.bucket_of_distance).T
+
     def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
         distance = causal_distance(q_positions, k_positions).clamp(max=self.config.t5_max_distance)  # (Tq, Tk)
-        per_distance = self.bias_scale * self.bucket_bias(self.bucket_of_distance).T  # (H, max_distance + 1)
-        return per_distance[:, distance].to(q.dtype)  # (H, Tq, Tk)
+        return self.bias_by_distance()[:, distance].to(q.dtype)  # (H, Tq, Tk)
+
+    def relative_bias(self, q: Tensor, layer: int) -> RelativeBias:
+        per_distance = self.bias_by_distance()  # (H, max_distance + 1)
+        band = per_distance[:, :-1] - per_distance[:, -1:]  # (H, max_distance): minus the far value
+        return RelativeBias(band=band[None, :, None, :])  # (1, H, 1, W)

@@ -1,0 +1,129 @@
+"""The fast attention paths equal textbook attention, forward and backward.
+
+The reference is the definition, computed in float64 from the encoding's own ``score_bias``
+(a dense T x T bias): softmax(q k^T / sqrt(hd) + bias, causal) v. Every encoding with a score
+bias is checked through every path the model can take: the banded/linear fast path in its
+short-sequence (one dense mask) and long-sequence (chunked band + far keys) modes, and the
+portable blocked fallback. Lengths are deliberately not multiples of any block or tile.
+"""
+
+import math
+
+import pytest
+import torch
+
+from poscli import attention, encodings
+from poscli.model import GPT
+from tests.conftest import tiny_config
+
+WITH_BIAS = [name for name in encodings.names() if encodings.get(name).has_score_bias]
+
+
+def textbook_attention(q, k, v, bias):
+    """softmax(q k^T / sqrt(hd) + bias) v with future keys masked, in float64. bias: (.., T, T)."""
+    T = q.shape[-2]
+    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias.double()  # (B, H, T, T)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v.double()
+
+
+def random_encoding(pe, **overrides):
+    """An encoding whose learned tables hold large random values, so the bias matters."""
+    torch.manual_seed(3)
+    encoding = encodings.build(tiny_config(pe, **overrides))
+    with torch.no_grad():
+        for parameter in encoding.parameters():
+            parameter.normal_(std=0.5)
+    return encoding
+
+
+def fast(q, k, v, encoding, positions, block):
+    return attention.relative_causal_attention(q, k, v, encoding.relative_bias(q, layer=1), block)
+
+
+def fallback(q, k, v, encoding, positions, block):
+    score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, layer=1)  # noqa: E731
+    return attention.blocked_biased_attention(q, k, v, score_bias, positions, block)
+
+
+@pytest.fixture(params=["dense-mask", "chunked-band"])
+def fast_mode(request, monkeypatch):
+    """The fast path chooses one dense mask for short sequences; force the long-sequence mode too,
+    with tiles and chunks small enough that a 150-token test crosses several of each."""
+    if request.param == "chunked-band":
+        monkeypatch.setattr(attention, "BIAS_BLOCK_ELEMENTS", 0)
+        monkeypatch.setattr(attention, "BAND_TILE", 8)
+        monkeypatch.setattr(attention, "BAND_CHUNK", 40)
+    return request.param
+
+
+@pytest.mark.parametrize("pe", WITH_BIAS)
+@pytest.mark.parametrize("length", [1, 29, 150])
+@pytest.mark.parametrize("path", [fast, fallback], ids=["fast", "fallback"])
+def test_attention_equals_the_textbook_formula_forward_and_backward(pe, length, path, fast_mode):
+    # A band wider than some tiles (t5_max_distance 40 > tile 8) and narrower than others.
+    encoding = random_encoding(pe, t5_max_distance=40, t5_num_buckets=12, shaw_clip=5)
+    if path is fast and encoding.relative_bias(torch.zeros(1, 4, 2, 8), layer=1) is None:
+        pytest.skip(f"{pe} has no banded form; the model uses the fallback")
+    B, H, hd = 2, 4, 8
+    q, k, v = (torch.randn(B, H, length, hd, requires_grad=True) for _ in range(3))
+    positions = torch.arange(length)
+    inputs = [q, k, v, *encoding.parameters()]
+
+    got = path(q, k, v, encoding, positions, block=16)
+    got_grads = torch.autograd.grad(got.square().sum(), inputs)
+    want = textbook_attention(q, k, v, encoding.score_bias(q, positions, positions, layer=1))
+    want_grads = torch.autograd.grad(want.square().sum(), inputs)
+
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    for name, got_grad, want_grad in zip(["q", "k", "v", *dict(encoding.named_parameters())], got_grads, want_grads):
+        # float32 tolerance on the gradient's own scale: a sum of softmax gradients that is zero
+        # in exact arithmetic (T5's far bucket when no distance reaches it) is ~1e-5 here.
+        atol = 5e-5 * max(1.0, want_grad.abs().max().item())
+        message = lambda detail, name=name: f"gradient of {name}: {detail}"  # noqa: E731
+        torch.testing.assert_close(got_grad, want_grad, rtol=1e-4, atol=atol, msg=message)
+
+
+def test_alibi_fast_path_is_exact_far_from_the_start():
+    """ALiBi's key offsets are measured from each block's start, so scores stay small where they
+    matter: queries 3000 tokens in agree with the formula as well as the first ones do."""
+    encoding = random_encoding("alibi")
+    length, hd = 3100, 8
+    q, k, v = (torch.randn(1, 4, length, hd) for _ in range(3))
+    positions = torch.arange(length)
+    got = fast(q, k, v, encoding, positions, block=512)[:, :, -64:]
+    bias = encoding.score_bias(q, positions[-64:], positions, layer=1)  # (H, 64, T)
+    scores = (q[:, :, -64:].double() @ k.double().transpose(-1, -2)) / math.sqrt(hd) + bias.double()  # (1, H, 64, T)
+    future = positions[None, :] > positions[-64:, None]  # (64, T)
+    want = scores.masked_fill(future, float("-inf")).softmax(-1) @ v.double()
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pe", WITH_BIAS)
+def test_model_takes_the_fast_path_only_for_consecutive_positions(pe, monkeypatch):
+    """The band is indexed by i - j in the sequence, so other positions must use the fallback,
+    and both must give the model the same output."""
+    model = GPT(tiny_config(pe)).eval()
+    tokens = torch.randint(0, 256, (1, 37))
+    calls = []
+    real = attention.relative_causal_attention
+    monkeypatch.setattr("poscli.model.relative_causal_attention", lambda *a: calls.append(1) or real(*a))
+    with torch.no_grad():
+        consecutive = model(tokens)
+        fast_calls = len(calls)
+        spread = model(tokens, positions=torch.arange(37) * 2)
+    has_band = model.encoding.relative_bias(torch.zeros(1, 4, 2, 8), layer=0) is not None
+    assert fast_calls == (model.config.n_layer if has_band else 0)
+    assert len(calls) == fast_calls, "positions 0, 2, 4, ... must not take the banded path"
+    assert torch.isfinite(spread).all() and consecutive.shape == spread.shape
+
+
+def test_band_skew_places_distance_d_on_the_dth_diagonal():
+    rows, width = 5, 3
+    band = torch.arange(rows * width, dtype=torch.float32).view(rows, width) + 1  # column c: distance W-1-c
+    tiles = attention._skew(band, rows + width - 1)  # (5, 7)
+    for r in range(rows):
+        for c in range(rows + width - 1):
+            expected = band[r, c - r] if 0 <= c - r < width else 0.0
+            assert tiles[r, c] == expected
+    torch.testing.assert_close(attention._unskew(tiles, width), band)
