@@ -70,6 +70,7 @@ def train(
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
     warmup: Annotated[int, typer.Option(help="Warmup steps (linear), then cosine decay to lr/10.")] = 100,
     seed: Annotated[int, typer.Option(help="Random seed for initialisation and batches.")] = 0,
+    dtype: Annotated[str, typer.Option(help="fp32, or bf16 (autocast: matmuls in bfloat16, softmax statistics and RoPE angles in float32).")] = "fp32",
     device: Device = "auto",
     name: Annotated[Optional[str], typer.Option(help="Run name (default: the encoding, with -2, -3... if taken).")] = None,
     results: Results = None,
@@ -80,13 +81,14 @@ def train(
     from poscli.config import ModelConfig, TrainConfig
     from poscli.lengths import parse_length
 
-    encodings.get(pe)  # unknown names fail before anything is loaded
+    encodings.check_name(pe)  # unknown names fail before torch is even imported
     model_config = ModelConfig(
         n_layer=layers, n_head=heads, d_model=width, train_length=parse_length(train_length, "--train-length"),
         pe=pe, rope_base=rope_base, rope_layout=rope_layout, shaw_clip=shaw_clip,
     )
     train_config = TrainConfig(
         data=data, mix=mix, batch_size=batch_size, steps=steps, minutes=minutes, lr=lr, warmup_steps=warmup, seed=seed, device=device,
+        dtype=dtype,
     )
     train_config.validate()
     if mix is not None:
@@ -137,6 +139,9 @@ def extend(
     options = {key: value for key, value in given.items() if value is not None}
     target_length = parse_length(target, "--target")
     finetune = parse_length(finetune_length, "--finetune-length") if finetune_length is not None else None
+    from poscli.runs import find_run
+
+    find_run(run, results)  # a missing run fails before torch is imported
     from poscli.extend import extend as run_extend
 
     console = _console()
@@ -169,7 +174,7 @@ def evaluate(
     """Perplexity (non-overlapping or sliding windows, with loss by position) or passkey accuracy
     of each run at each length."""
     from poscli.lengths import parse_length, parse_lengths
-    from poscli.runs import RUN_NAME
+    from poscli.runs import RUN_NAME, find_run
 
     if task not in ("perplexity", "passkey"):
         raise PoscliError(f"--task {task!r} is not a task; choose perplexity or passkey")
@@ -179,6 +184,8 @@ def evaluate(
     stride = parse_length(stride, "--stride") if stride is not None else None
     if not RUN_NAME.match(table):
         raise PoscliError(f"--table {table!r} may use only letters, digits and . _ + -")
+    for run_name in run_names:  # a missing run fails before torch is imported
+        find_run(run_name, results)
     if task == "passkey":
         _evaluate_passkey(run_names, parsed_lengths, _parse_depths(depths), trials, table, device, results, quiet)
         return

@@ -80,6 +80,9 @@ class ModelConfig(FlatConfig):
             raise PoscliError("T5 bias needs at least 2 buckets and a max distance above half the buckets")
 
 
+DTYPES = ("fp32", "bf16")
+
+
 @dataclass
 class TrainConfig(FlatConfig):
     # --- data ---
@@ -95,6 +98,7 @@ class TrainConfig(FlatConfig):
     warmup_steps: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0
+    dtype: str = "fp32"  # "bf16": autocast (matmuls in bfloat16; RoPE angles, softmax statistics, norms and loss in float32)
     # --- bookkeeping ---
     seed: int = 0
     device: str = "auto"
@@ -113,5 +117,7 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--lr must be between 0 and 1, got {self.lr}")
         if self.warmup_steps < 0:
             raise PoscliError(f"--warmup must be 0 or more, got {self.warmup_steps}")
+        if self.dtype not in DTYPES:
+            raise PoscliError(f"--dtype {self.dtype!r} is not supported; choose {' or '.join(DTYPES)}")
         if not (0 < self.heldout_fraction < 0.5):
             raise PoscliError(f"the held-out fraction must be between 0 and 0.5, got {self.heldout_fraction}")

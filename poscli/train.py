@@ -97,6 +97,44 @@ class TrainResult:
     seconds: float
 
 
+def autocast(device: torch.device, dtype: str):
+    """The precision context of a training step: nothing for fp32, bfloat16 autocast for bf16.
+
+    Under autocast, matmuls and attention run in bfloat16 while layer norms, the loss and
+    softmax statistics stay in float32; poscli's RoPE computes its angles and rotation in
+    float32 and its banded attention keeps its band in float32 whatever the autocast dtype.
+    """
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+
+def training_step(model, optimizer, tokens: torch.Tensor, targets: torch.Tensor, grad_clip: float, dtype: str = "fp32") -> torch.Tensor:
+    """One optimizer step on a batch; returns the loss before the step (a 0-d tensor).
+
+    A non-finite loss returns at once, before any gradient touches the weights. The training
+    loop and ``make bench`` both call this, so the benchmark measures the step users run.
+    """
+    with autocast(tokens.device, dtype):
+        loss = model.loss(tokens, targets)
+    if not torch.isfinite(loss):
+        return loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss
+
+
+def make_optimizer(model, train_config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW (betas 0.9, 0.95) with weight decay on matrices only, as nanoGPT does."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": train_config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=train_config.lr,
+        betas=(0.9, 0.95),
+    )
+
+
 def check_corpus_fits(corpus: Corpus, train_length: int, batch_size: int) -> None:
     train_tokens = int(corpus.document_lengths()[~corpus.heldout].sum())
     if train_tokens < train_length + 2:
@@ -144,13 +182,7 @@ def train(
     model = model.to(device)
     stream = torch.from_numpy(corpus.train_tokens())  # (N_train,) uint8
     generator = torch.Generator().manual_seed(train_config.seed)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": train_config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=train_config.lr,
-        betas=(0.9, 0.95),
-    )
+    optimizer = make_optimizer(model, train_config)
 
     name = name or runs.new_run_name(model_config.pe, results)
     run = runs.runs_dir(results) / name
@@ -213,16 +245,14 @@ def train(
                 tokens, targets = sample_batch(
                     stream, train_config.batch_size, model_config.train_length, generator, device, passkey_fraction
                 )
-                loss = model.loss(tokens, targets)
+                if step == 0:
+                    config["first_step_at"] = time.time()  # with the launch time, how long start-up took
+                loss = training_step(model, optimizer, tokens, targets, train_config.grad_clip, train_config.dtype)
                 if not torch.isfinite(loss):
                     raise PoscliError(
                         f"the loss became {loss.item()} at step {step}; the last checkpoint in {run} is kept. "
                         f"Try a lower --lr (now {train_config.lr})"
                     )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
-                optimizer.step()
                 step += 1
                 window_tokens += tokens_per_step
                 if step % train_config.log_every == 0 or step == train_config.steps:

@@ -2,7 +2,9 @@
 
 Adding an encoding means writing one file in this package that defines a subclass of
 :class:`~poscli.encodings.base.PositionalEncoding` decorated with ``@register("name")``;
-every module here is imported on first use, so no other file changes. The registry-wide
+the module's file name is the encoding's name, so the list of names is known without
+importing anything (argument errors answer before torch loads), and a module is imported
+the first time its encoding is asked for. The registry-wide
 tests in ``tests/test_encodings.py`` then hold the new encoding to causality, save/load and
 length-generalisation properties without new test code.
 """
@@ -16,7 +18,6 @@ from typing import Callable, TypeVar
 from poscli.errors import PoscliError
 
 _REGISTRY: dict[str, type] = {}
-_discovered = False
 
 E = TypeVar("E")
 
@@ -32,26 +33,23 @@ def register(name: str) -> Callable[[type[E]], type[E]]:
     return decorator
 
 
-def _discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    for module in pkgutil.iter_modules(__path__):
-        if module.name != "base" and not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
-    _discovered = True
-
-
 def names() -> list[str]:
-    """Registered encoding names, in a stable (alphabetical) order."""
-    _discover()
-    return sorted(_REGISTRY)
+    """Encoding names, in a stable (alphabetical) order: one module per encoding, named after it."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "base" and not m.name.startswith("_"))
+
+
+def check_name(name: str) -> str:
+    """The name, if an encoding has it; otherwise the one-line error. Imports nothing."""
+    if name not in names():
+        raise PoscliError(f"unknown encoding {name!r}; choose one of: {', '.join(names())} (e.g. --pe alibi)")
+    return name
 
 
 def get(name: str) -> type:
-    _discover()
+    check_name(name)
+    importlib.import_module(f"{__name__}.{name}")
     if name not in _REGISTRY:
-        raise PoscliError(f"unknown encoding {name!r}; choose one of: {', '.join(names())} (e.g. --pe alibi)")
+        raise ValueError(f"module poscli.encodings.{name} must register its encoding as @register({name!r})")
     return _REGISTRY[name]
 
 
