@@ -8,12 +8,13 @@ PY      := $(VENV)/bin/python
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 ENCODINGS := none sinusoidal learned shaw t5 rope alibi
 
-.PHONY: help install demo test core-table extend-table extend-32k suite clean
+.PHONY: help install demo test bench core-table extend-table extend-32k suite clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
 	@echo "make demo        install, train the default model (rope) on the built-in corpus, evaluate it"
 	@echo "make test        install and run the test suite"
+	@echo "make bench       speed and memory benchmarks -> results/bench/ (~13 min; NANOGPT=path adds nanoGPT)"
 	@echo "make core-table  train every encoding with the defaults and evaluate at 256, 1k, 4k (README table)"
 	@echo "make extend-table extend core-rope to 4k with every method, with and without fine-tuning (README table)"
 	@echo "make extend-32k  extend core-rope to 32768 with every method (default fine-tuning), evaluate 1k..32k"
@@ -34,6 +35,12 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# Speed and memory (python -m poscli.bench --help): training tokens/s per encoding and dtype, eval
+# time and peak memory at 4k-64k, matmul peak and MFU, start-up. NANOGPT=path/to/nanoGPT adds
+# nanoGPT's model.py, measured side by side.
+bench: install
+	$(PY) -m poscli.bench --out results/bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
 
 # The README's table of encodings: one default run each (about 3 minutes apiece on 2 CPU cores),
 # evaluated at 1x, 4x and 16x the train length. Runs already trained are kept, not retrained.

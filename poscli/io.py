@@ -34,6 +34,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "w"):
         raise
 
 
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_write(path) as handle:
+        handle.write(text)
+
+
 def write_json(path: str | os.PathLike, value) -> None:
     with atomic_write(path) as handle:
         json.dump(value, handle, indent=2, sort_keys=False, default=str)

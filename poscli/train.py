@@ -76,14 +76,14 @@ def git_commit() -> str | None:
         return None
 
 
-def environment(device: torch.device) -> dict:
+def environment(device: torch.device, dtype: str = "fp32") -> dict:
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
-        "dtype": "float32",
+        "dtype": dtype,
         "poscli_commit": git_commit(),
     }
 
@@ -201,7 +201,7 @@ def train(
         "train": train_config.to_dict(),
         "data": corpus.summary(),
         "parameters": model.num_parameters(),
-        "environment": environment(device),
+        "environment": environment(device, train_config.dtype),
         "parent": None,
         **(lineage or {}),
     }

@@ -123,6 +123,24 @@ def test_help_lists_the_commands():
         assert command in done.stdout
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["train", "--help"], ["train", "--pe", "bogus"], ["train", "--steps", "-1"], ["train", "--dtype", "fp8"],
+     ["eval", "no-such-run"], ["extend", "no-such-run", "--method", "yarn", "--target", "4k"], ["eval", "x", "--lengths", "1q"]],
+)
+def test_help_and_argument_errors_answer_without_importing_torch(args, tmp_path):
+    """Importing torch takes about a second; help and bad arguments must not wait for it."""
+    script = (
+        "import sys\n"
+        "from poscli.cli import main\n"
+        f"sys.argv = ['poscli', *{args!r}, '--results', {str(tmp_path)!r}] if {args!r}[0] != '--help' else ['poscli', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('torch imported' if 'torch' in sys.modules else 'no torch')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.strip().splitlines()[-1] == "no torch", done.stderr
+
+
 def test_a_time_budget_ends_training_before_its_steps(trained, tmp_path):
     import json
 

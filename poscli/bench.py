@@ -1,0 +1,403 @@
+"""The benchmark suite behind ``make bench``: speed and memory, measured, never asserted.
+
+    python -m poscli.bench [--out results/bench] [--nanogpt PATH] [--quick]
+
+writes to ``--out``:
+
+- ``machine.json``: CPU, cores, threads, torch / Python versions, poscli commit;
+- ``matmul.csv``: the machine's measured matrix-multiply peak per dtype (GFLOP/s);
+- ``train.csv``: training tokens/s per encoding and dtype at the default model, the ratio to
+  ``none``, and model FLOP utilisation against the matmul peak of that dtype; with
+  ``--nanogpt PATH`` (a checkout of github.com/karpathy/nanoGPT) its ``model.py`` is measured
+  side by side at the same size;
+- ``eval.csv``: seconds and peak resident memory to evaluate one window (forward pass and loss)
+  of 4k, 16k, 32k and 64k tokens, per encoding, each encoding in a fresh process;
+- ``startup.csv``: ``poscli --help``, an argument error, and a second ``poscli train`` on the
+  same corpus, from launch to its first optimizer step;
+- ``BENCH.md``: all of the above as tables, with each of issue 5's targets marked met or not.
+
+Every number is the median of several repeats; ``spread`` is (max - min) / median.
+``--quick`` runs a tiny model at short lengths (the test suite uses it to check the tables).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from poscli import encodings
+from poscli.config import ModelConfig, TrainConfig
+from poscli.io import write_json, write_text
+from poscli.model import GPT
+from poscli.train import git_commit, make_optimizer, training_step
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Plan:
+    """What one benchmark run measures; ``quick`` shrinks everything for the tests."""
+
+    model: ModelConfig
+    batch_size: int = 16
+    train_steps: int = 8  # optimizer steps per timed repeat
+    train_repeats: int = 3
+    eval_lengths: tuple[int, ...] = (4096, 16384, 32768, 65536)
+    eval_repeats: int = 3
+    matmul_size: int = 2048
+    startup_repeats: int = 3
+
+    @classmethod
+    def quick(cls) -> Plan:
+        model = ModelConfig(n_layer=2, n_head=4, d_model=32, train_length=32, attention_block=16)
+        return cls(model, batch_size=2, train_steps=2, train_repeats=2, eval_lengths=(64, 128), eval_repeats=2, matmul_size=64, startup_repeats=1)
+
+
+def summarise(values: list[float]) -> tuple[float, float]:
+    """(median, spread), spread = (max - min) / median."""
+    median = statistics.median(values)
+    return median, (max(values) - min(values)) / median if median else 0.0
+
+
+# --- the machine ------------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "poscli_commit": git_commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def matmul_peak(dtype: str, size: int, repeats: int = 5) -> list[float]:
+    """GFLOP/s of a square float matrix multiply, the ceiling MFU is measured against."""
+    a, b = (torch.randn(size, size).to(DTYPES[dtype]) for _ in range(2))
+    a @ b  # warm up: first call allocates and picks kernels
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        rates.append(2 * size**3 / (time.perf_counter() - start) / 1e9)
+    return rates
+
+
+# --- training throughput ----------------------------------------------------------------------
+
+
+def training_flops_per_token(config: ModelConfig) -> float:
+    """6 N for the matmul weights (N counts the tied output matrix once) plus 6 L T d for causal
+    attention scores and values (Kaplan et al., 2020, table 1, halved for the causal mask)."""
+    d, layers = config.d_model, config.n_layer
+    matmul_weights = layers * (4 * d * d + 2 * config.mlp_ratio * d * d) + config.vocab_size * d
+    return 6 * matmul_weights + 6 * layers * config.train_length * d
+
+
+def tokens_per_second(model: torch.nn.Module, plan: Plan, dtype: str) -> list[float]:
+    """Median-ready tokens/s of ``training_step`` (the step ``poscli train`` runs) on random bytes."""
+    optimizer = make_optimizer(model, TrainConfig())
+    generator = torch.Generator().manual_seed(0)
+    length = plan.model.train_length
+
+    def batch():
+        data = torch.randint(0, 256, (plan.batch_size, length + 1), generator=generator)
+        return data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+    for _ in range(2):  # warm up
+        training_step(model, optimizer, *batch(), grad_clip=1.0, dtype=dtype)
+    rates = []
+    for _ in range(plan.train_repeats):
+        batches = [batch() for _ in range(plan.train_steps)]
+        start = time.perf_counter()
+        for tokens, targets in batches:
+            training_step(model, optimizer, tokens, targets, grad_clip=1.0, dtype=dtype)
+        rates.append(plan.train_steps * plan.batch_size * length / (time.perf_counter() - start))
+    return rates
+
+
+class NanoGPTAdapter(torch.nn.Module):
+    """nanoGPT's GPT with poscli's ``loss(tokens, targets)``; its own forward computes the loss."""
+
+    def __init__(self, checkout: Path, config: ModelConfig):
+        super().__init__()
+        spec = importlib.util.spec_from_file_location("nanogpt_model", checkout / "model.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        nano_config = module.GPTConfig(
+            block_size=config.train_length, vocab_size=config.vocab_size, n_layer=config.n_layer,
+            n_head=config.n_head, n_embd=config.d_model, dropout=0.0,
+        )
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
+            self.gpt = module.GPT(nano_config)
+
+    def loss(self, tokens, targets):
+        return self.gpt(tokens, targets)[1]
+
+
+def benchmark_training(plan: Plan, peaks: dict[str, float], nanogpt: Path | None, log) -> list[dict]:
+    rows = []
+    models = [(pe, lambda pe=pe: GPT(replace(plan.model, pe=pe))) for pe in encodings.names()]
+    if nanogpt is not None:
+        models.append(("nanoGPT (learned)", lambda: NanoGPTAdapter(nanogpt, plan.model)))
+    flops = training_flops_per_token(plan.model)
+    for dtype in DTYPES:
+        for name, build in models:
+            torch.manual_seed(0)
+            median, spread = summarise(tokens_per_second(build(), plan, dtype))
+            rows.append({"encoding": name, "dtype": dtype, "tokens_per_s": round(median), "spread": round(spread, 3),
+                         "mfu": round(median * flops / (peaks[dtype] * 1e9), 3)})
+            log(f"train {name} {dtype}: {median:,.0f} tok/s (spread {spread:.1%})")
+    for row in rows:
+        none = next(r for r in rows if r["encoding"] == "none" and r["dtype"] == row["dtype"])
+        fp32 = next(r for r in rows if r["encoding"] == row["encoding"] and r["dtype"] == "fp32")
+        row["ratio_to_none"] = round(row["tokens_per_s"] / none["tokens_per_s"], 3)
+        row["ratio_to_fp32"] = round(row["tokens_per_s"] / fp32["tokens_per_s"], 3)
+    return rows
+
+
+# --- evaluation time and memory ---------------------------------------------------------------
+
+
+def eval_config(plan: Plan, pe: str) -> ModelConfig:
+    # A learned table has one row per position; this is the table `poscli extend --method
+    # interpolate --target N` makes, so the learned model is measured as a user would run it.
+    rows = max(plan.eval_lengths) if pe == "learned" else 0
+    return replace(plan.model, pe=pe, position_rows=rows)
+
+
+def peak_memory_gib() -> float:
+    """This process's peak resident memory. VmHWM belongs to the process image, so unlike
+    ru_maxrss it does not inherit the parent's peak across fork and exec."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20  # kB -> GiB
+    scale = 2**30 if sys.platform == "darwin" else 2**20  # ru_maxrss: bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+
+
+def eval_child(pe: str, plan: Plan) -> list[dict]:
+    """Runs in its own process, so peak resident memory belongs to this encoding alone.
+
+    Lengths go from short to long; the peak after each length is that length's peak.
+    """
+    torch.manual_seed(0)
+    model = GPT(eval_config(plan, pe)).eval()
+    baseline = peak_memory_gib()  # torch, the model and Python, before any evaluation
+    rows = []
+    with torch.no_grad():
+        for length in plan.eval_lengths:
+            tokens = torch.randint(0, 256, (1, length + 1), generator=torch.Generator().manual_seed(length))
+            seconds = []
+            for _ in range(plan.eval_repeats):
+                start = time.perf_counter()
+                model.loss(tokens[:, :-1], tokens[:, 1:])
+                seconds.append(time.perf_counter() - start)
+            median, spread = summarise(seconds)
+            peak = peak_memory_gib()
+            rows.append({"encoding": pe, "length": length, "seconds": round(median, 3), "spread": round(spread, 3),
+                         "peak_rss_gib": round(peak, 3), "baseline_rss_gib": round(baseline, 3)})
+    return rows
+
+
+def benchmark_eval(plan_args: list[str], log) -> list[dict]:
+    rows = []
+    for pe in encodings.names():
+        child = subprocess.run(
+            [sys.executable, "-m", "poscli.bench", "--eval-child", pe, *plan_args], capture_output=True, text=True
+        )
+        if child.returncode != 0:
+            raise RuntimeError(f"eval benchmark for {pe} failed:\n{child.stderr[-2000:]}")
+        for row in json.loads(child.stdout.strip().splitlines()[-1]):
+            rows.append(row)
+            log(f"eval {pe} {row['length']}: {row['seconds']:.2f} s, peak {row['peak_rss_gib']:.2f} GiB")
+    for row in rows:
+        none = next(r for r in rows if r["encoding"] == "none" and r["length"] == row["length"])
+        row["ratio_to_none"] = round(row["seconds"] / none["seconds"], 3)
+    return rows
+
+
+# --- start-up ---------------------------------------------------------------------------------
+
+
+def seconds_of(command: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, capture_output=True, env=env)
+    return time.perf_counter() - start
+
+
+def benchmark_startup(plan: Plan, log) -> list[dict]:
+    poscli = [sys.executable, "-m", "poscli.cli"]
+    env = {**os.environ, "POSCLI_DEBUG": ""}
+    rows = []
+    for what, command in [("poscli --help", [*poscli, "--help"]), ("argument error (train --pe bogus)", [*poscli, "train", "--pe", "bogus"])]:
+        median, spread = summarise([seconds_of(command, env) for _ in range(max(3, plan.startup_repeats))])
+        rows.append({"what": what, "seconds": round(median, 3), "spread": round(spread, 3)})
+    with tempfile.TemporaryDirectory() as results:
+        m = plan.model
+        train = [*poscli, "train", "--steps", "1", "--quiet", "--results", results, "--layers", str(m.n_layer),
+                 "--heads", str(m.n_head), "--width", str(m.d_model), "--train-length", str(m.train_length)]
+        subprocess.run([*train, "--name", "first"], capture_output=True, env=env, check=True)  # fills the corpus cache
+        waits = []
+        for repeat in range(plan.startup_repeats):
+            launched = time.time()
+            subprocess.run([*train, "--name", f"again{repeat}"], capture_output=True, env=env, check=True)
+            config = json.loads((Path(results) / "runs" / f"again{repeat}" / "config.json").read_text())
+            waits.append(config["first_step_at"] - launched)
+        median, spread = summarise(waits)
+        rows.append({"what": "second train: launch to first step", "seconds": round(median, 3), "spread": round(spread, 3)})
+    for row in rows:
+        log(f"startup {row['what']}: {row['seconds']:.2f} s")
+    return rows
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    import pandas as pd
+
+    write_text(path, pd.DataFrame(rows).to_csv(index=False))
+
+
+def markdown(rows: list[dict], columns: list[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def targets(train: list[dict], evals: list[dict], startup: list[dict], nanogpt: bool) -> list[dict]:
+    """Issue 5's targets, each with the measured value and whether it is met."""
+    out = []
+    fp32 = [r for r in train if r["dtype"] == "fp32"]
+    for row in fp32:
+        if row["encoding"] in ("none",) or row["encoding"].startswith("nanoGPT"):
+            continue
+        floor = 0.9 if row["encoding"] == "rope" else 0.8
+        out.append({"target": f"train {row['encoding']} >= {floor}x none (fp32)", "measured": row["ratio_to_none"], "met": row["ratio_to_none"] >= floor})
+    if nanogpt:
+        nano = next(r for r in fp32 if r["encoding"].startswith("nanoGPT"))
+        for pe in ("none", "learned"):
+            ours = next(r for r in fp32 if r["encoding"] == pe)
+            ratio = round(ours["tokens_per_s"] / nano["tokens_per_s"], 3)
+            out.append({"target": f"train {pe} >= nanoGPT (fp32)", "measured": ratio, "met": ratio >= 1.0})
+    for row in train:
+        if row["dtype"] == "bf16" and row["encoding"] == "none":
+            out.append({"target": "bf16 >= 1.4x fp32 (none)", "measured": row["ratio_to_fp32"], "met": row["ratio_to_fp32"] >= 1.4})
+    for row in evals:
+        if row["length"] in (32768, 65536):
+            out.append({"target": f"eval {row['encoding']} at {row['length']} peak RSS < 2 GiB", "measured": row["peak_rss_gib"], "met": row["peak_rss_gib"] < 2})
+        if row["length"] == 32768 and row["encoding"] in ("alibi", "t5", "shaw"):
+            out.append({"target": f"eval {row['encoding']} at 32k within 2x none", "measured": row["ratio_to_none"], "met": row["ratio_to_none"] <= 2})
+    limits = {"poscli --help": 1.0, "argument error (train --pe bogus)": 1.0, "second train: launch to first step": 3.0}
+    for row in startup:
+        out.append({"target": f"{row['what']} < {limits[row['what']]:g} s", "measured": row["seconds"], "met": row["seconds"] < limits[row["what"]]})
+    return out
+
+
+def write_report(out: Path, info: dict, matmul: list[dict], train: list[dict], evals: list[dict], startup: list[dict], checks: list[dict], command: str) -> None:
+    met = sum(c["met"] for c in checks)
+    text = f"""# poscli benchmarks
+
+Produced by `{command}` on {info['date']}: {info['cpu']}, {info['cores']} cores, torch {info['torch']}
+({info['torch_threads']} threads, {info['cpu_capability']}), Python {info['python']}, poscli {info['poscli_commit'] or 'uncommitted'}.
+Each number is the median of several repeats; spread = (max - min) / median.
+
+## Targets: {met} of {len(checks)} met
+
+{markdown([{**c, 'met': 'yes' if c['met'] else '**no**'} for c in checks], ['target', 'measured', 'met'])}
+
+## Matrix-multiply peak
+
+{markdown(matmul, ['dtype', 'size', 'gflops', 'spread'])}
+
+## Training throughput (default model, batch {train[0].get('batch', '')}; MFU against the peak of the same dtype)
+
+{markdown(train, ['encoding', 'dtype', 'tokens_per_s', 'spread', 'ratio_to_none', 'ratio_to_fp32', 'mfu'])}
+
+## Evaluating one window (forward pass and loss, batch 1, fp32, each encoding in a fresh process)
+
+{markdown(evals, ['encoding', 'length', 'seconds', 'spread', 'ratio_to_none', 'peak_rss_gib', 'baseline_rss_gib'])}
+
+## Start-up
+
+{markdown(startup, ['what', 'seconds', 'spread'])}
+"""
+    write_text(out / "BENCH.md", text)
+
+
+def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, command: str, log=print) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    write_json(out / "machine.json", info)
+    matmul = []
+    for dtype in DTYPES:
+        median, spread = summarise(matmul_peak(dtype, plan.matmul_size))
+        matmul.append({"dtype": dtype, "size": plan.matmul_size, "gflops": round(median, 1), "spread": round(spread, 3)})
+        log(f"matmul {dtype}: {median:.0f} GFLOP/s")
+    write_csv(out / "matmul.csv", matmul)
+    peaks = {row["dtype"]: row["gflops"] for row in matmul}
+    train = benchmark_training(plan, peaks, nanogpt, log)
+    for row in train:
+        row["batch"] = plan.batch_size
+    write_csv(out / "train.csv", train)
+    evals = benchmark_eval(plan_args, log)
+    write_csv(out / "eval.csv", evals)
+    startup = benchmark_startup(plan, log)
+    write_csv(out / "startup.csv", startup)
+    checks = targets(train, evals, startup, nanogpt is not None)
+    write_csv(out / "targets.csv", checks)
+    write_report(out, info, matmul, train, evals, startup, checks, command)
+    return {"matmul": matmul, "train": train, "eval": evals, "startup": startup, "targets": checks}
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m poscli.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="results/bench", help="folder for the tables (default results/bench)")
+    parser.add_argument("--nanogpt", type=Path, default=None, help="a checkout of karpathy/nanoGPT to measure side by side")
+    parser.add_argument("--quick", action="store_true", help="a tiny model at short lengths (for tests)")
+    parser.add_argument("--eval-child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    plan = Plan.quick() if args.quick else Plan(ModelConfig())
+    plan_args = ["--quick"] if args.quick else []
+    if args.eval_child:
+        print(json.dumps(eval_child(args.eval_child, plan)))
+        return
+    if args.nanogpt is not None and not (args.nanogpt / "model.py").is_file():
+        sys.exit(f"error: --nanogpt {args.nanogpt}: no model.py there; pass a checkout of github.com/karpathy/nanoGPT")
+    command = "make bench" + (f" NANOGPT={args.nanogpt}" if args.nanogpt else "") if not args.quick else "python -m poscli.bench --quick"
+    start = time.perf_counter()
+    run(Path(args.out), plan, plan_args, args.nanogpt, command)
+    print(f"benchmarks done in {(time.perf_counter() - start) / 60:.1f} min; tables in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The benchmark suite writes every table it promises. Correctness only: no test asserts a time."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import torch
+from torch import nn
+
+from poscli import bench, encodings
+from poscli.config import ModelConfig
+from poscli.model import GPT
+
+# A stand-in with nanoGPT's interface (GPTConfig fields; GPT(config)(idx, targets) -> (logits, loss)),
+# so the adapter is tested without nanoGPT's code in this repository.
+FAKE_NANOGPT = '''
+from dataclasses import dataclass
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.head = nn.Linear(config.n_embd, config.vocab_size)
+        print("number of parameters: ...")
+
+    def forward(self, idx, targets=None):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        logits = self.head(x)
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+'''
+
+
+def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
+    checkout = tmp_path / "nanoGPT"
+    checkout.mkdir()
+    (checkout / "model.py").write_text(FAKE_NANOGPT)
+    out = tmp_path / "bench"
+    done = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--out", str(out), "--nanogpt", str(checkout)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    names = set(encodings.names())
+    train = pd.read_csv(out / "train.csv")
+    assert set(train["encoding"]) == names | {"nanoGPT (learned)"}
+    assert set(train["dtype"]) == {"fp32", "bf16"}
+    assert (train["tokens_per_s"] > 0).all() and (train["mfu"] > 0).all()
+    assert (train.loc[train["encoding"] == "none", "ratio_to_none"] == 1.0).all()
+
+    evals = pd.read_csv(out / "eval.csv")
+    assert set(evals["encoding"]) == names, "every encoding, learned included, is evaluated at every length"
+    assert set(evals["length"]) == {64, 128}
+    assert (evals["peak_rss_gib"] >= evals["baseline_rss_gib"]).all()
+
+    matmul = pd.read_csv(out / "matmul.csv")
+    assert set(matmul["dtype"]) == {"fp32", "bf16"} and (matmul["gflops"] > 0).all()
+    startup = pd.read_csv(out / "startup.csv")
+    assert len(startup) == 3 and (startup["seconds"] > 0).all()
+    targets = pd.read_csv(out / "targets.csv")
+    assert targets["target"].str.contains("nanoGPT").any() and targets["target"].str.contains("bf16").any()
+    assert json.loads((out / "machine.json").read_text())["torch"] == torch.__version__
+    report = (out / "BENCH.md").read_text()
+    for heading in ("Targets", "Matrix-multiply peak", "Training throughput", "Evaluating one window", "Start-up"):
+        assert f"## {heading}" in report
+
+
+def test_flop_count_uses_exactly_the_model_matmul_weights():
+    """The 6N term of MFU counts every weight that enters a matmul, once: the Linear weights and
+    the tied embedding (which is also the output matrix), and nothing else."""
+    config = ModelConfig(pe="none")
+    model = GPT(config)
+    matmul_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    matmul_weights += model.token_embedding.weight.numel()
+    attention = 6 * config.n_layer * config.train_length * config.d_model
+    assert bench.training_flops_per_token(config) == 6 * matmul_weights + attention
+
+
+def test_summary_is_the_median_and_the_relative_range():
+    assert bench.summarise([3.0, 1.0, 2.0]) == (2.0, 1.0)
