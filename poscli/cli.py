@@ -52,8 +52,18 @@ def _progress(console, quiet: bool):
 # --------------------------------------------------------------------------- commands
 
 
+# poscli train option -> config field, for checking the options given with --resume.
+TRAIN_FIELDS = {
+    "pe": "pe", "layers": "n_layer", "heads": "n_head", "width": "d_model", "train_length": "train_length",
+    "rope_base": "rope_base", "rope_layout": "rope_layout", "shaw_clip": "shaw_clip", "data": "data", "mix": "mix",
+    "batch_size": "batch_size", "steps": "steps", "minutes": "minutes", "lr": "lr", "warmup": "warmup_steps",
+    "seed": "seed", "dtype": "dtype", "device": "device", "checkpoint_every": "checkpoint_every",
+}
+
+
 @app.command()
 def train(
+    ctx: typer.Context,
     pe: Annotated[str, typer.Option("--pe", help="Positional encoding: alibi, learned, none, rope, shaw, sinusoidal, t5.")] = "rope",
     layers: Annotated[int, typer.Option(help="Transformer layers.")] = 4,
     heads: Annotated[int, typer.Option(help="Attention heads.")] = 4,
@@ -73,6 +83,8 @@ def train(
     dtype: Annotated[str, typer.Option(help="fp32, or bf16 (autocast: matmuls in bfloat16, softmax statistics and RoPE angles in float32).")] = "fp32",
     device: Device = "auto",
     name: Annotated[Optional[str], typer.Option(help="Run name (default: the encoding, with -2, -3... if taken).")] = None,
+    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).")] = 200,
+    resume: Annotated[Optional[str], typer.Option(help="Continue run NAME (trained or extended) from its last checkpoint; other options must match its config.")] = None,
     results: Results = None,
     quiet: Quiet = False,
 ):
@@ -81,6 +93,10 @@ def train(
     from poscli.config import ModelConfig, TrainConfig
     from poscli.lengths import parse_length
 
+    if resume is not None:
+        _resume(ctx, resume, results, quiet)
+        return
+
     encodings.check_name(pe)  # unknown names fail before torch is even imported
     model_config = ModelConfig(
         n_layer=layers, n_head=heads, d_model=width, train_length=parse_length(train_length, "--train-length"),
@@ -88,7 +104,7 @@ def train(
     )
     train_config = TrainConfig(
         data=data, mix=mix, batch_size=batch_size, steps=steps, minutes=minutes, lr=lr, warmup_steps=warmup, seed=seed, device=device,
-        dtype=dtype,
+        dtype=dtype, checkpoint_every=checkpoint_every,
     )
     train_config.validate()
     if mix is not None:
@@ -104,6 +120,29 @@ def train(
         f"finished {result.steps} steps in {result.seconds / 60:.1f} min; held-out loss at length "
         f"{model_config.train_length}: {result.heldout_loss:.4f} nats/token (perplexity {result.heldout_perplexity:.3f}, "
         f"{result.heldout_loss / 0.6931471805599453:.3f} bits/byte)"
+    )
+    _record(results)
+    print(result.run)
+
+
+def _resume(ctx: typer.Context, name: str, results, quiet: bool) -> None:
+    from poscli.lengths import parse_length
+    from poscli.runs import find_run
+
+    if ctx.get_parameter_source("name").name == "COMMANDLINE":
+        raise PoscliError("--name cannot be combined with --resume: the run keeps its name (poscli train --resume NAME)")
+    given = {field: ctx.params[option] for option, field in TRAIN_FIELDS.items()
+             if ctx.get_parameter_source(option).name in ("COMMANDLINE", "ENVIRONMENT")}
+    if "train_length" in given:
+        given["train_length"] = parse_length(given["train_length"], "--train-length")
+    find_run(name, results)  # a missing run fails before torch is imported
+    from poscli.train import resume as resume_training
+
+    console = _console()
+    result = resume_training(name, results, console=console, show_progress=not quiet, given=given)
+    console.print(
+        f"finished {result.steps} steps in {result.seconds / 60:.1f} min; held-out loss at its train length: "
+        f"{result.heldout_loss:.4f} nats/token (perplexity {result.heldout_perplexity:.3f})"
     )
     _record(results)
     print(result.run)

@@ -117,6 +117,8 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--lr must be between 0 and 1, got {self.lr}")
         if self.warmup_steps < 0:
             raise PoscliError(f"--warmup must be 0 or more, got {self.warmup_steps}")
+        if self.checkpoint_every < 1:
+            raise PoscliError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
         if self.dtype not in DTYPES:
             raise PoscliError(f"--dtype {self.dtype!r} is not supported; choose {' or '.join(DTYPES)}")
         if not (0 < self.heldout_fraction < 0.5):

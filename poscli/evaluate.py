@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from poscli import runs
 from poscli.data import Corpus, eval_windows, load_corpus
 from poscli.errors import NotApplicable
-from poscli.io import atomic_write
+from poscli.io import atomic_write, locked
 
 TABLE_COLUMNS = [
     "run", "label", "pe", "train_length", "length", "mode", "ppl", "bpb", "loss", "windows", "tokens", "note", "evaluated",
@@ -177,7 +177,8 @@ def evaluate_runs(
 
 def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str]):
     """Merge ``rows`` into the CSV at ``path``: every earlier row whose ``key`` matches a new
-    row's is replaced, all others are kept. Returns the merged table (a DataFrame)."""
+    row's is replaced, all others are kept. Returns the merged table (a DataFrame).
+    Callers hold ``poscli.io.locked`` on the table, so concurrent writers lose no rows."""
     import pandas as pd
 
     new = pd.DataFrame(rows, columns=columns)
@@ -206,14 +207,15 @@ def write_tables(rows: list[dict], results: str | Path | None = None, table: str
     folder = runs.results_dir(results)
     folder.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = folder / f"{table}.csv", folder / f"{table}.md"
-    combined = merge_rows(csv_path, rows, TABLE_COLUMNS, ["run", "mode", "length"])
-    with atomic_write(md_path) as handle:
-        handle.write(markdown_pivot(combined))
-    written = [csv_path, md_path]
-    if position_rows:
-        written.append(folder / f"{table}_by_position.csv")
-        merge_rows(written[-1], position_rows, POSITION_COLUMNS, ["run", "mode", "length", "position_start"])
-    return written + draw_plots(folder, table)
+    with locked(folder / table):  # concurrent evaluations take turns: read, merge and write as one step
+        combined = merge_rows(csv_path, rows, TABLE_COLUMNS, ["run", "mode", "length"])
+        with atomic_write(md_path) as handle:
+            handle.write(markdown_pivot(combined))
+        written = [csv_path, md_path]
+        if position_rows:
+            written.append(folder / f"{table}_by_position.csv")
+            merge_rows(written[-1], position_rows, POSITION_COLUMNS, ["run", "mode", "length", "position_start"])
+        return written + draw_plots(folder, table)
 
 
 def format_ppl(value: float) -> str:

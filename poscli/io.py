@@ -34,6 +34,27 @@ def atomic_write(path: str | os.PathLike, mode: str = "w"):
         raise
 
 
+@contextlib.contextmanager
+def locked(path: str | os.PathLike):
+    """Hold an exclusive lock on ``path + '.lock'`` (created if needed) for a read-merge-write.
+
+    Several ``poscli eval`` processes writing the same table take turns, so none loses
+    another's rows. POSIX advisory locks (fcntl); where fcntl is missing, no lock is taken.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: one process at a time is the user's job
+        yield
+        return
+    lock_path = Path(f"{path}.lock")
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_write(path) as handle:
         handle.write(text)

@@ -194,15 +194,16 @@ def write_passkey_tables(rows: list[dict], results=None, table: str = "passkey")
     one heatmap per run, RESULTS/TABLE-RUN.png."""
     from poscli import runs
     from poscli.evaluate import merge_rows
-    from poscli.io import atomic_write
+    from poscli.io import atomic_write, locked
     from poscli.plots import draw_plots
 
     folder = runs.results_dir(results)
     folder.mkdir(parents=True, exist_ok=True)
-    combined = merge_rows(folder / f"{table}.csv", rows, PASSKEY_COLUMNS, ["run", "length", "depth"])
-    with atomic_write(folder / f"{table}.md") as handle:
-        handle.write(passkey_markdown(combined))
-    return [folder / f"{table}.csv", folder / f"{table}.md", *draw_plots(folder, table)]
+    with locked(folder / table):  # concurrent evaluations take turns
+        combined = merge_rows(folder / f"{table}.csv", rows, PASSKEY_COLUMNS, ["run", "length", "depth"])
+        with atomic_write(folder / f"{table}.md") as handle:
+            handle.write(passkey_markdown(combined))
+        return [folder / f"{table}.csv", folder / f"{table}.md", *draw_plots(folder, table)]
 
 
 def passkey_markdown(table) -> str:

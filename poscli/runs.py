@@ -1,7 +1,10 @@
-"""Run folders: ``RESULTS/runs/NAME/`` with ``config.json``, ``metrics.jsonl`` and ``model.safetensors``.
+"""Run folders: ``RESULTS/runs/NAME/`` with ``config.json``, ``metrics.jsonl``,
+``model.safetensors`` (the weights, for evaluation) and ``checkpoint.safetensors`` (everything a
+resumed run needs: weights, optimizer moments, the batch sampler's random state, the step).
 
-Weights are stored with safetensors and configs as JSON, so loading a run never unpickles
-anything and a checkpoint from someone else cannot run code.
+Tensors are stored with safetensors and everything else as JSON, so loading a run never
+unpickles anything and a checkpoint from someone else cannot run code. Every file is written to
+a temporary name and renamed, so a crash never leaves half a file.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_FILE = "checkpoint.safetensors"
+PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".ckpt", ".pkl"}
 
 
 def results_dir(path: str | os.PathLike | None = None) -> Path:
@@ -59,6 +64,14 @@ def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Pat
     direct = Path(name_or_path)
     if (direct / CONFIG_FILE).is_file():
         return direct
+    if direct.is_file() or (direct.is_dir() and any(direct.glob("*.pt")) and not (direct / WEIGHTS_FILE).exists()):
+        if direct.suffix in PICKLE_SUFFIXES or direct.is_dir():
+            raise PoscliError(
+                f"{name_or_path}: poscli reads only safetensors weights and a JSON config; it never unpickles "
+                f".pt/.pth/.bin/.ckpt files, which can run code when loaded. Ask for the run folder "
+                f"(config.json + model.safetensors), or convert with torch.load(..., weights_only=True) and safetensors"
+            )
+        raise PoscliError(f"{name_or_path} is a file; give a run folder (with config.json) or a run name")
     folder = runs_dir(results) / name_or_path
     if (folder / CONFIG_FILE).is_file():
         return folder
@@ -84,6 +97,57 @@ def save_weights(model, run: Path) -> None:
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     with atomic_write(run / WEIGHTS_FILE, "wb") as handle:
         handle.write(save(state))
+
+
+def save_checkpoint(run: Path, model, optimizer, generator, step: int, elapsed: float) -> None:
+    """One file, written atomically, holding all the state a resumed run continues from.
+
+    Tensors: ``model.*`` (the state dict), ``optimizer.I.KEY`` (AdamW's per-parameter state),
+    ``rng.batches`` (the batch sampler's generator). Metadata: step, elapsed seconds, the
+    optimizer's parameter groups as JSON.
+    """
+    import json
+
+    import torch
+    from safetensors.torch import save
+
+    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = optimizer.state_dict()
+    for index, values in state["state"].items():
+        for key, value in values.items():
+            tensors[f"optimizer.{index}.{key}"] = torch.as_tensor(value).detach().contiguous().cpu()
+    tensors["rng.batches"] = generator.get_state()
+    metadata = {"step": str(step), "elapsed": repr(elapsed), "param_groups": json.dumps(state["param_groups"])}
+    with atomic_write(run / CHECKPOINT_FILE, "wb") as handle:
+        handle.write(save(tensors, metadata=metadata))
+
+
+def load_checkpoint(run: Path) -> dict:
+    """The state ``save_checkpoint`` wrote: {step, elapsed, model, optimizer, rng}; a clear error if
+    the file is missing, truncated or corrupt."""
+    import json
+
+    from safetensors import SafetensorError, safe_open
+
+    path = run / CHECKPOINT_FILE
+    if not path.is_file():
+        raise PoscliError(f"run {run.name!r} has no checkpoint ({path} is missing); start it again with poscli train")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+        step, elapsed = int(metadata["step"]), float(metadata["elapsed"])
+        param_groups = json.loads(metadata["param_groups"])
+    except (SafetensorError, OSError, ValueError, KeyError) as error:
+        raise PoscliError(f"{path} is truncated or corrupt ({error}); delete it to restart the run from its beginning") from error
+    model = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+    optimizer_state: dict = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            optimizer_state.setdefault(int(index), {})[name] = value
+    return {"step": step, "elapsed": elapsed, "model": model, "rng": tensors["rng.batches"],
+            "optimizer": {"state": optimizer_state, "param_groups": param_groups}}
 
 
 def load_weights(run: Path) -> dict:

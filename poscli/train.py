@@ -9,7 +9,9 @@ import json
 import math
 import platform
 import random
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,17 +25,24 @@ from poscli import runs
 from poscli.config import ModelConfig, TrainConfig
 from poscli.data import Corpus, eval_windows, load_corpus
 from poscli.device import select_device
-from poscli.errors import PoscliError
+from poscli.io import atomic_write
+from poscli.errors import Answer, PoscliError
 from poscli.evaluate import perplexity
 from poscli.model import GPT
 from poscli.passkey import parse_mix, training_sequence
 
 
 class TrainingInterrupted(PoscliError):
-    """Ctrl-C during training: the weights were saved; exit with the conventional 130."""
+    """Ctrl-C (exit 130) or SIGTERM (exit 143) during training: a checkpoint was saved."""
 
     exit_code = 130
     prefix = ""
+
+    @classmethod
+    def by(cls, number: int, step: int, run: Path) -> TrainingInterrupted:
+        error = cls(f"{signal.Signals(number).name} at step {step}: checkpoint saved in {run}; resume with: poscli train --resume {run.name}")
+        error.exit_code = 128 + number  # 130 for SIGINT, 143 for SIGTERM
+        return error
 
 
 def learning_rate(step: int, progress: float, config: TrainConfig) -> float:
@@ -160,6 +169,8 @@ def train(
     ``initial_weights`` (a state dict) starts from another run's weights instead of a fresh
     initialisation, and ``lineage`` (parent, extension, label) is recorded in the run's config:
     this is how ``poscli extend`` fine-tunes. With ``initial_weights``, ``steps`` may be 0.
+    A checkpoint is written before the first step, every ``checkpoint_every`` steps, on Ctrl-C
+    or SIGTERM, and at the end, so ``resume()`` can always continue the run.
     """
     console = console or Console(stderr=True, soft_wrap=True)
     model_config.validate()
@@ -171,29 +182,19 @@ def train(
     device = select_device(train_config.device)
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
-    passkey_fraction = 1.0 if train_config.data == "passkey" else parse_mix(train_config.mix)
-    if passkey_fraction:
-        training_sequence(model_config.train_length + 1, random.Random(0))  # a train length too short fails now
+    passkey_fraction(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
 
     torch.manual_seed(train_config.seed)
     model = GPT(model_config)
     if initial_weights is not None:
         model.load_state_dict(initial_weights)
     model = model.to(device)
-    stream = torch.from_numpy(corpus.train_tokens())  # (N_train,) uint8
     generator = torch.Generator().manual_seed(train_config.seed)
     optimizer = make_optimizer(model, train_config)
 
-    name = name or runs.new_run_name(model_config.pe, results)
-    run = runs.runs_dir(results) / name
-    try:
-        run.mkdir(parents=True)
-    except FileExistsError as error:
-        raise PoscliError(f"a run named {name!r} was created by another process; choose another --name") from error
-    except OSError as error:
-        raise PoscliError(f"cannot create {run}: {error.strerror}; check that the results folder is writable") from error
+    run = _create_run_folder(name, model_config.pe, results)
     config = {
-        "name": name,
+        "name": run.name,
         "label": None,
         "status": "running",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -206,16 +207,144 @@ def train(
         **(lineage or {}),
     }
     runs.write_config(run, config)
+    runs.save_checkpoint(run, model, optimizer, generator, step=0, elapsed=0.0)
     console.print(
-        f"run [bold]{name}[/]{' (' + config['label'] + ')' if config['label'] else ''}: pe={model_config.pe}, {model.num_parameters() / 1e6:.2f}M parameters, "
+        f"run [bold]{run.name}[/]{' (' + config['label'] + ')' if config['label'] else ''}: pe={model_config.pe}, {model.num_parameters() / 1e6:.2f}M parameters, "
         f"train length {model_config.train_length}, on {device}; corpus {corpus.spec!r}: "
         f"{config['data']['train_tokens'] / 1e6:.1f}M train / {config['data']['heldout_tokens'] / 1e6:.2f}M held-out tokens"
     )
+    return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress)
 
+
+# Options that may differ when a run is resumed: where it runs and how often it reports, not what it computes.
+RESUMABLE_CHANGES = {"device", "log_every", "checkpoint_every"}
+
+
+def resume(
+    name: str,
+    results: str | Path | None = None,
+    console: Console | None = None,
+    show_progress: bool = True,
+    given: dict | None = None,
+) -> TrainResult:
+    """Continue a run from its last checkpoint, to the end of its configured steps.
+
+    On CPU the result is identical to an uninterrupted run: the checkpoint holds the weights,
+    AdamW's moments, the batch sampler's random state and the step, and metrics.jsonl is cut
+    back to the checkpoint so every logged step appears once. ``given`` (config field -> value,
+    the options a user passed alongside ``--resume``) must match the run's config, except
+    for the fields in RESUMABLE_CHANGES.
+    """
+    console = console or Console(stderr=True, soft_wrap=True)
+    run = runs.find_run(name, results)
+    config = runs.read_config(run)
+    if config.get("status") == "finished":
+        raise Answer(f"run {run.name!r} has finished its {config.get('steps_done')} steps; nothing to resume")
+    model_config = ModelConfig.from_dict(config["model"])
+    train_config = TrainConfig.from_dict(config["train"])
+    different = {key: (value, getattr(train_config, key, getattr(model_config, key, None)))
+                 for key, value in (given or {}).items()
+                 if key not in RESUMABLE_CHANGES and value != getattr(train_config, key, getattr(model_config, key, None))}
+    if different:
+        listed = ", ".join(f"{key} {new!r} (the run has {old!r})" for key, (new, old) in different.items())
+        raise PoscliError(f"cannot resume {run.name!r} with a different config: {listed}; drop those options to resume as it was")
+    if given and "device" in given:
+        train_config = TrainConfig.from_dict({**train_config.to_dict(), "device": given["device"]})
+    fresh = not (run / runs.CHECKPOINT_FILE).exists() and config.get("parent") is None
+    checkpoint = None if fresh else runs.load_checkpoint(run)  # a damaged file fails before anything loads
+    device = select_device(train_config.device)
+    corpus = load_corpus(train_config.data, train_config.heldout_fraction)
+    torch.manual_seed(train_config.seed)
+    model = GPT(model_config)  # killed before its first checkpoint: the same seed gives the same start
+    generator = torch.Generator().manual_seed(train_config.seed)
+    step, elapsed = 0, 0.0
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        generator.set_state(checkpoint["rng"])
+        step, elapsed = checkpoint["step"], checkpoint["elapsed"]
+    model = model.to(device)
+    optimizer = make_optimizer(model, train_config)
+    if checkpoint is not None:
+        optimizer.load_state_dict(checkpoint["optimizer"])
+    _cut_metrics(run, step)
+    config.update(status="running", steps_done=step)
+    runs.write_config(run, config)
+    console.print(f"resuming run [bold]{run.name}[/] at step {step} of {train_config.steps} on {device}")
+    return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress,
+                       start_step=step, elapsed_before=elapsed)
+
+
+def passkey_fraction(train_config: TrainConfig, model_config: ModelConfig) -> float:
+    fraction = 1.0 if train_config.data == "passkey" else parse_mix(train_config.mix)
+    if fraction:
+        training_sequence(model_config.train_length + 1, random.Random(0))  # raises if the train length is too short
+    return fraction
+
+
+def _create_run_folder(name: str | None, pe: str, results) -> Path:
+    """Make RESULTS/runs/NAME atomically: two processes can never take the same name. A default
+    name moves on to the next free suffix if another process takes it first."""
+    for _ in range(100):
+        chosen = name or runs.new_run_name(pe, results)
+        run = runs.runs_dir(results) / chosen
+        try:
+            run.mkdir(parents=True)
+            return run
+        except FileExistsError:
+            if name is not None:
+                raise PoscliError(f"a run named {name!r} was created by another process; choose another --name") from None
+        except OSError as error:
+            raise PoscliError(f"cannot create {run}: {error.strerror}; check that the results folder is writable") from error
+    raise PoscliError(f"could not find a free run name for {pe!r} in {runs.runs_dir(results)}; pass --name")
+
+
+def _cut_metrics(run: Path, step: int) -> None:
+    """Drop metrics logged after the checkpoint, so the resumed run logs each step exactly once."""
+    path = run / runs.METRICS_FILE
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    with atomic_write(path) as handle:
+        handle.write("".join(line + "\n" for line in kept))
+
+
+class _StopRequest:
+    """SIGINT and SIGTERM set a flag that the loop reads between steps, so the checkpoint it then
+    writes is always a consistent state. A second signal of either kind stops at once."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._previous: dict = {}
+
+    def _handle(self, number, frame):
+        if self.signal is not None:  # asked twice: do not wait for the step to finish
+            raise KeyboardInterrupt
+        self.signal = number
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        return False
+
+
+def _train_loop(
+    run: Path, config: dict, model, optimizer, generator: torch.Generator, corpus: Corpus, device: torch.device,
+    console: Console, show_progress: bool, start_step: int = 0, elapsed_before: float = 0.0,
+) -> TrainResult:
+    model_config = ModelConfig.from_dict(config["model"])
+    train_config = TrainConfig.from_dict(config["train"])
+    fraction = passkey_fraction(train_config, model_config)
+    stream = torch.from_numpy(corpus.train_tokens())  # (N_train,) uint8
     tokens_per_step = train_config.batch_size * model_config.train_length
     budget_seconds = train_config.minutes * 60 if train_config.minutes else None
-    start = time.perf_counter()
-    step = 0
+    start = time.perf_counter() - elapsed_before
+    step = start_step
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -228,30 +357,38 @@ def train(
         disable=not show_progress,
         transient=False,
     )
+
+    def checkpoint(status: str = "running") -> None:
+        runs.save_checkpoint(run, model, optimizer, generator, step, time.perf_counter() - start)
+        runs.save_weights(model, run)
+        runs.write_config(run, {**config, "status": status, "steps_done": step})
+
     metrics = open(run / runs.METRICS_FILE, "a", encoding="utf-8")
     model.train()
     try:
-        with progress:
-            task = progress.add_task(f"train {name}", total=train_config.steps, loss="-", speed="-", left="-")
+        with progress, _StopRequest() as stop:
+            task = progress.add_task(f"train {run.name}", total=train_config.steps, completed=step, loss="-", speed="-", left="-")
             window_start, window_tokens = time.perf_counter(), 0
             while step < train_config.steps:
+                if stop.signal is not None:
+                    checkpoint("interrupted")
+                    raise TrainingInterrupted.by(stop.signal, step, run)
                 elapsed = time.perf_counter() - start
                 if budget_seconds is not None and elapsed >= budget_seconds:
                     break
-                fraction = max(step / train_config.steps, elapsed / budget_seconds if budget_seconds else 0.0)
-                lr = learning_rate(step, fraction, train_config)
+                fraction_done = max(step / train_config.steps, elapsed / budget_seconds if budget_seconds else 0.0)
+                lr = learning_rate(step, fraction_done, train_config)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                tokens, targets = sample_batch(
-                    stream, train_config.batch_size, model_config.train_length, generator, device, passkey_fraction
-                )
-                if step == 0:
+                tokens, targets = sample_batch(stream, train_config.batch_size, model_config.train_length, generator, device, fraction)
+                if step == start_step:
                     config["first_step_at"] = time.time()  # with the launch time, how long start-up took
                 loss = training_step(model, optimizer, tokens, targets, train_config.grad_clip, train_config.dtype)
                 if not torch.isfinite(loss):
+                    runs.write_config(run, {**config, "status": "failed", "steps_done": step})
                     raise PoscliError(
-                        f"the loss became {loss.item()} at step {step}; the last checkpoint in {run} is kept. "
-                        f"Try a lower --lr (now {train_config.lr})"
+                        f"the loss became {loss.item()} at step {step}; the last good checkpoint in {run} is kept "
+                        f"(resume it with a lower --lr by training anew, or inspect it). Try a lower --lr (now {train_config.lr})"
                     )
                 step += 1
                 window_tokens += tokens_per_step
@@ -270,27 +407,24 @@ def train(
                 else:
                     progress.update(task, completed=step)
                 if step % train_config.checkpoint_every == 0:
-                    runs.save_weights(model, run)
-                    runs.write_config(run, {**config, "steps_done": step})
-    except KeyboardInterrupt:
-        runs.save_weights(model, run)
-        runs.write_config(run, {**config, "status": "interrupted", "steps_done": step})
-        raise TrainingInterrupted(f"interrupted at step {step}; weights saved in {run}") from None
+                    checkpoint()
+    except KeyboardInterrupt:  # a second Ctrl-C mid-step: the last checkpoint is the state to resume from
+        raise TrainingInterrupted(f"interrupted at step {step}; resume from the last checkpoint with: poscli train --resume {run.name}") from None
     finally:
         metrics.close()
 
     seconds = time.perf_counter() - start
-    runs.save_weights(model, run)
+    checkpoint("evaluating")
     model.eval()
     heldout = perplexity(model, corpus, model_config.train_length, train_config.eval_tokens, device)
     config.update(
         status="finished",
         steps_done=step,
         train_seconds=round(seconds, 1),
-        tokens_per_s=round(step * tokens_per_step / max(seconds, 1e-9)),
+        tokens_per_s=round((step - start_step) * tokens_per_step / max(seconds - elapsed_before, 1e-9)),
         heldout={"length": model_config.train_length, **heldout},
     )
-    if step == 0:
+    if step == start_step:
         config.pop("tokens_per_s")
     runs.write_config(run, config)
     return TrainResult(run=run, steps=step, heldout_loss=heldout["loss"], heldout_perplexity=heldout["ppl"], seconds=seconds)
