@@ -62,7 +62,8 @@ class ModelConfig(FlatConfig):
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                raise PoscliError(f"{name.replace('_', '-')} must be a positive whole number, got {value!r}")
+                flag = {"n_layer": "--layers", "n_head": "--heads", "d_model": "--width"}.get(name, "--" + name.replace("_", "-"))
+                raise PoscliError(f"{flag} must be a positive whole number, got {value!r}")
         if self.d_model % self.n_head:
             raise PoscliError(
                 f"width {self.d_model} is not divisible by {self.n_head} heads; "

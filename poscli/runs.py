@@ -131,7 +131,7 @@ def load_checkpoint(run: Path) -> dict:
 
     path = run / CHECKPOINT_FILE
     if not path.is_file():
-        raise PoscliError(f"run {run.name!r} has no checkpoint ({path} is missing); start it again with poscli train")
+        raise PoscliError(f"run {run.name!r} has no checkpoint ({path} is missing); start it again with poscli train or poscli extend")
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             metadata = handle.metadata() or {}

@@ -238,8 +238,6 @@ def resume(
     console = console or Console(stderr=True, soft_wrap=True)
     run = runs.find_run(name, results)
     config = runs.read_config(run)
-    if config.get("status") == "finished":
-        raise Answer(f"run {run.name!r} has finished its {config.get('steps_done')} steps; nothing to resume")
     model_config = ModelConfig.from_dict(config["model"])
     train_config = TrainConfig.from_dict(config["train"])
     different = {key: (value, getattr(train_config, key, getattr(model_config, key, None)))
@@ -248,6 +246,8 @@ def resume(
     if different:
         listed = ", ".join(f"{key} {new!r} (the run has {old!r})" for key, (new, old) in different.items())
         raise PoscliError(f"cannot resume {run.name!r} with a different config: {listed}; drop those options to resume as it was")
+    if config.get("status") == "finished":
+        raise Answer(f"run {run.name!r} has finished its {config.get('steps_done')} steps; nothing to resume")
     if given and "device" in given:
         train_config = TrainConfig.from_dict({**train_config.to_dict(), "device": given["device"]})
     fresh = not (run / runs.CHECKPOINT_FILE).exists() and config.get("parent") is None

@@ -89,14 +89,57 @@ ERRORS = [
     (["train", "--device", "cuda:7"], "is not available on this machine"),
     (["train", "--train-length", "1000000"], "too few for --train-length"),
     (["train", "--name", "alibi"], "already exists"),
+    (["train", "--batch-size", "0"], "--batch-size must be at least 1"),
+    (["train", "--lr", "5"], "--lr must be between 0 and 1"),
+    (["train", "--lr", "abc"], "Invalid value for '--lr'"),
+    (["train", "--warmup", "-1"], "--warmup must be 0 or more"),
+    (["train", "--minutes", "0"], "--minutes must be a positive number"),
+    (["train", "--dtype", "fp8"], "choose fp32 or bf16"),
+    (["train", "--layers", "0"], "--layers must be a positive whole number"),
+    (["train", "--heads", "3"], "not divisible by 3 heads"),
+    (["train", "--train-length", "1x"], "is not a length"),
+    (["train", "--rope-layout", "diagonal"], "must be 'halves' or 'interleaved'"),
+    (["train", "--mix", "passkey:2"], "the fraction must be in (0, 1]"),
+    (["train", "--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
+    (["train", "--resume", "no-such-run"], "no run named 'no-such-run'"),
+    (["train", "--resume", "alibi", "--name", "x"], "--name cannot be combined with --resume"),
+    (["train", "--resume", "alibi", "--lr", "0.5"], "lr 0.5 (the run has 0.001)"),
+    (["train", "--bogus-option"], "No such option: --bogus-option"),
+    (["train", "--data", "EMPTY"], "has no non-empty text files"),
+    (["train", "--data", "BINARY"], "binary files are skipped"),
+    (["extend", "no-such-run", "--method", "yarn", "--target", "4k"], "no run named 'no-such-run'"),
+    (["extend", "learned", "--method", "yarn", "--target", "4k"], "interpolate"),
+    (["extend", "learned", "--method", "interpolate", "--target", "abc"], "is not a length"),
+    (["extend", "learned", "--method", "interpolate", "--target", "4k", "--factor", "0.5"], "--factor must be at least 1"),
+    (["extend", "learned"], "Missing option"),
+    (["eval", "alibi", "--task", "bogus"], "is not a task; choose perplexity or passkey"),
+    (["eval", "alibi", "--task", "passkey", "--depths", "150"], "between 0 and 100"),
+    (["eval", "alibi", "--table", "a b"], "may use only letters"),
+    (["eval", "alibi", "--max-tokens", "many"], "is not a length"),
+    (["eval", "PICKLE"], "never unpickles"),
+    (["eval"], "Missing argument"),
+    (["train", "--results", "READONLY"], "check that the results folder is writable"),
 ]
 
 
 @pytest.mark.parametrize("args, message", ERRORS, ids=[" ".join(a) for a, _ in ERRORS])
 def test_bad_input_is_one_line_exit_2_no_traceback_no_files(trained, args, message):
     corpus, results = trained
+    folder = corpus.parent / "bad-input"
+    folder.mkdir(exist_ok=True)
+    (folder / "empty.txt").write_text("")
+    (folder / "binary.bin").write_bytes(bytes(range(256)) * 8)
+    (folder / "model.pt").write_bytes(b"never read")
+    readonly = folder / "readonly"
+    readonly.mkdir(exist_ok=True)
+    readonly.chmod(0o555)
+    if os.access(readonly, os.W_OK):  # root ignores permissions: use a folder the kernel refuses
+        readonly = "/sys/poscli-results"
+    substitutes = {"EMPTY": str(folder / "empty.txt"), "BINARY": str(folder / "binary.bin"),
+                   "PICKLE": str(folder / "model.pt"), "READONLY": str(readonly)}
+    args = [substitutes.get(a, a) for a in args]
     before = snapshot(results)
-    extra = ["--results", str(results)]
+    extra = ["--results", str(results)] if "--results" not in args else []
     if args[0] == "train":
         extra += ["--data", str(corpus)] if "--data" not in args else []
         extra += ["--steps", "1"] if "--steps" not in args else []
@@ -107,6 +150,30 @@ def test_bad_input_is_one_line_exit_2_no_traceback_no_files(trained, args, messa
     assert lines[0].startswith("error: ") and message in lines[0]
     assert "Traceback" not in done.stderr
     assert snapshot(results) == before
+    assert not any(p.name.endswith(".tmp") for p in results.rglob("*")), "no temporary file left behind"
+
+
+def test_a_full_disk_is_one_line_exit_1_and_leaves_no_partial_file(trained, tmp_path, monkeypatch, capsys):
+    """ENOSPC while a table is written: one line, exit 1, no half-written or temporary file."""
+    import errno
+
+    from poscli import cli, io
+
+    _, results = trained
+    target = tmp_path / "results"
+    real_fsync = os.fsync
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(io.os, "fsync", full_disk)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["eval", str(results / "runs" / "alibi"), "--lengths", "32", "--max-tokens", "64", "--results", str(target), "--quiet"])
+    monkeypatch.setattr(io.os, "fsync", real_fsync)
+    assert exit_info.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("error: No space left on device") and "Traceback" not in "".join(lines)
+    assert not [p for p in target.rglob("*") if p.is_file() and not p.name.endswith(".lock")], "nothing written"
 
 
 def test_debug_mode_shows_the_traceback(trained):

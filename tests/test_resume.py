@@ -153,3 +153,18 @@ def test_concurrent_writers_lose_no_rows(tmp_path):
 
     table = pd.read_csv(tmp_path / "shared.csv")
     assert sorted(set(table["run"])) == sorted(f"run{i}" for i in range(8)) and len(table) == 16
+
+
+def test_an_interrupted_extension_resumes_to_the_same_weights(corpus_and_reference):
+    corpus, results = corpus_and_reference
+    extend = ["extend", "reference", "--method", "yarn", "--target", "128", "--steps", "300", "--results", str(results), "--quiet"]
+    done = poscli(*extend, "--name", "yarn-whole")
+    assert done.returncode == 0, done.stderr
+    process = subprocess.Popen([sys.executable, "-m", "poscli", *extend, "--name", "yarn-cut"], stderr=subprocess.PIPE, text=True)
+    wait_for_step(results, "yarn-cut", 50, process)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == 143
+    done = poscli("train", "--resume", "yarn-cut", "--results", str(results), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert same_weights(results, "yarn-whole", "yarn-cut")
