@@ -254,7 +254,6 @@ class _BandBiasAttention(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, band: Tensor, tile: int, chunk: int) -> Tensor:
         with torch.autocast(q.device.type, enabled=False):
             B, H, T, hd = q.shape
-            width = band.shape[-1]
             scale = 1.0 / math.sqrt(hd)
             dense = max(B, band.shape[0]) * H * T * T <= BIAS_BLOCK_ELEMENTS
             if dense:  # short sequences (training): the whole bias as the fused kernel's mask

@@ -1,3 +1,4 @@
+import os
 import random
 
 import pytest
@@ -22,6 +23,14 @@ def tiny_config(pe: str, **overrides) -> ModelConfig:
     values = dict(pe=pe, n_layer=2, n_head=4, d_model=32, train_length=32, attention_block=16)
     values.update(overrides)
     return ModelConfig(**values)
+
+
+def cli_workspace(tmp_path_factory, name: str):
+    """A module's folder for CLI tests: (small text corpus, results folder); the corpus cache
+    goes inside it, for this process and the poscli processes it starts."""
+    base = tmp_path_factory.mktemp(name)
+    os.environ.setdefault("POSCLI_CACHE", str(base / "cache"))
+    return write_text_corpus(base / "corpus"), base / "results"
 
 
 def write_text_corpus(folder, documents: int = 12, words: int = 400, seed: int = 0):

@@ -21,12 +21,9 @@ def snapshot(folder):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """Two tiny runs trained through the CLI on a small text corpus."""
-    from tests.conftest import write_text_corpus
+    from tests.conftest import cli_workspace
 
-    base = tmp_path_factory.mktemp("cli")
-    os.environ.setdefault("POSCLI_CACHE", str(base / "cache"))
-    corpus = write_text_corpus(base / "corpus")
-    results = base / "results"
+    corpus, results = cli_workspace(tmp_path_factory, "cli")
     for pe in ("alibi", "learned"):
         done = poscli("train", "--pe", pe, "--data", str(corpus), "--steps", "6", "--results", str(results), *TINY)
         assert done.returncode == 0, done.stderr

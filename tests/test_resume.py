@@ -1,7 +1,6 @@
 """Nothing lost: checkpoints, resume after SIGKILL, SIGINT/SIGTERM, determinism, safe and atomic files."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.conftest import cli_workspace
 from tests.test_cli import TINY, poscli
 
 RUN = [*TINY, "--steps", "400", "--checkpoint-every", "25"]
@@ -19,12 +19,7 @@ RUN = [*TINY, "--steps", "400", "--checkpoint-every", "25"]
 @pytest.fixture(scope="module")
 def corpus_and_reference(tmp_path_factory):
     """A small corpus and one uninterrupted run to compare with."""
-    from tests.conftest import write_text_corpus
-
-    base = tmp_path_factory.mktemp("resume")
-    os.environ.setdefault("POSCLI_CACHE", str(base / "cache"))
-    corpus = write_text_corpus(base / "corpus")
-    results = base / "results"
+    corpus, results = cli_workspace(tmp_path_factory, "resume")
     done = poscli("train", "--pe", "rope", "--data", str(corpus), "--results", str(results), "--name", "reference", *RUN)
     assert done.returncode == 0, done.stderr
     return corpus, results
