@@ -125,13 +125,13 @@ def train(
     print(result.run)
 
 
-def _resume(ctx: typer.Context, name: str, results, quiet: bool) -> None:
+def _resume(ctx: typer.Context, name: str, results, quiet: bool, fields: dict | None = None) -> None:
     from poscli.lengths import parse_length
     from poscli.runs import find_run
 
     if ctx.get_parameter_source("name").name == "COMMANDLINE":
         raise PoscliError("--name cannot be combined with --resume: the run keeps its name (poscli train --resume NAME)")
-    given = {field: ctx.params[option] for option, field in TRAIN_FIELDS.items()
+    given = {field: ctx.params[option] for option, field in (fields or TRAIN_FIELDS).items()
              if ctx.get_parameter_source(option).name in ("COMMANDLINE", "ENVIRONMENT")}
     if "train_length" in given:
         given["train_length"] = parse_length(given["train_length"], "--train-length")
@@ -150,9 +150,10 @@ def _resume(ctx: typer.Context, name: str, results, quiet: bool) -> None:
 
 @app.command()
 def extend(
-    run: Annotated[str, typer.Argument(metavar="RUN", help="A run trained with --pe rope (or learned, sinusoidal).")],
-    method: Annotated[str, typer.Option(help="rope: pi, ntk, dynamic-ntk, yarn, llama3, base (default: no change); learned: interpolate; sinusoidal: pi.")],
-    target: Annotated[str, typer.Option(help="Length to extend to, e.g. 4k or 32768.")],
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="A run trained with --pe rope (or learned, sinusoidal); with --resume, the interrupted extension.")],
+    method: Annotated[Optional[str], typer.Option(help="rope: pi, ntk, dynamic-ntk, yarn, llama3, base (default: no change); learned: interpolate; sinusoidal: pi.")] = None,
+    target: Annotated[Optional[str], typer.Option(help="Length to extend to, e.g. 4k or 32768.")] = None,
     factor: Annotated[Optional[float], typer.Option(help="Scale factor s (default: target / the run's train length).")] = None,
     steps: Annotated[int, typer.Option(help="Fine-tuning steps; 0 extends without training.")] = 400,
     finetune_length: Annotated[Optional[str], typer.Option("--finetune-length", help="Fine-tuning sequence length (default: min(target, 4 x train length)).")] = None,
@@ -166,12 +167,23 @@ def extend(
     seed: Annotated[int, typer.Option(help="Random seed for the fine-tuning batches.")] = 0,
     device: Device = "auto",
     name: Annotated[Optional[str], typer.Option(help="Name of the new run (default: RUN+METHOD-xFACTOR).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted extension RUN from its last checkpoint.")] = False,
     results: Results = None,
     quiet: Quiet = False,
 ):
     """Extend a run's context: rescale RoPE's frequencies (or stretch a learned table, or interpolate
-    sinusoidal positions) and fine-tune briefly, as a new run."""
+    sinusoidal positions) and fine-tune briefly, as a new run. `poscli extend RUN --resume`
+    continues an interrupted extension (the same as `poscli train --resume RUN`)."""
     from poscli.lengths import parse_length
+
+    if resume:
+        extra = [k for k in ctx.params if k not in ("run", "resume", "results", "quiet", "device") and ctx.get_parameter_source(k).name == "COMMANDLINE"]
+        if extra:
+            raise PoscliError(f"--resume continues {run!r} as it was configured; drop {', '.join('--' + k.replace('_', '-') for k in extra)}")
+        _resume(ctx, run, results, quiet, fields={"device": "device"})
+        return
+    if method is None or target is None:
+        raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
 
     given = {"beta_fast": beta_fast, "beta_slow": beta_slow, "low_freq_factor": low_freq_factor,
              "high_freq_factor": high_freq_factor, "rope_base": rope_base}

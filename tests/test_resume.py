@@ -160,6 +160,6 @@ def test_an_interrupted_extension_resumes_to_the_same_weights(corpus_and_referen
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode == 143
-    done = poscli("train", "--resume", "yarn-cut", "--results", str(results), "--quiet")
+    done = poscli("extend", "yarn-cut", "--resume", "--results", str(results), "--quiet")
     assert done.returncode == 0, done.stderr
     assert same_weights(results, "yarn-whole", "yarn-cut")
