@@ -85,6 +85,7 @@ def train(
     name: Annotated[Optional[str], typer.Option(help="Run name (default: the encoding, with -2, -3... if taken).")] = None,
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).")] = 200,
     resume: Annotated[Optional[str], typer.Option(help="Continue run NAME (trained or extended) from its last checkpoint; other options must match its config.")] = None,
+    nproc: Annotated[int, typer.Option("--nproc", help="Data-parallel processes on this machine (launches torchrun; the global batch stays --batch-size).")] = 1,
     results: Results = None,
     quiet: Quiet = False,
 ):
@@ -111,11 +112,17 @@ def train(
         from poscli.passkey import parse_mix
 
         parse_mix(mix)
+    if nproc != 1:  # everything is checked here first, so a bad option fails once, not once per process
+        if nproc > 1 and batch_size % nproc:
+            raise PoscliError(f"--batch-size {batch_size} does not split evenly over {nproc} processes; use a multiple of {nproc}")
+        _launch_torchrun(nproc)
 
     from poscli.train import train as run_training
 
     console = _console()
     result = run_training(model_config, train_config, name=name, results=results, console=console, show_progress=not quiet)
+    if result is None:  # a data-parallel process other than rank 0: rank 0 reports
+        return
     console.print(
         f"finished {result.steps} steps in {result.seconds / 60:.1f} min; held-out loss at length "
         f"{model_config.train_length}: {result.heldout_loss:.4f} nats/token (perplexity {result.heldout_perplexity:.3f}, "
@@ -123,6 +130,26 @@ def train(
     )
     _record(results)
     print(result.run)
+
+
+def _launch_torchrun(nproc: int) -> None:
+    """Re-run this very command under torchrun with ``nproc`` processes on this machine."""
+    import subprocess
+
+    if nproc < 1:
+        raise PoscliError(f"--nproc must be at least 1, got {nproc}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise PoscliError("--nproc cannot be used inside torchrun; torchrun already started the processes")
+    args = sys.argv[1:]
+    for i, arg in enumerate(args):  # drop --nproc N / --nproc=N
+        if arg == "--nproc":
+            args = args[:i] + args[i + 2:]
+            break
+        if arg.startswith("--nproc="):
+            args = args[:i] + args[i + 1:]
+            break
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m", "poscli", *args]
+    sys.exit(subprocess.run(command).returncode)
 
 
 def _resume(ctx: typer.Context, name: str, results, quiet: bool, fields: dict | None = None) -> None:
@@ -140,6 +167,8 @@ def _resume(ctx: typer.Context, name: str, results, quiet: bool, fields: dict | 
 
     console = _console()
     result = resume_training(name, results, console=console, show_progress=not quiet, given=given)
+    if result is None:
+        return
     console.print(
         f"finished {result.steps} steps in {result.seconds / 60:.1f} min; held-out loss at its train length: "
         f"{result.heldout_loss:.4f} nats/token (perplexity {result.heldout_perplexity:.3f})"
@@ -200,6 +229,8 @@ def extend(
         run, method, target_length, factor=factor, steps=steps, finetune_length=finetune, options=options, name=name,
         results=results, lr=lr, batch_size=batch_size, seed=seed, device=device, console=console, show_progress=not quiet,
     )
+    if result is None:
+        return
     console.print(
         f"extended in {result.seconds / 60:.1f} min; held-out perplexity at its train length: {result.heldout_perplexity:.3f}. "
         f"Evaluate with: poscli eval {result.run.name}"
@@ -396,7 +427,8 @@ def main(argv: list[str] | None = None) -> None:
     except PoscliError as error:
         if debug:
             raise
-        print(f"{error.prefix}{error}", file=sys.stderr)
+        if str(error):  # data-parallel processes other than rank 0 stop silently
+            print(f"{error.prefix}{error}", file=sys.stderr)
         sys.exit(error.exit_code)
     except typer.Abort:
         print("aborted", file=sys.stderr)
@@ -417,6 +449,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"error: {error.strerror or error}{': ' + str(error.filename) if error.filename else ''}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        if "poscli.distributed" in sys.modules:
+            sys.modules["poscli.distributed"].stop()
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import random
 import signal
@@ -25,6 +26,8 @@ from poscli import runs
 from poscli.config import ModelConfig, TrainConfig
 from poscli.data import Corpus, eval_windows, load_corpus
 from poscli.device import select_device
+from poscli.distributed import Group, check_batch, data_parallel_loss, group_from_environment
+from poscli.distributed import start as start_group
 from poscli.io import atomic_write
 from poscli.errors import Answer, PoscliError
 from poscli.evaluate import perplexity
@@ -39,8 +42,9 @@ class TrainingInterrupted(PoscliError):
     prefix = ""
 
     @classmethod
-    def by(cls, number: int, step: int, run: Path) -> TrainingInterrupted:
-        error = cls(f"{signal.Signals(number).name} at step {step}: checkpoint saved in {run}; resume with: poscli train --resume {run.name}")
+    def by(cls, number: int, step: int, run: Path | None, main: bool = True) -> TrainingInterrupted:
+        message = f"{signal.Signals(number).name} at step {step}: checkpoint saved in {run}; resume with: poscli train --resume {run.name}" if main else ""
+        error = cls(message)
         error.exit_code = 128 + number  # 130 for SIGINT, 143 for SIGTERM
         return error
 
@@ -116,21 +120,27 @@ def autocast(device: torch.device, dtype: str):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
 
 
-def training_step(model, optimizer, tokens: torch.Tensor, targets: torch.Tensor, grad_clip: float, dtype: str = "fp32") -> torch.Tensor:
+def training_step(
+    model, optimizer, tokens: torch.Tensor, targets: torch.Tensor, grad_clip: float, dtype: str = "fp32",
+    loss_fn=None, group: Group | None = None,
+) -> torch.Tensor:
     """One optimizer step on a batch; returns the loss before the step (a 0-d tensor).
 
     A non-finite loss returns at once, before any gradient touches the weights. The training
     loop and ``make bench`` both call this, so the benchmark measures the step users run.
+    Data-parallel: ``loss_fn`` is the DDP-wrapped loss and ``group`` averages the reported loss
+    over the processes, so they all see the same value and all skip a non-finite step together.
     """
     with autocast(tokens.device, dtype):
-        loss = model.loss(tokens, targets)
-    if not torch.isfinite(loss):
-        return loss
+        loss = (loss_fn or model.loss)(tokens, targets)
+    reported = group.mean(loss.detach()) if group is not None else loss.detach()
+    if not torch.isfinite(reported):
+        return reported
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
-    return loss
+    return reported
 
 
 def make_optimizer(model, train_config: TrainConfig) -> torch.optim.Optimizer:
@@ -163,7 +173,7 @@ def train(
     show_progress: bool = True,
     initial_weights: dict | None = None,
     lineage: dict | None = None,
-) -> TrainResult:
+) -> TrainResult | None:
     """Train a model and write its run folder. Everything is validated before a file is written.
 
     ``initial_weights`` (a state dict) starts from another run's weights instead of a fresh
@@ -171,15 +181,20 @@ def train(
     this is how ``poscli extend`` fine-tunes. With ``initial_weights``, ``steps`` may be 0.
     A checkpoint is written before the first step, every ``checkpoint_every`` steps, on Ctrl-C
     or SIGTERM, and at the end, so ``resume()`` can always continue the run.
+
+    Under torchrun every process calls this; rank 0 writes the run and returns its result, the
+    others return None (see ``poscli.distributed``).
     """
     console = console or Console(stderr=True, soft_wrap=True)
+    group = group_from_environment()
     model_config.validate()
     train_config.validate(min_steps=0 if initial_weights is not None else 1)
+    check_batch(group, train_config.batch_size)
     if name is not None:
         runs.check_name(name)
-        if (runs.runs_dir(results) / name).exists():
+        if group.is_main and (runs.runs_dir(results) / name).exists():
             raise PoscliError(f"a run named {name!r} already exists in {runs.runs_dir(results)}; choose another --name")
-    device = select_device(train_config.device)
+    device = start_group(group, train_config.device) if group.active else select_device(train_config.device)
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
     passkey_fraction(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
@@ -192,9 +207,9 @@ def train(
     generator = torch.Generator().manual_seed(train_config.seed)
     optimizer = make_optimizer(model, train_config)
 
-    run = _create_run_folder(name, model_config.pe, results)
+    run = _create_run_folder(name, model_config.pe, results) if group.is_main else None
     config = {
-        "name": run.name,
+        "name": run.name if run else name,
         "label": None,
         "status": "running",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -202,18 +217,20 @@ def train(
         "train": train_config.to_dict(),
         "data": corpus.summary(),
         "parameters": model.num_parameters(),
-        "environment": environment(device, train_config.dtype),
+        "environment": {**environment(device, train_config.dtype), "processes": group.world_size},
         "parent": None,
         **(lineage or {}),
     }
+    if not group.is_main:
+        return _train_loop(run, config, model, optimizer, generator, corpus, device, console, False, group=group)
     runs.write_config(run, config)
     runs.save_checkpoint(run, model, optimizer, generator, step=0, elapsed=0.0)
     console.print(
         f"run [bold]{run.name}[/]{' (' + config['label'] + ')' if config['label'] else ''}: pe={model_config.pe}, {model.num_parameters() / 1e6:.2f}M parameters, "
-        f"train length {model_config.train_length}, on {device}; corpus {corpus.spec!r}: "
+        f"train length {model_config.train_length}, on {device}{f' x {group.world_size} processes' if group.active else ''}; corpus {corpus.spec!r}: "
         f"{config['data']['train_tokens'] / 1e6:.1f}M train / {config['data']['heldout_tokens'] / 1e6:.2f}M held-out tokens"
     )
-    return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress)
+    return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress, group=group)
 
 
 # Options that may differ when a run is resumed: where it runs and how often it reports, not what it computes.
@@ -236,6 +253,7 @@ def resume(
     for the fields in RESUMABLE_CHANGES.
     """
     console = console or Console(stderr=True, soft_wrap=True)
+    group = group_from_environment()
     run = runs.find_run(name, results)
     config = runs.read_config(run)
     model_config = ModelConfig.from_dict(config["model"])
@@ -252,7 +270,8 @@ def resume(
         train_config = TrainConfig.from_dict({**train_config.to_dict(), "device": given["device"]})
     fresh = not (run / runs.CHECKPOINT_FILE).exists() and config.get("parent") is None
     checkpoint = None if fresh else runs.load_checkpoint(run)  # a damaged file fails before anything loads
-    device = select_device(train_config.device)
+    check_batch(group, train_config.batch_size)
+    device = start_group(group, train_config.device) if group.active else select_device(train_config.device)
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     torch.manual_seed(train_config.seed)
     model = GPT(model_config)  # killed before its first checkpoint: the same seed gives the same start
@@ -266,12 +285,13 @@ def resume(
     optimizer = make_optimizer(model, train_config)
     if checkpoint is not None:
         optimizer.load_state_dict(checkpoint["optimizer"])
-    _cut_metrics(run, step)
     config.update(status="running", steps_done=step)
-    runs.write_config(run, config)
-    console.print(f"resuming run [bold]{run.name}[/] at step {step} of {train_config.steps} on {device}")
-    return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress,
-                       start_step=step, elapsed_before=elapsed)
+    if group.is_main:
+        _cut_metrics(run, step)
+        runs.write_config(run, config)
+        console.print(f"resuming run [bold]{run.name}[/] at step {step} of {train_config.steps} on {device}")
+    return _train_loop(run if group.is_main else None, config, model, optimizer, generator, corpus, device, console,
+                       show_progress and group.is_main, start_step=step, elapsed_before=elapsed, group=group)
 
 
 def passkey_fraction(train_config: TrainConfig, model_config: ModelConfig) -> float:
@@ -335,8 +355,12 @@ class _StopRequest:
 
 def _train_loop(
     run: Path, config: dict, model, optimizer, generator: torch.Generator, corpus: Corpus, device: torch.device,
-    console: Console, show_progress: bool, start_step: int = 0, elapsed_before: float = 0.0,
-) -> TrainResult:
+    console: Console, show_progress: bool, start_step: int = 0, elapsed_before: float = 0.0, group: Group = Group(),
+) -> TrainResult | None:
+    """The steps from ``start_step`` to the end. Every process of a data-parallel group runs it;
+    only rank 0 (the one with a ``run`` folder) writes, logs and evaluates."""
+    main = group.is_main
+    loss_fn = data_parallel_loss(model, group)
     model_config = ModelConfig.from_dict(config["model"])
     train_config = TrainConfig.from_dict(config["train"])
     fraction = passkey_fraction(train_config, model_config)
@@ -359,33 +383,41 @@ def _train_loop(
     )
 
     def checkpoint(status: str = "running") -> None:
+        if not main:
+            return
         runs.save_checkpoint(run, model, optimizer, generator, step, time.perf_counter() - start)
         runs.save_weights(model, run)
         runs.write_config(run, {**config, "status": status, "steps_done": step})
 
-    metrics = open(run / runs.METRICS_FILE, "a", encoding="utf-8")
+    metrics = open(run / runs.METRICS_FILE, "a", encoding="utf-8") if main else open(os.devnull, "w")
     model.train()
     try:
         with progress, _StopRequest() as stop:
-            task = progress.add_task(f"train {run.name}", total=train_config.steps, completed=step, loss="-", speed="-", left="-")
+            task = progress.add_task(f"train {config['name']}", total=train_config.steps, completed=step, loss="-", speed="-", left="-")
             window_start, window_tokens = time.perf_counter(), 0
             while step < train_config.steps:
-                if stop.signal is not None:
+                stopping = stop.signal is not None
+                if group.active:  # every process stops at the same step, or the others would wait forever
+                    stopping = bool(group.mean(torch.tensor([float(stopping)])) > 0)
+                if stopping:
                     checkpoint("interrupted")
-                    raise TrainingInterrupted.by(stop.signal, step, run)
+                    raise TrainingInterrupted.by(stop.signal or signal.SIGTERM, step, run, main)
                 elapsed = time.perf_counter() - start
                 if budget_seconds is not None and elapsed >= budget_seconds:
                     break
                 fraction_done = max(step / train_config.steps, elapsed / budget_seconds if budget_seconds else 0.0)
                 lr = learning_rate(step, fraction_done, train_config)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+                for param_group in optimizer.param_groups:
+                    param_group["lr"] = lr
                 tokens, targets = sample_batch(stream, train_config.batch_size, model_config.train_length, generator, device, fraction)
+                tokens, targets = group.shard(tokens, targets)  # the global batch, this process's rows
                 if step == start_step:
                     config["first_step_at"] = time.time()  # with the launch time, how long start-up took
-                loss = training_step(model, optimizer, tokens, targets, train_config.grad_clip, train_config.dtype)
+                loss = training_step(model, optimizer, tokens, targets, train_config.grad_clip, train_config.dtype,
+                                     loss_fn=loss_fn, group=group if group.active else None)
                 if not torch.isfinite(loss):
-                    runs.write_config(run, {**config, "status": "failed", "steps_done": step})
+                    if main:
+                        runs.write_config(run, {**config, "status": "failed", "steps_done": step})
                     raise PoscliError(
                         f"the loss became {loss.item()} at step {step}; the last good checkpoint in {run} is kept "
                         f"(resume it with a lower --lr by training anew, or inspect it). Try a lower --lr (now {train_config.lr})"
@@ -409,11 +441,13 @@ def _train_loop(
                 if step % train_config.checkpoint_every == 0:
                     checkpoint()
     except KeyboardInterrupt:  # a second Ctrl-C mid-step: the last checkpoint is the state to resume from
-        raise TrainingInterrupted(f"interrupted at step {step}; resume from the last checkpoint with: poscli train --resume {run.name}") from None
+        raise TrainingInterrupted(f"interrupted at step {step}; resume from the last checkpoint with: poscli train --resume {config['name']}") from None
     finally:
         metrics.close()
 
     seconds = time.perf_counter() - start
+    if not main:
+        return None
     checkpoint("evaluating")
     model.eval()
     heldout = perplexity(model, corpus, model_config.train_length, train_config.eval_tokens, device)
