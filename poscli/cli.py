@@ -86,6 +86,8 @@ def train(
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).")] = 200,
     resume: Annotated[Optional[str], typer.Option(help="Continue run NAME (trained or extended) from its last checkpoint; other options must match its config.")] = None,
     nproc: Annotated[int, typer.Option("--nproc", help="Data-parallel processes on this machine (launches torchrun; the global batch stays --batch-size).")] = 1,
+    seeds: Annotated[Optional[str], typer.Option(help="A sweep over seeds, e.g. 0,1,2 (with --pe a,b,c: every combination).")] = None,
+    jobs: Annotated[int, typer.Option(help="Sweep runs at once (each gets cores / jobs threads, or its own GPU).")] = 1,
     results: Results = None,
     quiet: Quiet = False,
 ):
@@ -97,6 +99,10 @@ def train(
     if resume is not None:
         _resume(ctx, resume, results, quiet)
         return
+    encodings_swept = pe.split(",")
+    for each in encodings_swept:
+        encodings.check_name(each)
+    pe = encodings_swept[0]
 
     encodings.check_name(pe)  # unknown names fail before torch is even imported
     model_config = ModelConfig(
@@ -112,6 +118,9 @@ def train(
         from poscli.passkey import parse_mix
 
         parse_mix(mix)
+    if len(encodings_swept) > 1 or seeds is not None or jobs != 1:
+        _sweep(encodings_swept, _parse_seeds(seeds) if seeds is not None else [seed], jobs, name, results)
+        return
     if nproc != 1:  # everything is checked here first, so a bad option fails once, not once per process
         if nproc > 1 and batch_size % nproc:
             raise PoscliError(f"--batch-size {batch_size} does not split evenly over {nproc} processes; use a multiple of {nproc}")
@@ -130,6 +139,62 @@ def train(
     )
     _record(results)
     print(result.run)
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise PoscliError(f"--seeds {text!r}: use whole numbers separated by commas, e.g. --seeds 0,1,2") from None
+    if len(set(values)) != len(values):
+        raise PoscliError(f"--seeds {text!r} repeats a seed")
+    return values
+
+
+def _without_options(args: list[str], options: set[str]) -> list[str]:
+    """The command line without these options (and their values)."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif not any(arg.startswith(option + "=") for option in options):
+            kept.append(arg)
+    return kept
+
+
+def _sweep(pes: list[str], seeds: list[int], jobs: int, name: str | None, results) -> None:
+    """Every (encoding, seed) as its own ``poscli train`` process, ``jobs`` at a time."""
+    import torch
+
+    from poscli import runs
+    from poscli.errors import EnvironmentFailure
+    from poscli.sweep import Job, job_environments, run_jobs
+
+    if jobs < 1:
+        raise PoscliError(f"--jobs must be at least 1, got {jobs}")
+    if "--nproc" in sys.argv or any(a.startswith("--nproc=") for a in sys.argv):
+        raise PoscliError("a sweep runs whole runs side by side; drop --nproc (or run one run with --nproc)")
+    base = _without_options(sys.argv[1:], {"--pe", "--seeds", "--seed", "--jobs", "--name", "--quiet", "-q"})
+    combos = [(pe, seed) for pe in pes for seed in seeds]
+    names = [f"{name + '-' if name else ''}{pe}{f'-s{seed}' if len(seeds) > 1 else ''}" for pe, seed in combos]
+    for run_name in names:
+        runs.check_name(run_name)
+        if (runs.runs_dir(results) / run_name).exists():
+            raise PoscliError(f"a run named {run_name!r} already exists in {runs.runs_dir(results)}; pass another --name prefix")
+    envs = job_environments(len(combos), jobs, torch.cuda.device_count())
+    sweep = [Job(run_name, [sys.executable, "-m", "poscli", *base, "--pe", pe, "--seed", str(seed), "--name", run_name, "--quiet"], env)
+             for (pe, seed), run_name, env in zip(combos, names, envs)]
+    console = _console()
+    console.print(f"sweep: {len(sweep)} runs, {min(jobs, len(sweep))} at a time; logs in {runs.results_dir(results) / 'logs'}")
+    outcomes = run_jobs(sweep, jobs, runs.results_dir(results) / "logs", report=console.print)
+    failed = [o.job.name for o in outcomes if not o.ok]
+    _record(results)
+    if failed:
+        raise EnvironmentFailure(f"{len(failed)} of {len(outcomes)} runs failed: {', '.join(failed)}; the others finished (see their logs)")
+    for outcome in outcomes:
+        print(runs.runs_dir(results) / outcome.job.name)
 
 
 def _launch_torchrun(nproc: int) -> None:
