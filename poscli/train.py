@@ -28,9 +28,9 @@ from poscli.data import Corpus, eval_windows, load_corpus
 from poscli.device import select_device
 from poscli.distributed import Group, check_batch, data_parallel_loss, group_from_environment
 from poscli.distributed import start as start_group
-from poscli.io import atomic_write
 from poscli.errors import Answer, PoscliError
 from poscli.evaluate import perplexity
+from poscli.io import atomic_write
 from poscli.model import GPT
 from poscli.passkey import parse_mix, training_sequence
 
@@ -194,7 +194,7 @@ def train(
         runs.check_name(name)
         if group.is_main and (runs.runs_dir(results) / name).exists():
             raise PoscliError(f"a run named {name!r} already exists in {runs.runs_dir(results)}; choose another --name")
-    device = start_group(group, train_config.device) if group.active else select_device(train_config.device)
+    device = _select_device(group, train_config.device)
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
     passkey_fraction(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
@@ -271,7 +271,7 @@ def resume(
     fresh = not (run / runs.CHECKPOINT_FILE).exists() and config.get("parent") is None
     checkpoint = None if fresh else runs.load_checkpoint(run)  # a damaged file fails before anything loads
     check_batch(group, train_config.batch_size)
-    device = start_group(group, train_config.device) if group.active else select_device(train_config.device)
+    device = _select_device(group, train_config.device)
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     torch.manual_seed(train_config.seed)
     model = GPT(model_config)  # killed before its first checkpoint: the same seed gives the same start
@@ -292,6 +292,11 @@ def resume(
         console.print(f"resuming run [bold]{run.name}[/] at step {step} of {train_config.steps} on {device}")
     return _train_loop(run if group.is_main else None, config, model, optimizer, generator, corpus, device, console,
                        show_progress and group.is_main, start_step=step, elapsed_before=elapsed, group=group)
+
+
+def _select_device(group: Group, requested: str) -> torch.device:
+    """A data-parallel process's device comes from its rank; a single process's from --device."""
+    return start_group(group, requested) if group.active else select_device(requested)
 
 
 def passkey_fraction(train_config: TrainConfig, model_config: ModelConfig) -> float:
