@@ -55,7 +55,7 @@ def _progress(console, quiet: bool):
 # poscli train option -> config field, for checking the options given with --resume.
 TRAIN_FIELDS = {
     "pe": "pe", "layers": "n_layer", "heads": "n_head", "width": "d_model", "train_length": "train_length",
-    "rope_base": "rope_base", "rope_layout": "rope_layout", "shaw_clip": "shaw_clip", "data": "data", "mix": "mix",
+    "rope_base": "rope_base", "rope_layout": "rope_layout", "shaw_clip": "shaw_clip", "xpos_gamma": "xpos_gamma", "data": "data", "mix": "mix",
     "batch_size": "batch_size", "steps": "steps", "minutes": "minutes", "lr": "lr", "warmup": "warmup_steps",
     "seed": "seed", "dtype": "dtype", "device": "device", "checkpoint_every": "checkpoint_every",
 }
@@ -64,7 +64,7 @@ TRAIN_FIELDS = {
 @app.command()
 def train(
     ctx: typer.Context,
-    pe: Annotated[str, typer.Option("--pe", help="Positional encoding: alibi, learned, none, rope, shaw, sinusoidal, t5.")] = "rope",
+    pe: Annotated[str, typer.Option("--pe", help="Positional encoding: alibi, kerple, learned, none, rope, shaw, sinusoidal, t5, xpos (poscli encodings describes each).")] = "rope",
     layers: Annotated[int, typer.Option(help="Transformer layers.")] = 4,
     heads: Annotated[int, typer.Option(help="Attention heads.")] = 4,
     width: Annotated[int, typer.Option(help="Model width (d_model).")] = 128,
@@ -72,6 +72,7 @@ def train(
     rope_base: Annotated[float, typer.Option("--rope-base", help="RoPE base (theta_i = base^(-2i/d)).")] = 10000.0,
     rope_layout: Annotated[str, typer.Option("--rope-layout", help="RoPE pairing: halves (GPT-NeoX) or interleaved (RoFormer).")] = "halves",
     shaw_clip: Annotated[int, typer.Option("--shaw-clip", help="Shaw et al.: clip relative distance at k.")] = 16,
+    xpos_gamma: Annotated[float, typer.Option("--xpos-gamma", help="xPos: decay zeta^((m-n)/gamma).")] = 512.0,
     data: Annotated[str, typer.Option(help="stdlib, passkey, a text file / folder / glob, or hf:NAME[:CONFIG].")] = "stdlib",
     mix: Annotated[Optional[str], typer.Option(help="Mix whole passkey examples into training, e.g. passkey:0.2.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per step.")] = 16,
@@ -107,7 +108,7 @@ def train(
     encodings.check_name(pe)  # unknown names fail before torch is even imported
     model_config = ModelConfig(
         n_layer=layers, n_head=heads, d_model=width, train_length=parse_length(train_length, "--train-length"),
-        pe=pe, rope_base=rope_base, rope_layout=rope_layout, shaw_clip=shaw_clip,
+        pe=pe, rope_base=rope_base, rope_layout=rope_layout, shaw_clip=shaw_clip, xpos_gamma=xpos_gamma,
     )
     train_config = TrainConfig(
         data=data, mix=mix, batch_size=batch_size, steps=steps, minutes=minutes, lr=lr, warmup_steps=warmup, seed=seed, device=device,

@@ -39,6 +39,7 @@ class ModelConfig(FlatConfig):
     rope_base: float = 10000.0
     rope_layout: str = "halves"  # "halves" (GPT-NeoX, transformers) or "interleaved" (RoFormer, Meta Llama)
     shaw_clip: int = 16  # Shaw et al.: relative distances are clipped to [-k, k]
+    xpos_gamma: float = 512.0  # xPos: the decay zeta^((m - n)/gamma) (Sun et al., 2022)
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
     # --- attention ---
@@ -77,6 +78,8 @@ class ModelConfig(FlatConfig):
             raise PoscliError(f"--rope-layout must be 'halves' or 'interleaved', got {self.rope_layout!r}")
         if self.shaw_clip < 1:
             raise PoscliError(f"--shaw-clip must be at least 1, got {self.shaw_clip}")
+        if self.xpos_gamma <= 0:
+            raise PoscliError(f"--xpos-gamma must be positive, got {self.xpos_gamma}")
         if self.t5_num_buckets < 2 or self.t5_max_distance <= self.t5_num_buckets // 2:
             raise PoscliError("T5 bias needs at least 2 buckets and a max distance above half the buckets")
 

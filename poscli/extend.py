@@ -22,14 +22,16 @@ DEFAULT_STEPS = 400
 DEFAULT_LR = 3e-4
 FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
 # Relative encodings that run at any length as they are.
-NO_RESCALING = {"alibi", "t5", "shaw", "none"}
+NO_RESCALING = {"alibi", "t5", "shaw", "kerple", "none"}
+# Rotary encodings take every RoPE method of poscli.scaling.
+ROTARY = {"rope", "xpos"}
 # Methods for the absolute encodings: learned tables are stretched by linear interpolation (the
 # usual trick for BERT and ViT tables); sinusoidal positions are divided by the factor (PI).
 ABSOLUTE_METHODS = {"learned": ["interpolate"], "sinusoidal": ["pi"]}
 
 
 def applicable_methods(pe: str) -> list[str]:
-    if pe == "rope":
+    if pe in ROTARY:
         return scaling.method_names()
     return ABSOLUTE_METHODS.get(pe, [])
 
@@ -76,10 +78,10 @@ def extend(
         )
     methods = applicable_methods(pe)
     if method not in methods:
-        if pe == "rope":
+        if pe in ROTARY:
             scaling.get_method(method)  # the error lists the RoPE methods
         raise PoscliError(f"--method {method} does not apply to --pe {pe}; for run {parent['name']!r} use: {', '.join(methods) or 'none'}")
-    if pe == "rope":
+    if pe in ROTARY:
         options = scaling.check_options(method, options or {})
     elif options:
         raise PoscliError(f"--method {method} for --pe {pe} takes no options; drop {', '.join('--' + o.replace('_', '-') for o in options)}")
@@ -105,7 +107,7 @@ def extend(
 
     weights = runs.load_weights(parent_folder)
     changes: dict = {"train_length": finetune_length if steps else original_length}
-    if pe == "rope":
+    if pe in ROTARY:
         # The parameters do not change; the frequencies do, so they are checked for sanity now.
         scaling.rope_parameters(method, model["d_model"] // model["n_head"], model["rope_base"], factor, original_length, target, **options)
         changes["rope_scaling"] = {"method": method, "factor": factor, "original_length": original_length, "options": options}

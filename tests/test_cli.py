@@ -74,7 +74,7 @@ def test_default_names_never_take_an_existing_run(trained):
 
 
 ERRORS = [
-    (["train", "--pe", "rotary"], "choose one of: alibi, learned, none, rope, shaw, sinusoidal, t5"),
+    (["train", "--pe", "rotary"], "choose one of: alibi, kerple, learned, none, rope, shaw, sinusoidal, t5, xpos"),
     (["eval", "alibi", "--lengths", "1x"], "is not a length"),
     (["eval", "alibi", "--lengths", "0"], "is not a positive length"),
     (["eval", "alibi", "--lengths", "-5"], "is not a length"),
@@ -215,3 +215,19 @@ def test_a_time_budget_ends_training_before_its_steps(trained, tmp_path):
     assert done.returncode == 0, done.stderr
     config = json.loads((tmp_path / "runs" / "rope" / "config.json").read_text())
     assert 0 < config["steps_done"] < 100000 and config["train_seconds"] < 20
+
+
+@pytest.mark.parametrize("pe", ["xpos", "kerple"])
+def test_newer_encodings_train_extend_and_evaluate_at_16x(pe, trained):
+    corpus, results = trained
+    done = poscli("train", "--pe", pe, "--data", str(corpus), "--steps", "6", "--results", str(results), "--name", f"new-{pe}", *TINY)
+    assert done.returncode == 0, done.stderr
+    extended = poscli("extend", f"new-{pe}", "--method", "yarn", "--target", "128", "--steps", "2", "--results", str(results), "--quiet")
+    if pe == "xpos":  # rotary: every RoPE method applies
+        assert extended.returncode == 0, extended.stderr
+    else:  # a relative bias: nothing to rescale, answered in one line
+        assert extended.returncode == 0 and "needs no rescaling" in extended.stderr
+    evaluated = poscli("eval", f"new-{pe}", "--lengths", "512", "--max-tokens", "1k", "--results", str(results), "--table", f"new-{pe}", "--quiet")
+    assert evaluated.returncode == 0, evaluated.stderr
+    table = pd.read_csv(results / f"new-{pe}.csv")
+    assert table["ppl"].notna().all() and (table["length"] == 512).all()

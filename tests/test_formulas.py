@@ -174,3 +174,60 @@ def test_shaw_bias_is_q_dot_relative_key_clipped_beyond_k():
     # every distance beyond k shares the vector for k
     torch.testing.assert_close(bias[0, :, 11, :7], bias[0, :, 11, 7:8].expand(-1, 7))
     assert encoding.relative_keys.shape == (2, clip + 1, hd)
+
+
+def test_xpos_score_is_rope_score_times_zeta_to_the_distance_over_gamma():
+    """Sun et al. (2022): q_m . k_n = sum_i zeta_i^((m - n)/gamma) x (RoPE's term of pair i), with
+    zeta_i = (2i/d + 0.4)/1.4; so the score depends only on m - n."""
+    from poscli.encodings import build
+
+    config = tiny_config("xpos", xpos_gamma=64.0)
+    xpos, rope = build(config), build(tiny_config("rope"))
+    hd = config.head_dim
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 1, 1, hd), torch.randn(1, 1, 1, hd)
+
+    def score(encoding, m, n):
+        positions = torch.tensor([n, m]) if m > n else torch.tensor([m, n])
+        T = 2
+        qs, ks = q.expand(1, 1, T, hd).clone(), k.expand(1, 1, T, hd).clone()
+        q_rot, k_rot = encoding.rotate(qs, ks, positions, layer=0)
+        index = {int(p): i for i, p in enumerate(positions)}
+        return q_rot[0, 0, index[m]], k_rot[0, 0, index[n]]
+
+    zeta = (2 * torch.arange(hd // 2) / hd + 0.4) / 1.4  # (hd/2,)
+    for m, n in [(7, 3), (40, 1), (300, 100)]:
+        q_x, k_x = score(xpos, m, n)
+        q_r, k_r = score(rope, m, n)
+        per_pair = (q_r * k_r).view(2, hd // 2).sum(0)  # halves layout: pair i is (i, i + hd/2)
+        expected = (per_pair * zeta ** ((m - n) / 64.0)).sum()
+        torch.testing.assert_close((q_x * k_x).sum(), expected, rtol=1e-4, atol=1e-5)
+    shifted = [(q_x * k_x).sum() for q_x, k_x in (score(xpos, 50, 20), score(xpos, 1050, 1020))]
+    torch.testing.assert_close(shifted[0], shifted[1], rtol=1e-4, atol=1e-5)
+
+
+def test_xpos_stays_finite_at_64k_positions():
+    from poscli.encodings import build
+
+    xpos = build(tiny_config("xpos"))
+    positions = torch.arange(65536)
+    q = torch.randn(1, 1, 65536, tiny_config("xpos").head_dim)
+    q_rot, k_rot = xpos.rotate(q, q.clone(), positions, layer=0)
+    assert torch.isfinite(q_rot).all() and torch.isfinite(k_rot).all()
+
+
+def test_kerple_bias_is_zero_at_distance_zero_and_falls_with_distance():
+    """Chi et al. (2022): -r1 log(1 + r2 d) with r1, r2 > 0 is 0 at d = 0 and strictly decreasing."""
+    from poscli.encodings import build
+
+    kerple = build(tiny_config("kerple"))
+    with torch.no_grad():
+        kerple.raw_r1.normal_()
+        kerple.raw_r2.normal_()
+    positions = torch.arange(200)
+    bias = kerple.score_bias(torch.zeros(1, 4, 200, 8), positions[-1:], positions, layer=0)[:, 0]  # (H, 200): distance 199..0
+    by_distance = bias.flip(-1)  # distance 0, 1, ..., 199
+    assert torch.all(by_distance[:, 0] == 0)
+    assert torch.all(by_distance[:, 1:] < by_distance[:, :-1])
+    r1, r2 = kerple.strengths()
+    torch.testing.assert_close(by_distance[:, 10], -r1 * torch.log1p(10 * r2))

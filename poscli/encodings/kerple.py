@@ -1,0 +1,47 @@
+"""KERPLE: kernelized relative positional embedding, logarithmic variant (Chi et al., 2022)."""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from poscli.encodings import register
+from poscli.encodings.base import PositionalEncoding, causal_distance
+
+
+@register("kerple")
+class Kerple(PositionalEncoding):
+    """b(i, j) = -r1_h log(1 + r2_h |i - j|) added to the scores in every layer, with r1, r2 > 0
+    learned per head (Chi et al., 2022, the "log" kernel; PAPERS.md).
+
+    Positivity comes from a softplus of unconstrained parameters. poscli starts r1 at 1 and
+    spreads r2 over heads geometrically from 1 down to 2^-7, so heads start with different
+    reaches (the paper only requires r1, r2 > 0). The bias grows without bound, like ALiBi's,
+    but logarithmically, so no constant far value exists and the model uses the general
+    blocked attention rather than a banded fast path.
+    """
+
+    citation = "Chi et al., 2022"
+    summary = "a learned per-head logarithmic distance penalty -r1 log(1 + r2 d) on scores"
+    has_score_bias = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        heads = config.n_head
+        r2 = torch.tensor([2.0 ** (-7 * h / max(1, heads - 1)) for h in range(heads)])
+        self.raw_r1 = nn.Parameter(_softplus_inverse(torch.ones(heads)))  # (H,)
+        self.raw_r2 = nn.Parameter(_softplus_inverse(r2))  # (H,)
+
+    def strengths(self) -> tuple[Tensor, Tensor]:
+        """r1, r2: (H,) each, both positive."""
+        return F.softplus(self.raw_r1), F.softplus(self.raw_r2)
+
+    def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
+        distance = causal_distance(q_positions, k_positions).to(torch.float32)  # (Tq, Tk)
+        r1, r2 = self.strengths()
+        return (-r1[:, None, None] * torch.log1p(r2[:, None, None] * distance)).to(q.dtype)  # (H, Tq, Tk)
+
+
+def _softplus_inverse(x: Tensor) -> Tensor:
+    return x + torch.log(-torch.expm1(-x))  # softplus(y) = x  <=>  y = x + log(1 - e^-x)
+
+

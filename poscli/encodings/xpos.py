@@ -1,0 +1,37 @@
+"""xPos: RoPE with an exponential decay in distance (Sun et al., 2022, "A Length-Extrapolatable Transformer")."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from poscli.encodings import register
+from poscli.encodings.rope import RoPE, _per_element
+
+
+@register("xpos")
+class XPos(RoPE):
+    """RoPE, then q at position m scaled by zeta_i^(m/gamma) and k at position n by zeta_i^(-n/gamma),
+    zeta_i = (2i/d + 0.4) / 1.4 for pair i, gamma ``--xpos-gamma`` (512): their product scales the
+    score of pair i by zeta_i^((m - n)/gamma), a decay with distance on top of the rotation.
+
+    Only m - n matters, so the exponents are taken relative to the middle position of the
+    sequence, which keeps every scale within zeta_min^(+-T/(2 gamma)): finite in float32 up to
+    about 70k tokens at the default gamma, where the farthest pairs' factor is ~1e-35 anyway.
+    Frequencies (and ``poscli extend`` methods) are RoPE's.
+    """
+
+    citation = "Sun et al., 2022"
+    summary = "RoPE with a per-pair exponential decay in distance (zeta^((m-n)/gamma))"
+
+    def __init__(self, config):
+        super().__init__(config)
+        pairs = torch.arange(config.head_dim // 2, dtype=torch.float32)
+        zeta = (2 * pairs / config.head_dim + 0.4) / 1.4  # (hd/2,), in (0.29, 1)
+        self.register_buffer("log_zeta", _per_element(zeta.log()[None, :], config.rope_layout)[0], persistent=False)  # (hd,)
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        q_rot, k_rot = super().rotate(q, k, positions, layer)  # (B, H, T, hd) each
+        relative = positions.to(torch.float32) - positions.to(torch.float32).mean()  # (T,), offset from the middle
+        scale = torch.exp(relative[:, None] * self.log_zeta[None, :] / self.config.xpos_gamma)  # (T, hd)
+        return (q_rot.float() * scale).to(q.dtype), (k_rot.float() / scale).to(k.dtype)
