@@ -55,7 +55,7 @@ def _progress(console, quiet: bool):
 # poscli train option -> config field, for checking the options given with --resume.
 TRAIN_FIELDS = {
     "pe": "pe", "layers": "n_layer", "heads": "n_head", "width": "d_model", "train_length": "train_length",
-    "rope_base": "rope_base", "rope_layout": "rope_layout", "shaw_clip": "shaw_clip", "xpos_gamma": "xpos_gamma", "data": "data", "mix": "mix",
+    "rope_base": "rope_base", "rope_layout": "rope_layout", "shaw_clip": "shaw_clip", "xpos_gamma": "xpos_gamma", "rotary_fraction": "rotary_fraction", "rope_keep": "rope_keep", "data": "data", "mix": "mix",
     "batch_size": "batch_size", "steps": "steps", "minutes": "minutes", "lr": "lr", "warmup": "warmup_steps",
     "seed": "seed", "dtype": "dtype", "device": "device", "checkpoint_every": "checkpoint_every",
 }
@@ -73,6 +73,8 @@ def train(
     rope_layout: Annotated[str, typer.Option("--rope-layout", help="RoPE pairing: halves (GPT-NeoX) or interleaved (RoFormer).")] = "halves",
     shaw_clip: Annotated[int, typer.Option("--shaw-clip", help="Shaw et al.: clip relative distance at k.")] = 16,
     xpos_gamma: Annotated[float, typer.Option("--xpos-gamma", help="xPos: decay zeta^((m-n)/gamma).")] = 512.0,
+    rotary_fraction: Annotated[float, typer.Option("--rotary-fraction", help="rope/xpos: rotate this fraction of each head's dimensions (GPT-NeoX).")] = 1.0,
+    rope_keep: Annotated[float, typer.Option("--rope-keep", help="p-RoPE: keep the highest fraction of frequencies, zero the rest.")] = 1.0,
     data: Annotated[str, typer.Option(help="stdlib, passkey, a text file / folder / glob, or hf:NAME[:CONFIG].")] = "stdlib",
     mix: Annotated[Optional[str], typer.Option(help="Mix whole passkey examples into training, e.g. passkey:0.2.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per step.")] = 16,
@@ -109,6 +111,7 @@ def train(
     model_config = ModelConfig(
         n_layer=layers, n_head=heads, d_model=width, train_length=parse_length(train_length, "--train-length"),
         pe=pe, rope_base=rope_base, rope_layout=rope_layout, shaw_clip=shaw_clip, xpos_gamma=xpos_gamma,
+        rotary_fraction=rotary_fraction, rope_keep=rope_keep,
     )
     train_config = TrainConfig(
         data=data, mix=mix, batch_size=batch_size, steps=steps, minutes=minutes, lr=lr, warmup_steps=warmup, seed=seed, device=device,

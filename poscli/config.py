@@ -38,6 +38,8 @@ class ModelConfig(FlatConfig):
     pe: str = "rope"
     rope_base: float = 10000.0
     rope_layout: str = "halves"  # "halves" (GPT-NeoX, transformers) or "interleaved" (RoFormer, Meta Llama)
+    rotary_fraction: float = 1.0  # rotate only this fraction of each head's dimensions (GPT-NeoX's rotary_pct)
+    rope_keep: float = 1.0  # p-RoPE: keep this highest fraction of frequencies, zero the rest (Barbero et al., 2025)
     shaw_clip: int = 16  # Shaw et al.: relative distances are clipped to [-k, k]
     xpos_gamma: float = 512.0  # xPos: the decay zeta^((m - n)/gamma) (Sun et al., 2022)
     t5_num_buckets: int = 32
@@ -58,6 +60,11 @@ class ModelConfig(FlatConfig):
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
+    @property
+    def rotary_dim(self) -> int:
+        """Dimensions of each head that RoPE rotates: ``rotary_fraction`` of them, rounded down to even."""
+        return int(self.head_dim * self.rotary_fraction) // 2 * 2
+
     def validate(self) -> None:
         positive = ("n_layer", "n_head", "d_model", "mlp_ratio", "train_length", "vocab_size", "attention_block")
         for name in positive:
@@ -74,6 +81,12 @@ class ModelConfig(FlatConfig):
             raise PoscliError(f"head dimension {self.head_dim} (width / heads) must be even for rotary and sinusoidal encodings")
         if self.rope_base <= 1:
             raise PoscliError(f"--rope-base must be greater than 1, got {self.rope_base}")
+        if not 0 < self.rotary_fraction <= 1 or self.rotary_dim < 2:
+            raise PoscliError(f"--rotary-fraction must be in (0, 1] and leave at least 2 of the {self.head_dim} head dimensions, got {self.rotary_fraction}")
+        if not 0 <= self.rope_keep <= 1:
+            raise PoscliError(f"--rope-keep must be between 0 and 1, got {self.rope_keep}")
+        if self.pe == "xpos" and self.rotary_fraction != 1:
+            raise PoscliError("xpos decays every dimension it rotates; use --rotary-fraction 1 with --pe xpos")
         if self.rope_layout not in ("halves", "interleaved"):
             raise PoscliError(f"--rope-layout must be 'halves' or 'interleaved', got {self.rope_layout!r}")
         if self.shaw_clip < 1:

@@ -109,7 +109,8 @@ def extend(
     changes: dict = {"train_length": finetune_length if steps else original_length}
     if pe in ROTARY:
         # The parameters do not change; the frequencies do, so they are checked for sanity now.
-        scaling.rope_parameters(method, model["d_model"] // model["n_head"], model["rope_base"], factor, original_length, target, **options)
+        rotary_dim = ModelConfig.from_dict(model).rotary_dim
+        scaling.rope_parameters(method, rotary_dim, model["rope_base"], factor, original_length, target, **options)
         changes["rope_scaling"] = {"method": method, "factor": factor, "original_length": original_length, "options": options}
     elif pe == "learned":
         changes["position_rows"] = target

@@ -231,3 +231,44 @@ def test_kerple_bias_is_zero_at_distance_zero_and_falls_with_distance():
     assert torch.all(by_distance[:, 1:] < by_distance[:, :-1])
     r1, r2 = kerple.strengths()
     torch.testing.assert_close(by_distance[:, 10], -r1 * torch.log1p(10 * r2))
+
+
+def rotate_once(config, x, positions):
+    from poscli.encodings import build
+
+    return build(config).rotate(x, x.clone(), positions, layer=0)[0]
+
+
+def test_p_rope_with_keep_1_is_rope_and_lower_keeps_leave_the_lowest_pairs_unturned():
+    """Barbero et al. (2025): p-RoPE keeps the highest fraction of frequencies and zeroes the rest."""
+    torch.manual_seed(0)
+    config = tiny_config("rope")  # head dim 8: 4 pairs, halves layout
+    x, positions = torch.randn(1, 1, 20, 8), torch.arange(20)
+    torch.testing.assert_close(rotate_once(tiny_config("rope", rope_keep=1.0), x, positions), rotate_once(config, x, positions))
+    half = rotate_once(tiny_config("rope", rope_keep=0.5), x, positions)
+    dropped = [2, 3, 6, 7]  # the two lowest-frequency pairs: (2, 6) and (3, 7)
+    torch.testing.assert_close(half[..., dropped], x[..., dropped])
+    kept = [0, 1, 4, 5]
+    torch.testing.assert_close(half[..., kept], rotate_once(config, x, positions)[..., kept])
+
+
+def test_rotary_fraction_rotates_only_the_first_dimensions_as_a_smaller_rope():
+    """GPT-NeoX's rotary_pct: the first F x d dimensions are a RoPE of that size, the rest pass through."""
+    torch.manual_seed(0)
+    x, positions = torch.randn(1, 1, 20, 8), torch.arange(20)
+    partial = rotate_once(tiny_config("rope", rotary_fraction=0.5), x, positions)
+    torch.testing.assert_close(partial[..., 4:], x[..., 4:])
+    small = tiny_config("rope", d_model=16)  # head dim 4, same base: the RoPE of the rotated part
+    torch.testing.assert_close(partial[..., :4], rotate_once(small, x[..., :4].contiguous(), positions))
+
+
+def test_extension_methods_apply_to_the_rotated_dimensions_of_the_variants():
+    from poscli.encodings import build
+
+    config = tiny_config("rope", rotary_fraction=0.5, rope_keep=0.5,
+                         rope_scaling={"method": "yarn", "factor": 4.0, "original_length": 32, "options": {}})
+    encoding = build(config)
+    assert encoding.inv_freq.shape == (config.rotary_dim // 2,)
+    assert encoding.inv_freq[-1] == 0 and encoding.inv_freq[0] > 0
+    x = torch.randn(1, 1, 128, 8)
+    assert torch.isfinite(encoding.rotate(x, x.clone(), torch.arange(128), layer=0)[0]).all()

@@ -86,7 +86,15 @@ class RoPE(PositionalEncoding):
         self._table: tuple[Tensor, Tensor, Tensor] | None = None
 
     def _frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
-        return rope_parameters(self.method, self.config.head_dim, self.config.rope_base, seq_len=seq_len, **self._scaling)
+        """Frequencies of the rotated dimensions (any extension method applies to them), then p-RoPE:
+        keep the highest ``rope_keep`` fraction, set the lowest to 0 so those pairs never turn."""
+        inv_freq, attention_scale = rope_parameters(
+            self.method, self.config.rotary_dim, self.config.rope_base, seq_len=seq_len, **self._scaling
+        )  # (rotary_dim/2,), highest frequency first
+        kept = round(self.config.rope_keep * len(inv_freq))
+        if kept < len(inv_freq):
+            inv_freq = torch.cat((inv_freq[:kept], torch.zeros(len(inv_freq) - kept, dtype=inv_freq.dtype)))
+        return inv_freq, attention_scale
 
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
         """The inverse frequencies and attention scale used for a sequence of ``seq_len`` tokens.
@@ -110,8 +118,18 @@ class RoPE(PositionalEncoding):
         return cos, sin
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:
-        cos, sin = self.cos_sin(positions)  # (T, hd) each, float32
-        layout = self.config.rope_layout
-        q_rot = _Rotation.apply(q.to(torch.float32), cos, sin, layout).to(q.dtype)  # (B, H, T, hd)
-        k_rot = _Rotation.apply(k.to(torch.float32), cos, sin, layout).to(k.dtype)  # (B, H, T, hd)
-        return q_rot, k_rot
+        cos, sin = self.cos_sin(positions)  # (T, rd) each, float32; rd = rotary_dim
+        layout, rotary = self.config.rope_layout, self.config.rotary_dim
+        if rotary == self.config.head_dim:
+            q_rot = _Rotation.apply(q.to(torch.float32), cos, sin, layout).to(q.dtype)  # (B, H, T, hd)
+            k_rot = _Rotation.apply(k.to(torch.float32), cos, sin, layout).to(k.dtype)  # (B, H, T, hd)
+            return q_rot, k_rot
+        # --rotary-fraction: rotate the first rd dimensions; the rest pass through, scaled like the
+        # rotated ones so an extension's attention scale still multiplies the whole score.
+        scale = self.frequencies(int(positions.max()) + 1)[1]
+
+        def partly(x: Tensor) -> Tensor:
+            turned = _Rotation.apply(x[..., :rotary].to(torch.float32), cos, sin, layout)  # (B, H, T, rd)
+            return torch.cat((turned, x[..., rotary:].to(torch.float32) * scale), dim=-1).to(x.dtype)  # (B, H, T, hd)
+
+        return partly(q), partly(k)
