@@ -182,7 +182,9 @@ def _sweep(pes: list[str], seeds: list[int], jobs: int, name: str | None, result
         raise PoscliError("a sweep runs whole runs side by side; drop --nproc (or run one run with --nproc)")
     base = _without_options(sys.argv[1:], {"--pe", "--seeds", "--seed", "--jobs", "--name", "--quiet", "-q"})
     combos = [(pe, seed) for pe in pes for seed in seeds]
-    names = [f"{name + '-' if name else ''}{pe}{f'-s{seed}' if len(seeds) > 1 else ''}" for pe, seed in combos]
+    from poscli.encodings import run_name_base
+
+    names = [f"{name + '-' if name else ''}{run_name_base(pe)}{f'-s{seed}' if len(seeds) > 1 else ''}" for pe, seed in combos]
     for run_name in names:
         runs.check_name(run_name)
         if (runs.runs_dir(results) / run_name).exists():

@@ -22,7 +22,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from poscli import runs
+from poscli import encodings, runs
 from poscli.config import ModelConfig, TrainConfig
 from poscli.data import Corpus, eval_windows, load_corpus
 from poscli.device import select_device
@@ -207,7 +207,7 @@ def train(
     generator = torch.Generator().manual_seed(train_config.seed)
     optimizer = make_optimizer(model, train_config)
 
-    run = _create_run_folder(name, model_config.pe, results) if group.is_main else None
+    run = _create_run_folder(name, encodings.run_name_base(model_config.pe), results) if group.is_main else None
     config = {
         "name": run.name if run else name,
         "label": None,

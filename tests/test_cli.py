@@ -235,3 +235,41 @@ def test_newer_encodings_train_extend_and_evaluate_at_16x(pe, trained):
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(results / f"new-{pe}.csv")
     assert table["ppl"].notna().all() and (table["length"] == 512).all()
+
+
+USER_ENCODING = '''
+import torch
+from poscli.encodings.base import PositionalEncoding, causal_distance
+
+
+class LogPenalty(PositionalEncoding):
+    citation = "a test"
+    summary = "a fixed per-head -s log(1 + distance) bias"
+    has_score_bias = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.register_buffer("slopes", torch.tensor([2.0 ** -h for h in range(config.n_head)]), persistent=False)
+
+    def score_bias(self, q, q_positions, k_positions, layer):
+        distance = causal_distance(q_positions, k_positions).to(torch.float32)
+        return (-self.slopes[:, None, None] * torch.log1p(distance)).to(q.dtype)
+'''
+
+
+def test_a_user_defined_encoding_trains_and_evaluates_through_the_cli(trained, tmp_path):
+    corpus, _ = trained
+    (tmp_path / "myencoding.py").write_text(USER_ENCODING)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    results = tmp_path / "results"
+    run = lambda *args: subprocess.run([sys.executable, "-m", "poscli", *args, "--results", str(results)], capture_output=True, text=True, env=env)  # noqa: E731
+    done = run("train", "--pe", "myencoding:LogPenalty", "--data", str(corpus), "--steps", "6", *TINY)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("runs/logpenalty")
+    evaluated = run("eval", "logpenalty", "--lengths", "32,128", "--max-tokens", "1k", "--quiet")
+    assert evaluated.returncode == 0, evaluated.stderr
+    table = pd.read_csv(results / "ppl.csv")
+    assert set(table["pe"]) == {"myencoding:LogPenalty"} and table["ppl"].notna().all()
+    for spec, message in [("nosuch.module:X", "cannot import 'nosuch.module'"), ("myencoding:torch", "is not a subclass of")]:
+        failed = run("train", "--pe", spec, "--data", str(corpus), "--steps", "1", *TINY)
+        assert failed.returncode == 2 and message in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
