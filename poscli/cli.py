@@ -105,9 +105,7 @@ def train(
     encodings_swept = pe.split(",")
     for each in encodings_swept:
         encodings.check_name(each)
-    pe = encodings_swept[0]
-
-    encodings.check_name(pe)  # unknown names fail before torch is even imported
+    pe = encodings_swept[0]  # every name was checked above, before torch is even imported
     model_config = ModelConfig(
         n_layer=layers, n_head=heads, d_model=width, train_length=parse_length(train_length, "--train-length"),
         pe=pe, rope_base=rope_base, rope_layout=rope_layout, shaw_clip=shaw_clip, xpos_gamma=xpos_gamma,
@@ -123,7 +121,7 @@ def train(
 
         parse_mix(mix)
     if len(encodings_swept) > 1 or seeds is not None or jobs != 1:
-        _sweep(encodings_swept, _parse_seeds(seeds) if seeds is not None else [seed], jobs, name, results)
+        _sweep(encodings_swept, _parse_seeds(seeds) if seeds is not None else [seed], jobs, nproc, name, results)
         return
     if nproc != 1:  # everything is checked here first, so a bad option fails once, not once per process
         if nproc > 1 and batch_size % nproc:
@@ -168,22 +166,21 @@ def _without_options(args: list[str], options: set[str]) -> list[str]:
     return kept
 
 
-def _sweep(pes: list[str], seeds: list[int], jobs: int, name: str | None, results) -> None:
+def _sweep(pes: list[str], seeds: list[int], jobs: int, nproc: int, name: str | None, results) -> None:
     """Every (encoding, seed) as its own ``poscli train`` process, ``jobs`` at a time."""
     import torch
 
     from poscli import runs
+    from poscli.encodings import run_name_base
     from poscli.errors import EnvironmentFailure
     from poscli.sweep import Job, job_environments, run_jobs
 
     if jobs < 1:
         raise PoscliError(f"--jobs must be at least 1, got {jobs}")
-    if "--nproc" in sys.argv or any(a.startswith("--nproc=") for a in sys.argv):
+    if nproc != 1:
         raise PoscliError("a sweep runs whole runs side by side; drop --nproc (or run one run with --nproc)")
     base = _without_options(sys.argv[1:], {"--pe", "--seeds", "--seed", "--jobs", "--name", "--quiet", "-q"})
     combos = [(pe, seed) for pe in pes for seed in seeds]
-    from poscli.encodings import run_name_base
-
     names = [f"{name + '-' if name else ''}{run_name_base(pe)}{f'-s{seed}' if len(seeds) > 1 else ''}" for pe, seed in combos]
     for run_name in names:
         runs.check_name(run_name)
@@ -211,14 +208,7 @@ def _launch_torchrun(nproc: int) -> None:
         raise PoscliError(f"--nproc must be at least 1, got {nproc}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise PoscliError("--nproc cannot be used inside torchrun; torchrun already started the processes")
-    args = sys.argv[1:]
-    for i, arg in enumerate(args):  # drop --nproc N / --nproc=N
-        if arg == "--nproc":
-            args = args[:i] + args[i + 2:]
-            break
-        if arg.startswith("--nproc="):
-            args = args[:i] + args[i + 1:]
-            break
+    args = _without_options(sys.argv[1:], {"--nproc"})
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m", "poscli", *args]
     sys.exit(subprocess.run(command).returncode)
 
