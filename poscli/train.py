@@ -258,9 +258,9 @@ def resume(
     config = runs.read_config(run)
     model_config = ModelConfig.from_dict(config["model"])
     train_config = TrainConfig.from_dict(config["train"])
-    different = {key: (value, getattr(train_config, key, getattr(model_config, key, None)))
-                 for key, value in (given or {}).items()
-                 if key not in RESUMABLE_CHANGES and value != getattr(train_config, key, getattr(model_config, key, None))}
+    saved = {**model_config.to_dict(), **train_config.to_dict()}
+    different = {key: (value, saved.get(key)) for key, value in (given or {}).items()
+                 if key not in RESUMABLE_CHANGES and value != saved.get(key)}
     if different:
         listed = ", ".join(f"{key} {new!r} (the run has {old!r})" for key, (new, old) in different.items())
         raise PoscliError(f"cannot resume {run.name!r} with a different config: {listed}; drop those options to resume as it was")
