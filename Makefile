@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 ENCODINGS := none sinusoidal learned shaw t5 rope alibi
 
-.PHONY: help install demo test bench core-table extend-table extend-32k suite clean
+.PHONY: help install demo test bench core-table extend-table extend-32k newer-table suite clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
@@ -18,6 +18,7 @@ help:
 	@echo "make core-table  train every encoding with the defaults and evaluate at 256, 1k, 4k (README table)"
 	@echo "make extend-table extend core-rope to 4k with every method, with and without fine-tuning (README table)"
 	@echo "make extend-32k  extend core-rope to 32768 with every method (default fine-tuning), evaluate 1k..32k"
+	@echo "make newer-table xpos, fire, kerple, RoPE variants, randomized positions: train, extend, evaluate at 16x"
 	@echo "make suite       the evaluation suite on models trained with passkey mixed in, the decay figure, the report"
 
 install: $(VENV)/.installed
@@ -76,6 +77,29 @@ extend-32k: install
 	  else $(POSCLI) extend core-rope --method $$m --target 32768 $$opts --name core-rope+$$m-32k --quiet || exit $$?; fi; \
 	done
 	$(POSCLI) eval core-rope $(foreach m,$(EXTEND_METHODS),core-rope+$(m)-32k) --lengths 1k,4k,16k,32k --max-tokens 64k --table extend-32k --quiet
+
+# The newer encodings (issue 8) at the default size: each trained once (about 3-4 minutes apiece),
+# the rotary ones also extended to 4k with YaRN (default fine-tuning), and all evaluated at 1x, 4x
+# and 16x the train length next to core-rope and core-alibi. $(call once,NAME,OPTIONS) trains NAME
+# unless it is already trained.
+once = [ -f results/runs/$(1)/model.safetensors ] && echo "$(1) already trained" || $(POSCLI) train $(2) --name $(1) --quiet
+extended = [ -f results/runs/$(1)+yarn/model.safetensors ] && echo "$(1)+yarn already extended" || $(POSCLI) extend $(1) --method yarn --target 4k --name $(1)+yarn --quiet
+NEWER_RUNS := new-xpos new-fire new-kerple new-rope-f25 new-prope75 new-rope-rp4k new-learned-rp4k
+NEWER_ROTARY := new-xpos new-rope-f25 new-prope75
+newer-table: install
+	@$(call once,core-rope,--pe rope)
+	@$(call once,core-alibi,--pe alibi)
+	@$(call once,new-xpos,--pe xpos)
+	@$(call once,new-fire,--pe fire)
+	@$(call once,new-kerple,--pe kerple)
+	@$(call once,new-rope-f25,--pe rope --rotary-fraction 0.25)
+	@$(call once,new-prope75,--pe rope --rope-keep 0.75)
+	@$(call once,new-rope-rp4k,--pe rope --random-positions 4k)
+	@$(call once,new-learned-rp4k,--pe learned --random-positions 4k)
+	@$(call extended,new-xpos)
+	@$(call extended,new-rope-f25)
+	@$(call extended,new-prope75)
+	$(POSCLI) eval core-rope core-alibi $(NEWER_RUNS) $(addsuffix +yarn,$(NEWER_ROTARY)) --lengths 256,1k,4k --table newer --quiet
 
 # The evaluation suite (README plots): ALiBi and RoPE trained with passkey examples mixed in
 # (20% of sequences), evaluated with non-overlapping windows and sliding windows (stride 256,

@@ -156,7 +156,7 @@ class NanoGPTAdapter(torch.nn.Module):
         with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
             self.gpt = module.GPT(nano_config)
 
-    def loss(self, tokens, targets):
+    def loss(self, tokens, targets, positions=None):  # positions: plain 0..T-1 only
         return self.gpt(tokens, targets)[1]
 
 

@@ -58,13 +58,15 @@ TRAIN_FIELDS = {
     "rope_base": "rope_base", "rope_layout": "rope_layout", "shaw_clip": "shaw_clip", "xpos_gamma": "xpos_gamma", "rotary_fraction": "rotary_fraction", "rope_keep": "rope_keep", "data": "data", "mix": "mix",
     "batch_size": "batch_size", "steps": "steps", "minutes": "minutes", "lr": "lr", "warmup": "warmup_steps",
     "seed": "seed", "dtype": "dtype", "device": "device", "checkpoint_every": "checkpoint_every",
+    "random_positions": "random_positions",
 }
+LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--random-positions"}
 
 
 @app.command()
 def train(
     ctx: typer.Context,
-    pe: Annotated[str, typer.Option("--pe", help="Positional encoding: alibi, kerple, learned, none, rope, shaw, sinusoidal, t5, xpos (poscli encodings describes each).")] = "rope",
+    pe: Annotated[str, typer.Option("--pe", help="Positional encoding: alibi, fire, kerple, learned, none, rope, shaw, sinusoidal, t5, xpos (poscli encodings describes each).")] = "rope",
     layers: Annotated[int, typer.Option(help="Transformer layers.")] = 4,
     heads: Annotated[int, typer.Option(help="Attention heads.")] = 4,
     width: Annotated[int, typer.Option(help="Model width (d_model).")] = 128,
@@ -84,6 +86,7 @@ def train(
     warmup: Annotated[int, typer.Option(help="Warmup steps (linear), then cosine decay to lr/10.")] = 100,
     seed: Annotated[int, typer.Option(help="Random seed for initialisation and batches.")] = 0,
     dtype: Annotated[str, typer.Option(help="fp32, or bf16 (autocast: matmuls in bfloat16, softmax statistics and RoPE angles in float32).")] = "fp32",
+    random_positions: Annotated[str, typer.Option("--random-positions", help="Train each sequence at a sorted random subset of positions in [0, MAX), e.g. 4k (Ruoss et al., 2023); 0: off.")] = "0",
     device: Device = "auto",
     name: Annotated[Optional[str], typer.Option(help="Run name (default: the encoding, with -2, -3... if taken).")] = None,
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).")] = 200,
@@ -96,7 +99,7 @@ def train(
 ):
     """Train a tiny GPT with the chosen positional encoding and write results/runs/NAME."""
     from poscli import encodings
-    from poscli.config import ModelConfig, TrainConfig
+    from poscli.config import ModelConfig, TrainConfig, check_random_positions
     from poscli.lengths import parse_length
 
     if resume is not None:
@@ -114,8 +117,10 @@ def train(
     train_config = TrainConfig(
         data=data, mix=mix, batch_size=batch_size, steps=steps, minutes=minutes, lr=lr, warmup_steps=warmup, seed=seed, device=device,
         dtype=dtype, checkpoint_every=checkpoint_every,
+        random_positions=parse_length(random_positions, "--random-positions") if random_positions != "0" else 0,
     )
     train_config.validate()
+    check_random_positions(model_config, train_config)
     if mix is not None:
         from poscli.passkey import parse_mix
 
@@ -221,8 +226,9 @@ def _resume(ctx: typer.Context, name: str, results, quiet: bool, fields: dict | 
         raise PoscliError("--name cannot be combined with --resume: the run keeps its name (poscli train --resume NAME)")
     given = {field: ctx.params[option] for option, field in (fields or TRAIN_FIELDS).items()
              if ctx.get_parameter_source(option).name in ("COMMANDLINE", "ENVIRONMENT")}
-    if "train_length" in given:
-        given["train_length"] = parse_length(given["train_length"], "--train-length")
+    for field, flag in LENGTH_OPTIONS.items():
+        if field in given:
+            given[field] = parse_length(given[field], flag) if given[field] != "0" else 0
     find_run(name, results)  # a missing run fails before torch is imported
     from poscli.train import resume as resume_training
 

@@ -116,6 +116,9 @@ class TrainConfig(FlatConfig):
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     dtype: str = "fp32"  # "bf16": autocast (matmuls in bfloat16; RoPE angles, softmax statistics, norms and loss in float32)
+    # Ruoss et al. (2023): each training sequence takes a sorted random subset of [0, MAX) as its
+    # positions instead of 0..T-1 (0: plain positions). Evaluation always uses plain positions.
+    random_positions: int = 0
     # --- bookkeeping ---
     seed: int = 0
     device: str = "auto"
@@ -138,5 +141,21 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
         if self.dtype not in DTYPES:
             raise PoscliError(f"--dtype {self.dtype!r} is not supported; choose {' or '.join(DTYPES)}")
+        if self.random_positions < 0:
+            raise PoscliError(f"--random-positions must be 0 (off) or a length, got {self.random_positions}")
         if not (0 < self.heldout_fraction < 0.5):
             raise PoscliError(f"the held-out fraction must be between 0 and 0.5, got {self.heldout_fraction}")
+
+
+def check_random_positions(model_config: ModelConfig, train_config: TrainConfig) -> None:
+    """--random-positions MAX needs MAX >= the train length and an encoding that reads positions."""
+    maximum = train_config.random_positions
+    if not maximum:
+        return
+    if model_config.pe == "none":
+        raise PoscliError("--pe none reads no positions, so --random-positions changes nothing; drop it or choose another --pe")
+    if maximum < model_config.train_length:
+        raise PoscliError(
+            f"--random-positions {maximum} is shorter than --train-length {model_config.train_length}; "
+            f"positions are drawn from [0, MAX), so use at least {model_config.train_length} (e.g. 16x: {16 * model_config.train_length})"
+        )

@@ -39,13 +39,13 @@ class Group:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def shard(self, tokens: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """This process's rows of the global batch. (B, T) -> (B / N, T) each."""
+    def shard(self, *batch: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        """This process's rows of the global batch (tokens, targets, positions...): (B, T) -> (B / N, T) each; None stays None."""
         if not self.active:
-            return tokens, targets
-        rows = tokens.shape[0] // self.world_size
+            return batch
+        rows = batch[0].shape[0] // self.world_size
         part = slice(self.rank * rows, (self.rank + 1) * rows)
-        return tokens[part], targets[part]
+        return tuple(None if tensor is None else tensor[part] for tensor in batch)
 
     def mean(self, values: torch.Tensor) -> torch.Tensor:
         """The mean over processes of a small tensor (every process gets it)."""
@@ -105,8 +105,8 @@ class LossModule(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.model.loss(tokens, targets)
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model.loss(tokens, targets, positions)
 
 
 def data_parallel_loss(model: nn.Module, group: Group):

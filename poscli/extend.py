@@ -22,7 +22,7 @@ DEFAULT_STEPS = 400
 DEFAULT_LR = 3e-4
 FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
 # Relative encodings that run at any length as they are.
-NO_RESCALING = {"alibi", "t5", "shaw", "kerple", "none"}
+NO_RESCALING = {"alibi", "t5", "shaw", "kerple", "fire", "none"}
 # Rotary encodings take every RoPE method of poscli.scaling.
 ROTARY = {"rope", "xpos"}
 # Methods for the absolute encodings: learned tables are stretched by linear interpolation (the
@@ -113,6 +113,12 @@ def extend(
         scaling.rope_parameters(method, rotary_dim, model["rope_base"], factor, original_length, target, **options)
         changes["rope_scaling"] = {"method": method, "factor": factor, "original_length": original_length, "options": options}
     elif pe == "learned":
+        rows = model.get("position_rows") or original_length
+        if rows > original_length:  # trained with --random-positions: its table already reaches further
+            raise Answer(
+                f"run {parent['name']!r} has learned rows for positions up to {rows} (it was trained with --random-positions); "
+                f"evaluate it directly up to that length, e.g. poscli eval {parent['name']} --lengths {format_length(rows)}"
+            )
         changes["position_rows"] = target
         weights["encoding.table.weight"] = interpolate_table(weights["encoding.table.weight"], target)  # (target, C)
     else:  # sinusoidal, pi
@@ -127,6 +133,7 @@ def extend(
         "batch_size": batch_size,
         "seed": seed,
         "device": device,
+        "random_positions": 0,  # fine-tuning at the new length uses plain positions
     })
     label = extension_label(runs.run_label(parent), method, factor, steps, finetune_length)
     lineage = {

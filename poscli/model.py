@@ -88,8 +88,12 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
-        """tokens: (B, T) byte ids -> logits (B, T, V). ``positions`` defaults to 0..T-1."""
+        """tokens: (B, T) byte ids -> logits (B, T, V). ``positions``: (T,) for every sequence,
+        defaulting to 0..T-1, or (B, T), one row per sequence (randomized positions, Ruoss et al.,
+        2023); the hooks take one row of positions, so each sequence then runs on its own."""
         B, T = tokens.shape
+        if positions is not None and positions.dim() == 2:
+            return torch.cat([self(tokens[row : row + 1], positions[row]) for row in range(B)])  # (B, T, V)
         consecutive = positions is None or T < 2 or bool((positions.diff() == 1).all())  # the fast path needs i - j
         if positions is None:
             positions = torch.arange(T, device=tokens.device)  # (T,)

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from poscli import encodings, runs
-from poscli.config import ModelConfig, TrainConfig
+from poscli.config import ModelConfig, TrainConfig, check_random_positions
 from poscli.data import Corpus, eval_windows, load_corpus
 from poscli.device import select_device
 from poscli.distributed import Group, check_batch, data_parallel_loss, group_from_environment
@@ -79,6 +79,14 @@ def sample_batch(
     return window[:, :-1], window[:, 1:]
 
 
+def sample_positions(batch_size: int, length: int, max_position: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Randomized positional encodings (Ruoss et al., 2023): for each sequence, ``length`` distinct
+    positions drawn uniformly from [0, max_position) and sorted, used in place of 0..T-1, so a
+    model trained at T sees positions up to max_position. -> (B, T) int64."""
+    rows = [torch.randperm(max_position, generator=generator)[:length].sort().values for _ in range(batch_size)]
+    return torch.stack(rows).to(device)  # (B, T)
+
+
 def git_commit() -> str | None:
     try:
         result = subprocess.run(
@@ -122,7 +130,7 @@ def autocast(device: torch.device, dtype: str):
 
 def training_step(
     model, optimizer, tokens: torch.Tensor, targets: torch.Tensor, grad_clip: float, dtype: str = "fp32",
-    loss_fn=None, group: Group | None = None,
+    loss_fn=None, group: Group | None = None, positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One optimizer step on a batch; returns the loss before the step (a 0-d tensor).
 
@@ -130,9 +138,10 @@ def training_step(
     loop and ``make bench`` both call this, so the benchmark measures the step users run.
     Data-parallel: ``loss_fn`` is the DDP-wrapped loss and ``group`` averages the reported loss
     over the processes, so they all see the same value and all skip a non-finite step together.
+    ``positions`` (B, T), if given, are each sequence's positions (``--random-positions``).
     """
     with autocast(tokens.device, dtype):
-        loss = (loss_fn or model.loss)(tokens, targets)
+        loss = (loss_fn or model.loss)(tokens, targets, positions)
     reported = group.mean(loss.detach()) if group is not None else loss.detach()
     if not torch.isfinite(reported):
         return reported
@@ -198,6 +207,9 @@ def train(
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
     passkey_fraction(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
+    check_random_positions(model_config, train_config)
+    if train_config.random_positions and model_config.pe == "learned":  # a table row for every position it may draw
+        model_config = ModelConfig.from_dict({**model_config.to_dict(), "position_rows": max(model_config.position_rows, train_config.random_positions)})
 
     torch.manual_seed(train_config.seed)
     model = GPT(model_config)
@@ -415,11 +427,14 @@ def _train_loop(
                 for param_group in optimizer.param_groups:
                     param_group["lr"] = lr
                 tokens, targets = sample_batch(stream, train_config.batch_size, model_config.train_length, generator, device, fraction)
-                tokens, targets = group.shard(tokens, targets)  # the global batch, this process's rows
+                positions = None
+                if train_config.random_positions:
+                    positions = sample_positions(train_config.batch_size, model_config.train_length, train_config.random_positions, generator, device)
+                tokens, targets, positions = group.shard(tokens, targets, positions)  # the global batch, this process's rows
                 if step == start_step:
                     config["first_step_at"] = time.time()  # with the launch time, how long start-up took
                 loss = training_step(model, optimizer, tokens, targets, train_config.grad_clip, train_config.dtype,
-                                     loss_fn=loss_fn, group=group if group.active else None)
+                                     loss_fn=loss_fn, group=group if group.active else None, positions=positions)
                 if not torch.isfinite(loss):
                     if main:
                         runs.write_config(run, {**config, "status": "failed", "steps_done": step})

@@ -74,7 +74,7 @@ def test_default_names_never_take_an_existing_run(trained):
 
 
 ERRORS = [
-    (["train", "--pe", "rotary"], "choose one of: alibi, kerple, learned, none, rope, shaw, sinusoidal, t5, xpos"),
+    (["train", "--pe", "rotary"], "choose one of: alibi, fire, kerple, learned, none, rope, shaw, sinusoidal, t5, xpos"),
     (["eval", "alibi", "--lengths", "1x"], "is not a length"),
     (["eval", "alibi", "--lengths", "0"], "is not a positive length"),
     (["eval", "alibi", "--lengths", "-5"], "is not a length"),
@@ -102,6 +102,9 @@ ERRORS = [
     (["train", "--rope-keep", "2"], "--rope-keep must be between 0 and 1"),
     (["train", "--pe", "xpos", "--rotary-fraction", "0.5"], "use --rotary-fraction 1 with --pe xpos"),
     (["train", "--pe", "xpos", "--xpos-gamma", "0"], "--xpos-gamma must be positive"),
+    (["train", "--random-positions", "100"], "--random-positions 100 is shorter than --train-length 256"),
+    (["train", "--random-positions", "lots"], "is not a length"),
+    (["train", "--pe", "none", "--random-positions", "4k"], "--pe none reads no positions"),
     (["train", "--resume", "no-such-run"], "no run named 'no-such-run'"),
     (["train", "--resume", "alibi", "--name", "x"], "--name cannot be combined with --resume"),
     (["train", "--resume", "alibi", "--lr", "0.5"], "lr 0.5 (the run has 0.001)"),
@@ -221,7 +224,7 @@ def test_a_time_budget_ends_training_before_its_steps(trained, tmp_path):
     assert 0 < config["steps_done"] < 100000 and config["train_seconds"] < 20
 
 
-@pytest.mark.parametrize("pe", ["xpos", "kerple"])
+@pytest.mark.parametrize("pe", ["xpos", "kerple", "fire"])
 def test_newer_encodings_train_extend_and_evaluate_at_16x(pe, trained):
     corpus, results = trained
     done = poscli("train", "--pe", pe, "--data", str(corpus), "--steps", "6", "--results", str(results), "--name", f"new-{pe}", *TINY)
@@ -235,6 +238,24 @@ def test_newer_encodings_train_extend_and_evaluate_at_16x(pe, trained):
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(results / f"new-{pe}.csv")
     assert table["ppl"].notna().all() and (table["length"] == 512).all()
+
+
+def test_random_positions_train_through_the_cli_and_evaluate_plainly(trained):
+    """--random-positions 512 at train length 32: recorded in the config (resume draws the same),
+    a learned table gets 512 rows, evaluation at 16x (512) uses positions 0..511."""
+    corpus, results = trained
+    done = poscli("train", "--pe", "learned", "--random-positions", "512", "--data", str(corpus), "--steps", "4",
+                  "--results", str(results), "--name", "learned-rp", *TINY)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    config = json.loads((results / "runs" / "learned-rp" / "config.json").read_text())
+    assert config["train"]["random_positions"] == 512 and config["model"]["position_rows"] == 512
+    evaluated = poscli("eval", "learned-rp", "--lengths", "512", "--max-tokens", "1k", "--results", str(results), "--table", "rp", "--quiet")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert pd.read_csv(results / "rp.csv")["ppl"].notna().all()
+    extended = poscli("extend", "learned-rp", "--method", "interpolate", "--target", "1k", "--results", str(results), "--quiet")
+    assert extended.returncode == 0 and "rows for positions up to 512" in extended.stderr
 
 
 USER_ENCODING = '''

@@ -233,6 +233,59 @@ def test_kerple_bias_is_zero_at_distance_zero_and_falls_with_distance():
     torch.testing.assert_close(by_distance[:, 10], -r1 * torch.log1p(10 * r2))
 
 
+def test_fire_input_is_the_progressively_normalised_log_distance():
+    """Li et al. (2023): f is applied to psi(i - j) / psi(max(L, i)), psi(x) = log(c x + 1)."""
+    from poscli.encodings import build
+
+    fire = build(tiny_config("fire", train_length=64))  # L starts at the train length
+    c, L = abs(fire.c.item()), fire.threshold().item()
+    positions = torch.arange(2000)
+    x = fire.normalised_distance(positions, positions)  # (T, T)
+    for i, j in [(10, 3), (63, 0), (64, 64), (500, 7), (1999, 0)]:
+        expected = math.log(c * (i - j) + 1) / math.log(c * max(L, i) + 1)
+        assert x[i, j].item() == pytest.approx(expected, rel=1e-5)
+    causal = positions[:, None] >= positions[None, :]
+    assert x[causal].min() >= 0 and x[causal].max() <= 1  # in [0, 1] at every length: nothing unseen far out
+    below = x[:64, :64]  # queries below L: a function of i - j alone
+    torch.testing.assert_close(below[40, 30], below[20, 10])
+
+
+def test_fire_can_represent_alibi():
+    """FIRE learns ALiBi as a special case (Li et al., 2023): with L above every position and
+    c -> 0, psi(i - j) / psi(L) -> (i - j) / L, and the MLP only has to scale it by -m_h L.
+    Fit FIRE's bias alone to ALiBi's for 128 positions with Adam; the error must be a few
+    percent of a bias that reaches -32."""
+    from poscli.encodings import build
+
+    torch.manual_seed(0)
+    positions = torch.arange(128)
+    fire = build(tiny_config("fire", train_length=128))
+    fire.threshold_multiplier.requires_grad_(False)  # L stays at 128, above every position
+    slopes = torch.tensor(alibi_slopes(4))
+    distance = (positions[:, None] - positions[None, :]).float()  # (T, T)
+    causal = distance >= 0
+    target = (-slopes[:, None, None] * distance)[:, causal]  # (H, causal pairs)
+    q = torch.zeros(1, 4, 128, 8)
+    optimizer = torch.optim.Adam([p for p in fire.parameters() if p.requires_grad], lr=3e-2)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 400)
+
+    def error():
+        return fire.score_bias(q, positions, positions, layer=0)[:, causal] - target  # (H, pairs)
+
+    start = error().detach()
+    for _ in range(400):
+        loss = error().pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    final = error().detach()
+    target_rms = target.pow(2).mean().sqrt()
+    assert start.pow(2).mean().sqrt() > 0.9 * target_rms  # it did not start there
+    assert final.pow(2).mean().sqrt() < 0.03 * target_rms
+    assert final.abs().max() < 0.05 * target.abs().max()
+
+
 def rotate_once(config, x, positions):
     from poscli.encodings import build
 

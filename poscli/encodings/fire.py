@@ -1,0 +1,60 @@
+"""FIRE: functional interpolation for relative positions (Li et al., 2023)."""
+
+import torch
+from torch import Tensor, nn
+
+from poscli.encodings import register
+from poscli.encodings.base import PositionalEncoding, causal_distance
+
+MLP_WIDTH = 32  # the paper's f is an MLP with one hidden layer of width 32 (PAPERS.md)
+C_START = 0.1  # psi(x) = log(c x + 1) starts with c = 0.1
+# The MLP runs on at most this many (query, key) pairs at once: its hidden layer holds
+# MLP_WIDTH floats per pair, so one chunk is 2^21 * 32 * 4 B = 256 MiB whatever the length.
+PAIRS_PER_CHUNK = 2**21
+
+
+@register("fire")
+class Fire(PositionalEncoding):
+    """b(i, j) = f(psi(i - j) / psi(max(L, i))), psi(x) = log(c x + 1), added to the scores in
+    every layer (Li et al., 2023; PAPERS.md). f: 1 -> 32 -> H, ReLU, one output per head.
+
+    Dividing by psi(max(L, i)) keeps the input in [0, 1] at every length ("progressive
+    interpolation"), so a model evaluated past its train length sees only inputs it was
+    trained on; below the threshold L the divisor is constant and the bias is a function of
+    i - j alone. c > 0 and L > 0 are learned: c as |c|, L as |s| * L0 with a learned
+    multiplier s starting at 1, so Adam moves L by a fraction of itself per step rather than by
+    ~lr tokens. poscli starts L0 at the train length (stored with the weights), so training
+    sees normalised distances across [0, 1). One f is shared by all layers, as T5's table is.
+    The bias depends on i as well as i - j, so FIRE uses the general blocked attention.
+    """
+
+    citation = "Li et al., 2023"
+    summary = "a learned MLP of the log distance normalised by the log query position, added to scores"
+    has_score_bias = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.mlp = nn.Sequential(nn.Linear(1, MLP_WIDTH), nn.ReLU(), nn.Linear(MLP_WIDTH, config.n_head))
+        self.c = nn.Parameter(torch.tensor(C_START))
+        self.threshold_multiplier = nn.Parameter(torch.tensor(1.0))
+        self.register_buffer("threshold_start", torch.tensor(float(config.train_length)))  # L0, saved with the weights
+
+    def psi(self, x: Tensor) -> Tensor:
+        """log(c x + 1) with c = |c| > 0."""
+        return torch.log1p(self.c.abs() * x)
+
+    def threshold(self) -> Tensor:
+        """L = |s| * L0, a 0-d tensor."""
+        return self.threshold_multiplier.abs() * self.threshold_start
+
+    def normalised_distance(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        """psi(i - j) / psi(max(L, i)) for causal pairs, in [0, 1). (Tq, Tk), float32."""
+        distance = causal_distance(q_positions, k_positions).to(torch.float32)  # (Tq, Tk)
+        divisor = self.psi(torch.maximum(q_positions.to(torch.float32), self.threshold()))  # (Tq,)
+        return self.psi(distance) / divisor[:, None]  # (Tq, Tk)
+
+    def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
+        x = self.normalised_distance(q_positions, k_positions)  # (Tq, Tk)
+        rows = max(1, PAIRS_PER_CHUNK // x.shape[1])
+        bias = torch.cat([self.mlp(part[..., None].float()) for part in x.split(rows)])  # (Tq, Tk, H)
+        return bias.permute(2, 0, 1).to(q.dtype)  # (H, Tq, Tk)

@@ -1,0 +1,67 @@
+"""Randomized positional encodings (Ruoss et al., 2023): ``train --random-positions MAX``."""
+
+import pytest
+import torch
+
+from poscli.config import TrainConfig
+from poscli.errors import PoscliError
+from poscli.model import GPT
+from poscli.train import sample_positions, train
+from tests.conftest import tiny_config
+
+
+def test_positions_are_sorted_unique_and_in_range_and_differ_between_sequences():
+    generator = torch.Generator().manual_seed(0)
+    positions = sample_positions(64, 100, 1000, generator, torch.device("cpu"))  # (B, T)
+    assert positions.shape == (64, 100) and positions.dtype == torch.int64
+    assert (positions.diff(dim=1) > 0).all()  # sorted and unique
+    assert positions.min() >= 0 and positions.max() < 1000
+    assert len({tuple(row.tolist()) for row in positions}) == 64  # each sequence draws its own
+    assert positions.max() > 900 and positions.min() < 100  # the whole range is used, not just 0..T-1
+    again = sample_positions(64, 100, 1000, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert torch.equal(positions, again)  # drawn from the seeded generator: a resumed run draws the same
+
+
+def test_a_position_range_equal_to_the_length_is_the_plain_positions():
+    positions = sample_positions(3, 50, 50, torch.Generator().manual_seed(1), torch.device("cpu"))
+    assert torch.equal(positions, torch.arange(50).expand(3, 50))
+
+
+@pytest.mark.parametrize("pe", ["rope", "alibi", "learned", "fire"])
+def test_per_sequence_positions_give_each_sequence_its_own_logits(pe):
+    """(B, T) positions: row b of the logits is the model run on sequence b at positions[b]."""
+    torch.manual_seed(0)
+    config = tiny_config(pe, **({"position_rows": 256} if pe == "learned" else {}))
+    model = GPT(config).eval()
+    tokens = torch.randint(0, 256, (3, 20))
+    positions = torch.stack([torch.arange(20), torch.arange(20) * 3 + 5, torch.arange(0, 200, 10)])  # (3, 20)
+    with torch.no_grad():
+        batched = model(tokens, positions)  # (3, 20, V)
+        for row in range(3):
+            torch.testing.assert_close(batched[row], model(tokens[row : row + 1], positions[row])[0])
+        torch.testing.assert_close(batched[0], model(tokens[:1])[0])  # 0..T-1 is the default
+        assert not torch.allclose(batched[1], model(tokens[1:2])[0])  # other positions change the result
+
+
+def test_training_reaches_positions_beyond_the_train_length(tmp_path, text_corpus):
+    """A learned table trained with --random-positions 256 at length 32 has 256 rows, and rows past
+    32 move in training (weight decay off, so only gradients move them)."""
+    model_config = tiny_config("learned")  # train length 32
+    train_config = TrainConfig(data=str(text_corpus), steps=5, batch_size=4, weight_decay=0.0, random_positions=256, eval_tokens=256)
+    result = train(model_config, train_config, name="random", results=tmp_path, show_progress=False)
+    from poscli import runs
+
+    trained = runs.load_weights(result.run)["encoding.table.weight"]  # (rows, C)
+    assert trained.shape[0] == 256
+    torch.manual_seed(train_config.seed)
+    start = GPT(tiny_config("learned", position_rows=256)).state_dict()["encoding.table.weight"]
+    moved = (trained - start).abs().amax(dim=1) > 0  # (256,)
+    assert moved[32:].sum() > 100, "positions beyond the train length must be trained"
+
+
+def test_the_range_must_cover_the_train_length_and_none_has_no_positions(tmp_path, text_corpus):
+    with pytest.raises(PoscliError, match="shorter than --train-length 32"):
+        train(tiny_config("rope"), TrainConfig(data=str(text_corpus), steps=1, random_positions=16), results=tmp_path, show_progress=False)
+    with pytest.raises(PoscliError, match="reads no positions"):
+        train(tiny_config("none"), TrainConfig(data=str(text_corpus), steps=1, random_positions=64), results=tmp_path, show_progress=False)
+    assert not (tmp_path / "runs").exists()
