@@ -8,12 +8,14 @@ PY      := $(VENV)/bin/python
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 ENCODINGS := none sinusoidal learned shaw t5 rope alibi
 
-.PHONY: help install demo test bench core-table extend-table extend-32k newer-table suite clean
+.PHONY: help install demo test smoke reproduce bench core-table extend-table extend-32k newer-table suite clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
 	@echo "make demo        install, train the default model (rope) on the built-in corpus, evaluate it"
-	@echo "make test        install and run the test suite"
+	@echo "make test        install and run the test suite, then make smoke"
+	@echo "make smoke       both reference studies in miniature (recipes/smoke.toml, ~2 min)"
+	@echo "make reproduce   the reference studies: recipes/train-short-test-long.toml and extend-rope.toml"
 	@echo "make bench       speed and memory benchmarks -> results/bench/ (~13 min; NANOGPT=path adds nanoGPT)"
 	@echo "make core-table  train every encoding with the defaults and evaluate at 256, 1k, 4k (README table)"
 	@echo "make extend-table extend core-rope to 4k with every method, with and without fine-tuning (README table)"
@@ -36,6 +38,22 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+	@$(MAKE) --no-print-directory smoke
+
+# Both studies in miniature, in a scratch results folder (the pipeline, not the science).
+SMOKE_RESULTS ?= $(or $(TMPDIR),/tmp)/poscli-smoke
+smoke: install
+	rm -rf $(SMOKE_RESULTS)
+	$(POSCLI) run recipes/smoke.toml --results $(SMOKE_RESULTS)
+	@grep -q "Beside Press et al." $(SMOKE_RESULTS)/REPORT.md && grep -q "Beside Peng et al." $(SMOKE_RESULTS)/REPORT.md && echo "smoke: report complete"
+	rm -rf $(SMOKE_RESULTS)
+
+# The reference studies (README headline, results/REPORT.md). Steps already done are skipped,
+# interrupted runs resumed: run it again after an interruption. JOBS=N trains N runs at once.
+JOBS ?= 1
+reproduce: install
+	$(POSCLI) run recipes/train-short-test-long.toml --jobs $(JOBS)
+	$(POSCLI) run recipes/extend-rope.toml --jobs $(JOBS)
 
 # Speed and memory (python -m poscli.bench --help): training tokens/s per encoding and dtype, eval
 # time and peak memory at 4k-64k, matmul peak and MFU, start-up. NANOGPT=path/to/nanoGPT adds

@@ -448,6 +448,20 @@ def plot_decay_command(
     _record(results, "decay")
 
 
+@app.command("run")
+def run_recipe(
+    recipe: Annotated[str, typer.Argument(metavar="RECIPE", help="A recipe file, e.g. recipes/train-short-test-long.toml (format: recipes/README.md).")],
+    jobs: Annotated[int, typer.Option(help="Runs to train or extend at once (each gets cores / jobs threads, or its own GPU).")] = 1,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List every step and whether it is done, to do or to resume; run nothing.")] = False,
+    results: Results = None,
+):
+    """Run a whole study: train, extend, evaluate, summarise over seeds, compare with the papers, report.
+    Steps already done are skipped and interrupted runs resumed, so running it again continues."""
+    from poscli.recipes import run_recipe as run
+
+    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console())
+
+
 @app.command()
 def report(results: Results = None):
     """Write RESULTS/REPORT.md: every table and plot in the results folder, the commands that made them, the machine."""

@@ -18,6 +18,8 @@ from poscli import __version__, runs
 from poscli.io import atomic_write
 
 HISTORY_FILE = "history.jsonl"
+SEEDS_SUFFIX = "-seeds"  # TABLE-seeds.md: mean and spread over seeds (poscli run)
+PUBLISHED_SUFFIX = "-published"  # TABLE-published.md: published numbers beside the table (poscli run)
 
 
 def record_command(results, argv: list[str], tables) -> None:
@@ -88,12 +90,22 @@ def _runs_section(folder: Path) -> list[str]:
     return lines + [""]
 
 
+def _heatmaps(folder: Path, table: str) -> list[Path]:
+    """A passkey table's per-run heatmaps, TABLE-RUN.png (not another table's TABLE-x.png)."""
+    import pandas as pd
+
+    data = pd.read_csv(folder / f"{table}.csv")
+    if "accuracy" not in data.columns:
+        return []
+    return [folder / f"{table}-{run}.png" for run in sorted(data["run"].unique())]
+
+
 def write_report(results=None) -> Path:
     folder = runs.results_dir(results)
     folder.mkdir(parents=True, exist_ok=True)
     history = _history(folder)
     lines = ["# poscli report\n", *_machine(), ""]
-    tables = sorted(p.stem for p in folder.glob("*.csv") if not p.stem.endswith("_by_position") and p.stem != "decay")
+    tables = sorted(p.stem for p in folder.glob("*.csv") if not p.stem.endswith(("_by_position", SEEDS_SUFFIX)) and p.stem != "decay")
     from poscli.plots import draw_plots
 
     for table in tables:
@@ -102,9 +114,11 @@ def write_report(results=None) -> Path:
         commands = _commands(history, table)
         if commands:
             lines += ["Produced by:\n", "```", *commands, "```", ""]
-        if (folder / f"{table}.md").exists():
-            lines += [(folder / f"{table}.md").read_text(encoding="utf-8").strip(), ""]
-        for image in [folder / f"{table}.png", folder / f"{table}_by_position.png", *sorted(folder.glob(f"{table}-*.png"))]:
+        # the table, then (from `poscli run`) its summary over seeds and the published numbers beside it
+        for markdown in (f"{table}.md", f"{table}{SEEDS_SUFFIX}.md", f"{table}{PUBLISHED_SUFFIX}.md"):
+            if (folder / markdown).exists():
+                lines += [(folder / markdown).read_text(encoding="utf-8").strip(), ""]
+        for image in [folder / f"{table}.png", folder / f"{table}_by_position.png", *_heatmaps(folder, table)]:
             if image.exists():
                 lines += [f"![{image.stem}]({image.name})", ""]
     if (folder / "decay.png").exists():

@@ -11,10 +11,14 @@ failed. Each job's output goes to RESULTS/logs/NAME.log.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+STOP_GRACE_SECONDS = 60  # after Ctrl-C, how long the jobs get to write their checkpoints
 
 
 @dataclass
@@ -56,6 +60,24 @@ def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print) -> lis
     """Run ``jobs`` with at most ``parallel`` at once; returns their outcomes in the jobs' order."""
     log_dir.mkdir(parents=True, exist_ok=True)
     waiting, running, finished = list(jobs), {}, {}
+    try:
+        _schedule(waiting, running, finished, parallel, log_dir, report)
+    except KeyboardInterrupt:  # Ctrl-C: each running poscli process checkpoints, then exits
+        for job, process, handle, log, started in running.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for job, process, handle, log, started in running.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+            handle.close()
+        raise
+    return [finished[job.name] for job in jobs]
+
+
+def _schedule(waiting: list[Job], running: dict, finished: dict, parallel: int, log_dir: Path, report) -> None:
     while waiting or running:
         while waiting and len(running) < parallel:
             job = waiting.pop(0)
@@ -76,4 +98,3 @@ def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print) -> lis
             else:
                 report(f"FAILED {name} (exit {outcome.returncode}): {outcome.last_line()}  [log: {log}]")
         time.sleep(0.2)
-    return [finished[job.name] for job in jobs]

@@ -1,0 +1,482 @@
+"""``poscli run RECIPE.toml``: a whole study from one file (format: recipes/README.md).
+
+A recipe lists runs to train (``[[train]]``; a list value is a sweep axis, every combination is
+a run), extensions of them (``[[extend]]``), evaluations (``[[eval]]``) and comparisons with
+published numbers (``[[compare]]``). It compiles to a plan of poscli commands, each run as its
+own process (``--jobs N`` at a time), in four phases: train, extend, evaluate, then summaries
+over seeds, comparisons and the report. Every step is checked against what the results folder
+already holds, so running a recipe again skips what is done, resumes what was interrupted
+(from the run's checkpoint) and refuses a run of the same name with a different config.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from poscli import runs
+from poscli.errors import EnvironmentFailure, PoscliError
+from poscli.lengths import parse_length, parse_lengths
+
+SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare"}
+# Options a recipe may not set: the runner sets them, or they would break the plan.
+RUNNER_OPTIONS = {"name", "resume", "results", "quiet", "seeds", "jobs", "nproc"}
+EVAL_KEYS = {"runs", "table", "lengths", "max_tokens", "stride", "task", "depths", "trials", "device"}
+EXTEND_KEYS = {"runs", "name", "method_options"}
+
+
+@dataclass
+class Step:
+    """One poscli command of the plan. ``status``: "to do", "resume", "done"."""
+
+    kind: str  # train, extend, eval
+    name: str  # the run's name, or the table's for an evaluation
+    argv: list[str]
+    status: str = "to do"
+    detail: str = ""
+    group: str = ""  # the run's name with its seed replaced by *, for summaries over seeds
+    runs: list[str] = field(default_factory=list)  # an evaluation's runs
+    options: dict = field(default_factory=dict)  # the recipe's options for this step
+    groups: dict = field(default_factory=dict)  # an evaluation's run -> group
+
+
+@dataclass
+class Recipe:
+    path: Path
+    name: str
+    description: str
+    train: list[Step]
+    extend: list[Step]
+    evals: list[Step]
+    compare: list[dict]
+
+    @property
+    def steps(self) -> list[Step]:
+        return [*self.train, *self.extend, *self.evals]
+
+
+class RecipeError(PoscliError):
+    pass
+
+
+class RecipeInterrupted(PoscliError):
+    exit_code = 130
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _line_of(text: str, key: str, section: str | None = None, index: int = 0) -> int | None:
+    """The line (1-based) where ``key`` is set, inside the ``index``-th [[section]] if given."""
+    current, seen = None, -1
+    for number, line in enumerate(text.splitlines(), 1):
+        header = re.match(r"^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?", line)
+        if header:
+            current = header.group(1)
+            if current == section:
+                seen += 1
+            if section is None and current == key:
+                return number
+            continue
+        if re.match(rf"^\s*{re.escape(key)}\s*=", line) and (section is None and current is None or current == section and seen == index):
+            return number
+    return None
+
+
+def _command_options(command: str) -> dict[str, object]:
+    """A poscli command's option names (as Python identifiers) and their defaults, from the CLI itself."""
+    import typer.main
+
+    from poscli.cli import app
+
+    click_command = typer.main.get_command(app).commands[command]
+    return {param.name: param.default for param in click_command.params if param.param_type_name == "option"}
+
+
+def _axes(entry: dict) -> list[dict]:
+    """Every combination of an entry's list values (sweep axes), in order."""
+    keys = list(entry)
+    values = [entry[key] if isinstance(entry[key], list) else [entry[key]] for key in keys]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+
+
+def _argv(options: dict) -> list[str]:
+    argv = []
+    for key, value in options.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def _render(template: str, values: dict, where: str, group: bool = False) -> str:
+    """A run's name from its template (or, with ``group``, the name of its group: seed = *)."""
+    try:
+        name = template.format(**values)
+    except (KeyError, IndexError, ValueError) as error:
+        raise RecipeError(f"{where}: name {template!r} uses {error}, which is not one of its keys ({', '.join(values)})") from None
+    if not group and not runs.RUN_NAME.match(name):
+        raise RecipeError(f"{where}: name {template!r} gives {name!r}; run names may use only letters, digits and . _ + -")
+    return name
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Parse and check a recipe; every error names the key and its line."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"no recipe at {path}; recipes in this checkout: {', '.join(sorted(p.name for p in Path('recipes').glob('*.toml'))) or 'none'}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise RecipeError(f"{path}: not valid TOML: {error}") from None
+
+    def fail(message: str, key: str, section: str | None = None, index: int = 0):
+        line = _line_of(text, key, section, index)
+        place = f"{path}, line {line}" if line else str(path)
+        raise RecipeError(f"{place}: {message}")
+
+    for key in data:
+        if key not in SECTIONS:
+            fail(f"unknown key {key!r}; a recipe has: {', '.join(sorted(SECTIONS))}", key)
+    if not isinstance(data.get("name"), str) or not runs.RUN_NAME.match(data["name"]):
+        fail("'name' must be a short name (letters, digits, . _ + -)", "name")
+    train_defaults = _command_options("train")
+    extend_defaults = _command_options("extend")
+
+    def check_keys(entry: dict, allowed: set, section: str, index: int, command: str):
+        for key in entry:
+            if key not in allowed or key in RUNNER_OPTIONS - {"name"} or (key == "name" and section == "defaults"):
+                fail(f"[{section}] has no key {key!r}; use the options of poscli {command} (with _ for -)", key, section, index)
+
+    defaults = data.get("defaults", {})
+    check_keys(defaults, set(train_defaults) - RUNNER_OPTIONS, "defaults", 0, "train")
+
+    train_steps = []
+    for index, entry in enumerate(data.get("train", [])):
+        where = f"{path}, [[train]] {index + 1}"
+        check_keys(entry, (set(train_defaults) - RUNNER_OPTIONS) | {"name"}, "train", index, "train")
+        if "name" not in entry:
+            fail("every [[train]] needs a name, e.g. name = \"{pe}-s{seed}\"", "train", None)
+        for values in _axes({key: value for key, value in entry.items() if key != "name"}):
+            options = {**defaults, **values}
+            name = _render(entry["name"], options, where)
+            group = _render(entry["name"], {**options, "seed": "*"}, where, group=True)
+            train_steps.append(Step("train", name, ["train", *_argv(options), "--name", name], group=group,
+                                    detail=_describe(options), options=options))
+    _check_unique([s.name for s in train_steps], path)
+
+    extend_steps = []
+    for index, entry in enumerate(data.get("extend", [])):
+        where = f"{path}, [[extend]] {index + 1}"
+        check_keys(entry, (set(extend_defaults) - RUNNER_OPTIONS) | EXTEND_KEYS, "extend", index, "extend")
+        for key in ("runs", "name", "method", "target"):
+            if key not in entry:
+                fail(f"every [[extend]] needs {key!r}", "extend")
+        parents = _match(entry["runs"], [s for s in train_steps], fail, "extend", index)
+        per_method = entry.get("method_options", {})
+        axes = {key: value for key, value in entry.items() if key not in EXTEND_KEYS}
+        for parent in parents:
+            for values in _axes(axes):
+                options = {**values, **per_method.get(values["method"], {})}
+                name = _render(entry["name"], {"run": parent.name, **values}, where)
+                group = _render(entry["name"], {"run": parent.group, **values}, where, group=True)
+                extend_steps.append(Step("extend", name, ["extend", parent.name, *_argv(options), "--name", name], group=group,
+                                         detail=f"{parent.name}: {_describe(options)}",
+                                         options={**options, "parent": parent.name, "parent_options": parent.options}))
+    _check_unique([s.name for s in [*train_steps, *extend_steps]], path)
+
+    eval_steps = []
+    all_runs = [*train_steps, *extend_steps]
+    for index, entry in enumerate(data.get("eval", [])):
+        check_keys(entry, EVAL_KEYS, "eval", index, "eval")
+        for key in ("runs", "table"):
+            if key not in entry:
+                fail(f"every [[eval]] needs {key!r}", "eval")
+        if not runs.RUN_NAME.match(str(entry["table"])):
+            fail(f"table {entry['table']!r} may use only letters, digits and . _ + -", "table", "eval", index)
+        matched = _match(entry["runs"], all_runs, fail, "eval", index)
+        options = {key: value for key, value in entry.items() if key != "runs"}
+        for key in ("lengths", "max_tokens", "stride"):
+            if key in options:
+                try:
+                    parse_lengths(str(options[key])) if key == "lengths" else parse_length(str(options[key]), "--" + key.replace("_", "-"))
+                except PoscliError as error:
+                    fail(str(error), key, "eval", index)
+        if options.get("task", "perplexity") not in ("perplexity", "passkey"):
+            fail(f"task {options['task']!r} is not a task; choose perplexity or passkey", "task", "eval", index)
+        names = [s.name for s in matched]
+        eval_steps.append(Step("eval", str(entry["table"]), ["eval", *names, *_argv(options)], runs=names, detail=f"{len(names)} runs",
+                               options=options, groups={s.name: s.group for s in matched}))
+
+    compare = data.get("compare", [])
+    from poscli.published import PUBLISHED
+
+    tables = {s.name for s in eval_steps}
+    for index, entry in enumerate(compare):
+        if entry.get("published") not in PUBLISHED:
+            fail(f"published must be one of: {', '.join(PUBLISHED)}", "published", "compare", index)
+        if entry.get("table") not in tables:
+            fail(f"table {entry.get('table')!r} is not one of this recipe's [[eval]] tables ({', '.join(sorted(tables))})", "table", "compare", index)
+    return Recipe(path, data["name"], data.get("description", ""), train_steps, extend_steps, eval_steps, compare)
+
+
+def _describe(options: dict) -> str:
+    return " ".join(f"{key}={value}" for key, value in options.items())
+
+
+def _check_unique(names: list[str], path: Path) -> None:
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise RecipeError(f"{path}: the run names repeat ({', '.join(repeated[:5])}); put every sweep key into the name template")
+
+
+def _match(patterns, steps: list[Step], fail, section: str, index: int) -> list[Step]:
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    matched = []
+    for pattern in patterns:
+        found = [s for s in steps if fnmatch.fnmatchcase(s.name, pattern) and s not in matched]
+        if not found and not any(fnmatch.fnmatchcase(s.name, pattern) for s in steps):
+            fail(f"runs pattern {pattern!r} matches none of this recipe's runs", "runs", section, index)
+        matched += found
+    return matched
+
+
+# --------------------------------------------------------------------------- state
+
+
+def check_state(recipe: Recipe, results=None) -> None:
+    """Set each step's status from what RESULTS already holds."""
+    import pandas as pd
+
+    from poscli.cli import TRAIN_FIELDS
+
+    folder = runs.runs_dir(results)
+    train_defaults = _command_options("train")
+    for step in recipe.train:
+        config_path = folder / step.name / runs.CONFIG_FILE
+        if not config_path.exists():
+            continue
+        config = runs.read_config(folder / step.name)
+        saved = {**config["model"], **config["train"]}
+        for option, field_name in TRAIN_FIELDS.items():
+            if option in ("device", "checkpoint_every"):
+                continue
+            wanted = step.options.get(option, train_defaults.get(option))
+            if option in ("train_length", "random_positions"):
+                wanted = parse_length(str(wanted), option) if str(wanted) != "0" else 0
+            have = saved.get(field_name)
+            if wanted is not None and have is not None and type(have)(wanted) != have:
+                raise RecipeError(
+                    f"run {step.name!r} exists with {option} = {have!r} but the recipe asks for {wanted!r}; "
+                    f"remove {folder / step.name} or rename the run in {recipe.path}"
+                )
+        _set_status(step, config, ["train", "--resume", step.name, "--quiet"])
+    for step in recipe.extend:
+        if not (folder / step.name / runs.CONFIG_FILE).exists():
+            continue
+        config = runs.read_config(folder / step.name)
+        extension = config.get("extension") or {}
+        asked = (step.options["parent"], step.options["method"], parse_length(str(step.options["target"]), "target"))
+        have = (config.get("parent"), extension.get("method"), extension.get("target"))
+        steps_asked = step.options.get("steps")
+        if asked != have or (steps_asked is not None and int(steps_asked) != extension.get("finetune", {}).get("steps")):
+            raise RecipeError(f"run {step.name!r} exists but is not {step.detail}; remove {folder / step.name} or rename it in {recipe.path}")
+        _set_status(step, config, ["extend", step.name, "--resume", "--quiet"])
+    for step in recipe.evals:
+        table = runs.results_dir(results) / f"{step.name}.csv"
+        if not table.exists():
+            continue
+        rows = pd.read_csv(table)
+        missing = [name for name in step.runs if not _evaluated(rows, name, step)]
+        if not missing:
+            step.status, step.detail = "done", f"{len(step.runs)} runs in {table.name}"
+        elif len(missing) < len(step.runs):
+            step.detail = f"{len(missing)} of {len(step.runs)} runs still to evaluate"
+            step.runs = missing
+            step.argv = ["eval", *missing, *_argv(step.options)]
+
+
+def _set_status(step: Step, config: dict, resume_argv: list[str]) -> None:
+    status = config.get("status")
+    if status == "finished":
+        step.status, step.detail = "done", f"finished {config.get('steps_done')} steps"
+    else:
+        step.status, step.detail, step.argv = "resume", f"{status} at step {config.get('steps_done', 0)}", resume_argv
+
+
+def _evaluated(rows, name: str, step: Step) -> bool:
+    """Whether TABLE.csv has every row this evaluation would write for run ``name``."""
+    options = step.options
+    lengths = parse_lengths(str(options["lengths"])) if "lengths" in options else None
+    mine = rows[rows["run"] == name]
+    if mine.empty:
+        return False
+    if options.get("task", "perplexity") == "passkey":
+        depths = [float(d) for d in str(options.get("depths", "0,25,50,75,100")).split(",")]
+        present = set(zip(mine["length"], mine["depth"]))
+        return lengths is not None and all((length, depth) in present for length in lengths for depth in depths)
+    stride = options.get("stride")
+    mode = "nonoverlapping" if stride is None else f"sliding-{parse_length(str(stride), '--stride')}"
+    present = set(mine[mine["mode"] == mode]["length"])
+    return bool(present) and (lengths is None or all(length in present for length in lengths))
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = False, console=None) -> Recipe:
+    """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet."""
+    from rich.console import Console
+
+    console = console or Console(stderr=True, soft_wrap=True)
+    if jobs < 1:
+        raise PoscliError(f"--jobs must be at least 1, got {jobs}")
+    recipe = load_recipe(path)
+    check_state(recipe, results)
+    todo = [s for s in recipe.steps if s.status != "done"]
+    console.print(
+        f"recipe [bold]{recipe.name}[/]: {len(recipe.train)} runs to train, {len(recipe.extend)} extensions, "
+        f"{len(recipe.evals)} evaluations; {len(todo)} steps to do, {len(recipe.steps) - len(todo)} already done"
+    )
+    if dry_run:
+        for step in recipe.steps:
+            console.print(f"  {step.status:6}  {step.kind:6} {step.name}  [dim]{step.detail}[/]", highlight=False)
+            if step.status != "done":
+                console.print(f"          poscli {' '.join(step.argv)}", highlight=False, markup=False)
+        return recipe
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from poscli.sweep import Job, job_environments, run_jobs
+
+    base = [sys.executable, "-m", "poscli"]
+    results_args = ["--results", str(results)] if results is not None else []
+    log_dir = runs.results_dir(results) / "logs"
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
+        overall = progress.add_task(f"recipe {recipe.name}", total=len(recipe.steps), completed=len(recipe.steps) - len(todo))
+
+        def report(line: str) -> None:
+            progress.console.print("  " + line, highlight=False, markup=False)
+            if line.startswith(("finished", "FAILED")):
+                progress.advance(overall)
+
+        for phase, parallel in (("train", jobs), ("extend", jobs), ("eval", 1)):
+            steps = [s for s in todo if s.kind == phase]
+            if not steps:
+                continue
+            envs = job_environments(len(steps), min(parallel, len(steps)), _gpus())
+            names = [f"{s.kind}-{s.name}" for s in steps]
+            names = [name if names.count(name) == 1 else f"{name}-{i + 1}" for i, name in enumerate(names)]  # two [[eval]] of one table
+            batch = [Job(name, [*base, *s.argv, *results_args, *(["--quiet"] if "--quiet" not in s.argv else [])], env)
+                     for s, name, env in zip(steps, names, envs)]
+            try:
+                failed = [o.job.name for o in run_jobs(batch, parallel, log_dir, report=report) if not o.ok]
+            except KeyboardInterrupt:
+                raise RecipeInterrupted(
+                    f"interrupted during the {phase} phase; the runs in progress saved checkpoints. "
+                    f"Continue with: poscli run {recipe.path}"
+                ) from None
+            if failed:
+                raise EnvironmentFailure(
+                    f"{len(failed)} {phase} steps failed ({', '.join(failed[:5])}); logs in {log_dir}. "
+                    f"Fix the cause and run `poscli run {recipe.path}` again: finished steps are kept"
+                )
+        write_summaries(recipe, results)
+        from poscli.report import write_report
+
+        report_path = write_report(results)
+    console.print(f"recipe {recipe.name} done; report: {report_path}")
+    return recipe
+
+
+def _gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
+
+
+def write_summaries(recipe: Recipe, results=None) -> list[Path]:
+    """For each perplexity table of the recipe whose runs repeat over seeds: TABLE-seeds.csv/.md,
+    the mean, standard deviation and range over seeds of each group of runs at each length. Then
+    each [[compare]] with published numbers: TABLE-published.md."""
+    import pandas as pd
+
+    from poscli.io import atomic_write
+    from poscli.published import PUBLISHED
+    from poscli.report import PUBLISHED_SUFFIX, SEEDS_SUFFIX
+
+    folder = runs.results_dir(results)
+    written = []
+    summaries = {}
+    for step in recipe.evals:
+        table = folder / f"{step.name}.csv"
+        if step.options.get("task", "perplexity") != "perplexity" or not table.exists():
+            continue
+        rows = pd.read_csv(table)
+        summary = seed_summary(rows, step.groups, step.options.get("stride"))
+        if summary is None:
+            continue
+        summaries[step.name] = summary
+        with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.csv") as handle:
+            summary.to_csv(handle, index=False)
+        with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.md") as handle:
+            handle.write(seed_markdown(summary))
+        written += [folder / f"{step.name}{SEEDS_SUFFIX}.csv", folder / f"{step.name}{SEEDS_SUFFIX}.md"]
+    meta = {}  # group -> the options that made it (an extension's include its parent's)
+    for step in [*recipe.train, *recipe.extend]:
+        meta.setdefault(step.group, step.options)
+    for entry in recipe.compare:
+        summary = summaries.get(entry["table"])
+        if summary is None:
+            continue
+        text = PUBLISHED[entry["published"]](summary, meta)
+        with atomic_write(folder / f"{entry['table']}{PUBLISHED_SUFFIX}.md") as handle:
+            handle.write(text)
+        written.append(folder / f"{entry['table']}{PUBLISHED_SUFFIX}.md")
+    return written
+
+
+def seed_summary(rows, groups: dict[str, str], stride=None):
+    """Mean, sd, min, max of perplexity over the runs of each group (runs that differ only in seed),
+    per length. rows: a perplexity table. None when no group has two runs."""
+    mode = "nonoverlapping" if stride is None else f"sliding-{parse_length(str(stride), '--stride')}"
+    rows = rows[(rows["mode"] == mode) & rows["run"].isin(list(groups))].copy()
+    rows["group"] = rows["run"].map(groups)
+    if rows.groupby("group")["run"].nunique().max() < 2:
+        return None
+    summary = (
+        rows.groupby(["group", "pe", "train_length", "length"], sort=False)["ppl"]
+        .agg(seeds="count", mean="mean", sd="std", min="min", max="max")
+        .reset_index()
+    )
+    return summary
+
+
+def seed_markdown(summary) -> str:
+    lengths = sorted(summary["length"].unique())
+    lines = [
+        "Perplexity over seeds: mean ± standard deviation (min–max), nonoverlapping windows. "
+        "`n/a`: no representation at that length.\n",
+        "| runs | pe | seeds | " + " | ".join(str(length) for length in lengths) + " |",
+        "|---|---|---|" + "---|" * len(lengths),
+    ]
+    for group, part in summary.groupby("group", sort=False):
+        cells = []
+        for length in lengths:
+            cell = part[part["length"] == length]
+            if cell.empty or cell["seeds"].iloc[0] == 0:
+                cells.append("n/a")
+            elif cell["seeds"].iloc[0] == 1:
+                cells.append(f"{cell['mean'].iloc[0]:.3f}")
+            else:
+                r = cell.iloc[0]
+                cells.append(f"{r['mean']:.3f} ± {r['sd']:.3f} ({r['min']:.3f}–{r['max']:.3f})")
+        lines.append(f"| {group} | {part['pe'].iloc[0]} | {int(part['seeds'].max())} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

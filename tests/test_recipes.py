@@ -1,0 +1,277 @@
+"""`poscli run RECIPE`: parsing with errors that name the line, the plan, skip/resume, summaries,
+and the comparisons with published numbers."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from poscli.published import extrapolation_class, peng2023, press2022
+from poscli.recipes import RecipeError, load_recipe, seed_summary
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def poscli(*args):
+    return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, env={**os.environ})
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "recipe.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+GOOD = """
+name = "mini"
+
+[defaults]
+train_length = 32
+steps = 3
+
+[[train]]
+name = "m-{pe}-s{seed}"
+pe = ["rope", "alibi"]
+seed = [0, 1]
+
+[[extend]]
+runs = "m-rope-s*"
+name = "{run}+{method}"
+method = ["yarn", "base"]
+target = 128
+steps = 0
+method_options = { base = { rope_base = 500000 } }
+
+[[eval]]
+runs = "m-*"
+table = "mini"
+lengths = "32,128"
+"""
+
+
+def test_sweep_axes_expand_to_every_combination_with_groups_over_seeds(tmp_path):
+    recipe = load_recipe(write(tmp_path, GOOD))
+    assert [s.name for s in recipe.train] == ["m-rope-s0", "m-rope-s1", "m-alibi-s0", "m-alibi-s1"]
+    assert {s.group for s in recipe.train} == {"m-rope-s*", "m-alibi-s*"}
+    assert [s.name for s in recipe.extend] == ["m-rope-s0+yarn", "m-rope-s0+base", "m-rope-s1+yarn", "m-rope-s1+base"]
+    assert recipe.extend[1].argv == ["extend", "m-rope-s0", "--method", "base", "--target", "128", "--steps", "0",
+                                      "--rope-base", "500000", "--name", "m-rope-s0+base"]
+    assert "--rope-base" not in recipe.extend[0].argv  # method_options apply to their method only
+    assert recipe.train[0].argv[:4] == ["train", "--train-length", "32", "--steps"]
+    assert recipe.evals[0].runs == [*(s.name for s in recipe.train), *(s.name for s in recipe.extend)]
+
+
+# (recipe text, a piece of the offending line or None where no single line is at fault, phrase)
+MALFORMED = [
+    (GOOD.replace("steps = 3", "stepz = 3"), "stepz = 3", "'stepz'"),
+    (GOOD.replace('name = "mini"', 'name = "mini"\ncolour = "red"'), "colour", "'colour'"),
+    (GOOD.replace('runs = "m-rope-s*"', 'runs = "q-*"'), 'runs = "q-*"', "matches none"),
+    (GOOD.replace('lengths = "32,128"', 'lengths = "32,12x"'), "12x", "is not a length"),
+    (GOOD.replace('pe = ["rope", "alibi"]', 'pe = ["rope", "alibi"'), None, "not valid TOML"),
+    (GOOD.replace('name = "m-{pe}-s{seed}"', 'name = "m-{pe}"'), None, "run names repeat"),
+    (GOOD.replace('name = "m-{pe}-s{seed}"', 'name = "m-{pe}-{colour}"'), None, "'colour'"),
+    (GOOD + '\n[[compare]]\ntable = "mini"\npublished = "vaswani2017"\n', "vaswani2017", "published must be one of"),
+    (GOOD.replace('table = "mini"\n', ""), None, "needs 'table'"),
+    (GOOD.replace("steps = 0\n", 'steps = 0\nresults = "elsewhere"\n'), "elsewhere", "'results'"),
+]
+
+
+@pytest.mark.parametrize("text, marker, phrase", MALFORMED)
+def test_a_malformed_recipe_is_one_line_naming_the_key_and_its_line(tmp_path, text, marker, phrase):
+    with pytest.raises(RecipeError) as error:
+        load_recipe(write(tmp_path, text))
+    assert phrase in str(error.value), str(error.value)
+    if marker is not None:
+        line = next(number for number, content in enumerate(text.splitlines(), 1) if marker in content)
+        assert f"line {line}:" in str(error.value), str(error.value)
+
+
+def test_a_malformed_recipe_through_the_cli_is_exit_2_one_line_and_writes_nothing(tmp_path):
+    recipe = write(tmp_path, GOOD.replace("steps = 3", "stepz = 3"))
+    done = poscli("run", str(recipe), "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "line 6:" in done.stderr
+    assert not (tmp_path / "results").exists()
+    missing = poscli("run", "recipes/nope.toml", "--results", str(tmp_path / "results"))
+    assert missing.returncode == 2 and "no recipe at recipes/nope.toml" in missing.stderr
+
+
+TINY = """
+name = "tiny"
+
+[defaults]
+layers = 1
+width = 32
+heads = 4
+train_length = 32
+batch_size = 4
+steps = 4
+warmup = 1
+data = "{corpus}"
+
+[[train]]
+name = "t-{{pe}}-s{{seed}}"
+pe = ["rope", "alibi"]
+seed = [0, 1]
+
+[[extend]]
+runs = "t-rope-s*"
+name = "{{run}}+yarn"
+method = "yarn"
+target = 128
+steps = 0
+
+[[eval]]
+runs = ["t-*"]
+table = "tiny"
+lengths = "32,128"
+max_tokens = "512"
+
+[[compare]]
+table = "tiny"
+published = "press2022"
+"""
+
+
+def test_a_recipe_runs_then_skips_what_is_done_resumes_what_was_interrupted_and_refuses_a_changed_run(tmp_path_factory):
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "recipes")
+    recipe = write(tmp_path_factory.mktemp("recipe"), TINY.format(corpus=corpus))
+    dry = poscli("run", str(recipe), "--results", str(results), "--dry-run")
+    assert dry.returncode == 0 and "7 steps to do, 0 already done" in dry.stderr and not (results / "runs").exists()
+
+    first = poscli("run", str(recipe), "--results", str(results))
+    assert first.returncode == 0, first.stderr
+    for name in ("t-rope-s0", "t-rope-s1", "t-alibi-s0", "t-alibi-s1", "t-rope-s0+yarn", "t-rope-s1+yarn"):
+        assert json.loads((results / "runs" / name / "config.json").read_text())["status"] == "finished"
+    table = pd.read_csv(results / "tiny.csv")
+    assert len(table) == 6 * 2 and set(table["length"]) == {32, 128}
+    seeds = pd.read_csv(results / "tiny-seeds.csv")
+    assert set(seeds["group"]) == {"t-rope-s*", "t-alibi-s*", "t-rope-s*+yarn"} and (seeds["seeds"] == 2).all()
+    assert "Beside Press et al. (2022)" in (results / "tiny-published.md").read_text()
+    report = (results / "REPORT.md").read_text()
+    assert "tiny-seeds" not in report.split("## ")[0] and "mean ± standard deviation" in report and "Beside Press" in report
+
+    weights = results / "runs" / "t-alibi-s0" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    config_path = results / "runs" / "t-rope-s1" / "config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "status": "interrupted"}))  # as a Ctrl-C leaves it
+    again = poscli("run", str(recipe), "--results", str(results), "--dry-run")
+    assert "1 steps to do, 6 already done" in again.stderr and "poscli train --resume t-rope-s1" in again.stderr
+    second = poscli("run", str(recipe), "--results", str(results))
+    assert second.returncode == 0, second.stderr
+    assert "started train-t-rope-s1" in second.stderr and "started train-t-alibi" not in second.stderr
+    assert json.loads(config_path.read_text())["status"] == "finished"
+    assert weights.stat().st_mtime_ns == written, "a finished run is not retrained"
+
+    changed = write(tmp_path_factory.mktemp("changed"), TINY.format(corpus=corpus).replace("steps = 4", "steps = 5"))
+    refused = poscli("run", str(changed), "--results", str(results))
+    assert refused.returncode == 2 and "exists with steps = 4 but the recipe asks for 5" in refused.stderr
+
+
+def summary_from(per_group: dict[str, dict[int, list[float]]], pe_of: dict[str, str], train_length: int):
+    rows, groups = [], {}
+    for group, by_length in per_group.items():
+        for length, values in by_length.items():
+            for seed, value in enumerate(values):
+                run = f"{group}-s{seed}"
+                groups[run] = group
+                rows.append({"run": run, "pe": pe_of[group], "train_length": train_length, "length": length, "mode": "nonoverlapping", "ppl": value})
+    return seed_summary(pd.DataFrame(rows), groups), groups
+
+
+def test_the_summary_over_seeds_is_the_mean_sd_and_range_of_each_group():
+    values = {"a": {128: [4.0, 5.0, 6.0], 512: [4.0, float("nan"), 8.0]}, "b": {128: [3.0, 3.5, 4.0], 512: [9.0, 9.0, 9.0]}}
+    summary, _ = summary_from(values, {"a": "alibi", "b": "rope"}, 128)
+    row = summary[(summary["group"] == "a") & (summary["length"] == 128)].iloc[0]
+    assert row["mean"] == 5.0 and row["sd"] == pytest.approx(np.std([4, 5, 6], ddof=1)) and (row["min"], row["max"]) == (4.0, 6.0)
+    missing = summary[(summary["group"] == "a") & (summary["length"] == 512)].iloc[0]
+    assert missing["seeds"] == 2 and missing["mean"] == 6.0  # an n/a seed is left out, and counted out
+    assert summary_from({"a": {128: [4.0]}}, {"a": "alibi"}, 128)[0] is None  # one seed: nothing to summarise
+
+
+def test_extrapolation_classes_put_the_paper_where_the_brief_says():
+    """The brief: ALiBi keeps its perplexity, T5 degrades gracefully, sinusoidal and RoPE blow up.
+    Press et al.'s own ratios (longest lengths) must land in those classes."""
+    assert extrapolation_class(18.31 / 19.73) == "keeps"
+    assert extrapolation_class(22.91 / 19.65) == "degrades gracefully"
+    assert extrapolation_class(79.25 / 20.07) == "blows up" and extrapolation_class(406.01 / 20.05) == "blows up"
+    assert extrapolation_class(float("nan")) == "n/a"
+
+
+def test_press2022_comparison_reports_agreement_and_disagreement_from_the_numbers():
+    paper_like = {"alibi": {128: [5.0, 5.1], 512: [4.9, 5.0], 2048: [4.9, 5.0]},
+                  "t5": {128: [5.0, 5.0], 512: [5.5, 5.6], 2048: [6.0, 6.1]},
+                  "rope": {128: [4.8, 4.9], 512: [9.0, 9.5], 2048: [20.0, 21.0]},
+                  "sinusoidal": {128: [5.5, 5.6], 512: [30.0, 31.0], 2048: [1.0, 1.1]}}  # sinusoidal made to fail
+    summary, groups = summary_from(paper_like, {pe: pe for pe in paper_like}, 128)
+    text = press2022(summary, {})
+    assert "- ALiBi: paper keeps" in text and "poscli keeps" in text
+    assert "T5 bias: paper degrades gracefully (1.17x at 7x); poscli degrades gracefully" in text
+    assert "Rotary: paper blows up (3.95x at 30x); poscli blows up" in text and "**agrees**" in text
+    assert "Sinusoidal: paper blows up (20.25x at 30x); poscli keeps" in text and "**differs**" in text
+    assert "poscli at 512 (4x): ALiBi < T5 bias < Rotary < Sinusoidal: **same order**" in text
+    assert "poscli at 2048 (16x): Sinusoidal < ALiBi < T5 bias < Rotary: **a different order**" in text
+
+
+def test_peng2023_comparison_names_the_best_method_and_whether_yarn_is_it():
+    values = {"x+pi": {1024: [6.0, 6.2]}, "x+yarn": {1024: [5.0, 5.1]}, "x+ntk": {1024: [7.0, 7.1]}, "x": {1024: [40.0, 41.0]}}
+    summary, _ = summary_from(values, {g: "rope" for g in values}, 128)
+    meta = {f"x+{m}": {"method": m, "target": "1k", "steps": 400} for m in ("pi", "yarn", "ntk")}
+    meta["x"] = {"pe": "rope"}
+    text = peng2023(summary, meta)
+    assert "target 1k, 400 fine-tuning steps, at 1024: yarn 5.050 ± 0.071 < pi 6.100 ± 0.141 < ntk" in text
+    assert "YaRN is best, as in the paper" in text and "unextended base x: 1024: 40.500" in text
+    worse = summary.copy()
+    worse.loc[worse["group"] == "x+yarn", ["mean", "min", "max"]] = [9.0, 8.9, 9.1]
+    assert "pi is best, YaRN ranks 3 of 3: **differs from the paper**" in peng2023(worse, meta)
+
+
+def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
+    tstl = load_recipe(REPO / "recipes" / "train-short-test-long.toml")
+    from poscli import encodings
+
+    trained = {s.options["pe"] for s in tstl.train if s.name.startswith("tstl-")}
+    assert trained == set(encodings.builtin_names())  # every registered encoding
+    assert {s.options["seed"] for s in tstl.train if s.name.startswith("tstl-")} == {0, 1, 2}
+    lengths = tstl.evals[0].options["lengths"].split(",")
+    assert lengths[0] == "128" and lengths[-1] == "8k"  # from the train length to 64x it
+    assert any(s.options.get("task") == "passkey" for s in tstl.evals)
+    rope = load_recipe(REPO / "recipes" / "extend-rope.toml")
+    methods = {(s.options["method"], str(s.options["target"]), s.options["steps"]) for s in rope.extend}
+    assert methods == {(m, t, n) for m in ("pi", "ntk", "dynamic-ntk", "yarn", "llama3", "base") for t in ("1k", "32768") for n in (0, 400)}
+    assert len(rope.extend) == 72 and math.prod([3]) == len(rope.train)
+
+
+def test_ctrl_c_stops_the_recipe_with_checkpoints_and_the_next_run_resumes(tmp_path_factory):
+    """SIGINT to `poscli run` (not its children) is passed on: the running training saves its
+    checkpoint, the recipe exits 130 naming the command to continue, and the plan then resumes it."""
+    import signal
+    import time
+
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "recipe-interrupt")
+    text = TINY.format(corpus=corpus).replace("steps = 4", "steps = 100000").replace('pe = ["rope", "alibi"]\nseed = [0, 1]', 'pe = "rope"\nseed = 0')
+    recipe = write(tmp_path_factory.mktemp("long"), text)
+    process = subprocess.Popen([sys.executable, "-m", "poscli", "run", str(recipe), "--results", str(results)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = results / "runs" / "t-rope-s0" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "interrupted during the train phase" in stderr and f"poscli run {recipe}" in stderr
+    config = json.loads((results / "runs" / "t-rope-s0" / "config.json").read_text())
+    assert config["status"] == "interrupted" and config["steps_done"] >= 30
+    plan = poscli("run", str(recipe), "--results", str(results), "--dry-run")
+    assert "poscli train --resume t-rope-s0" in plan.stderr and f"interrupted at step {config['steps_done']}" in plan.stderr
