@@ -78,6 +78,20 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
     return _finish_length_plot(figure, axes, table, "evaluation length (tokens)", "perplexity (held-out, per byte)", title, path)
 
 
+def plot_seed_summary(summary, path: Path, title: str) -> Path:
+    """Mean perplexity over seeds versus length, one line per group of runs, the band from the
+    lowest to the highest seed (``poscli.recipes.seed_summary``)."""
+    figure, axes = plt.subplots(figsize=(11, 5))
+    rows = summary[summary["seeds"] > 0]
+    _distinct_colors(axes, rows["group"].nunique())
+    for group, part in rows.groupby("group", sort=False):
+        part = part.sort_values("length")
+        line = axes.plot(part["length"], part["mean"], marker="o", label=f"{group} ({int(part['seeds'].max())} seeds)")[0]
+        axes.fill_between(part["length"], part["min"], part["max"], color=line.get_color(), alpha=0.15)
+    _plain_log_y(axes)
+    return _finish_length_plot(figure, axes, summary, "evaluation length (tokens)", "perplexity (mean over seeds; band: min to max)", title, path)
+
+
 def plot_loss_by_position(table, path: Path, title: str) -> Path:
     """Mean loss against token position (log axis), one line per run at its longest length."""
     figure, axes = plt.subplots(figsize=(11, 5))

@@ -428,7 +428,10 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
             summary.to_csv(handle, index=False)
         with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.md") as handle:
             handle.write(seed_markdown(summary))
-        written += [folder / f"{step.name}{SEEDS_SUFFIX}.csv", folder / f"{step.name}{SEEDS_SUFFIX}.md"]
+        from poscli.plots import plot_seed_summary
+
+        plot = plot_seed_summary(summary, folder / f"{step.name}{SEEDS_SUFFIX}.png", f"perplexity versus length over seeds ({step.name})")
+        written += [folder / f"{step.name}{SEEDS_SUFFIX}.csv", folder / f"{step.name}{SEEDS_SUFFIX}.md", plot]
     meta = {}  # group -> the options that made it (an extension's include its parent's)
     for step in [*recipe.train, *recipe.extend]:
         meta.setdefault(step.group, step.options)

@@ -154,7 +154,7 @@ def test_a_recipe_runs_then_skips_what_is_done_resumes_what_was_interrupted_and_
     assert len(table) == 6 * 2 and set(table["length"]) == {32, 128}
     seeds = pd.read_csv(results / "tiny-seeds.csv")
     assert set(seeds["group"]) == {"t-rope-s*", "t-alibi-s*", "t-rope-s*+yarn"} and (seeds["seeds"] == 2).all()
-    assert "Beside Press et al. (2022)" in (results / "tiny-published.md").read_text()
+    assert "Beside Press et al. (2022)" in (results / "tiny-published.md").read_text() and (results / "tiny-seeds.png").exists()
     report = (results / "REPORT.md").read_text()
     assert "tiny-seeds" not in report.split("## ")[0] and "mean ± standard deviation" in report and "Beside Press" in report
 
