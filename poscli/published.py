@@ -117,7 +117,7 @@ def press2022(summary, meta: dict) -> str:
                      f"poscli {extrapolation_class(ours[lengths[-1]])} ({ours_text}): **{verdict}**.")
 
     paper_order = _order([(pe, PRESS_2022[3512][pe]) for pe in PAPER_NAMES])
-    lines += ["", f"Ordering at the longest length where the paper has all four (3512, 6.9x): "
+    lines += ["", f"- Paper at 3512 (6.9x, the longest length where it has all four): "
                   f"{' < '.join(PAPER_NAMES[pe] for pe in paper_order)}."]
     for length in longer:
         rows = {pe: _cell(summary, by_pe[pe], length) for pe in PAPER_NAMES if pe in by_pe}

@@ -275,3 +275,14 @@ def test_ctrl_c_stops_the_recipe_with_checkpoints_and_the_next_run_resumes(tmp_p
     assert config["status"] == "interrupted" and config["steps_done"] >= 30
     plan = poscli("run", str(recipe), "--results", str(results), "--dry-run")
     assert "poscli train --resume t-rope-s0" in plan.stderr and f"interrupted at step {config['steps_done']}" in plan.stderr
+
+
+def test_the_extension_tables_hold_exactly_the_bases_and_their_own_targets():
+    rope = load_recipe(REPO / "recipes" / "extend-rope.toml")
+    bases = {"xr-rope-s0", "xr-rope-s1", "xr-rope-s2"}
+    for step in rope.evals:
+        target = "32768" if "32k" in step.name else "1k"
+        extensions = {name for name in step.runs if name not in bases}
+        assert extensions and all(f"-{target}-" in name for name in extensions), step.name
+        if "passkey" not in step.name:
+            assert set(step.runs) - extensions == bases and len(extensions) == 36

@@ -1,0 +1,46 @@
+"""Copy the reference study's tables from results/ into the README, between the headline markers.
+
+    python tools/readme_headline.py          # rewrite README.md's headline blocks from results/
+    python tools/readme_headline.py --check  # exit 1 if the README differs from results/
+
+The README's headline numbers are never typed by hand: each block between
+``<!-- results/FILE -->`` and ``<!-- end -->`` is the file's content (for a -published.md file,
+only its sentences: the lines that start with "- "). tests/test_readme.py runs the check.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = re.compile(r"(<!-- (results/[\w.+-]+) -->\n)(.*?)(<!-- end -->)", re.S)
+
+
+def block_text(path: Path) -> str:
+    text = path.read_text(encoding="utf-8").strip()
+    if path.name.endswith("-published.md"):
+        text = "\n".join(line for line in text.splitlines() if line.startswith("- "))
+    return text + "\n"
+
+
+def render(readme: str, root: Path = ROOT) -> str:
+    return BLOCK.sub(lambda m: m.group(1) + block_text(root / m.group(2)) + m.group(4), readme)
+
+
+def main() -> int:
+    path = ROOT / "README.md"
+    readme = path.read_text(encoding="utf-8")
+    rendered = render(readme)
+    if "--check" in sys.argv:
+        if rendered != readme:
+            print("README.md's headline differs from results/; run: python tools/readme_headline.py", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(rendered, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
