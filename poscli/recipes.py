@@ -308,6 +308,11 @@ def _set_status(step: Step, config: dict, resume_argv: list[str]) -> None:
         step.status, step.detail, step.argv = "resume", f"{status} at step {config.get('steps_done', 0)}", resume_argv
 
 
+def _mode(stride) -> str:
+    """The table's mode for a recipe's stride (as ``poscli.evaluate.mode_name``, without importing torch)."""
+    return "nonoverlapping" if stride is None else f"sliding-{parse_length(str(stride), '--stride')}"
+
+
 def _evaluated(rows, name: str, step: Step) -> bool:
     """Whether TABLE.csv has every row this evaluation would write for run ``name``."""
     options = step.options
@@ -319,9 +324,7 @@ def _evaluated(rows, name: str, step: Step) -> bool:
         depths = [float(d) for d in str(options.get("depths", "0,25,50,75,100")).split(",")]
         present = set(zip(mine["length"], mine["depth"]))
         return lengths is not None and all((length, depth) in present for length in lengths for depth in depths)
-    stride = options.get("stride")
-    mode = "nonoverlapping" if stride is None else f"sliding-{parse_length(str(stride), '--stride')}"
-    present = set(mine[mine["mode"] == mode]["length"])
+    present = set(mine[mine["mode"] == _mode(options.get("stride"))]["length"])
     return bool(present) and (lengths is None or all(length in present for length in lengths))
 
 
@@ -449,8 +452,7 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
 def seed_summary(rows, groups: dict[str, str], stride=None):
     """Mean, sd, min, max of perplexity over the runs of each group (runs that differ only in seed),
     per length. rows: a perplexity table. None when no group has two runs."""
-    mode = "nonoverlapping" if stride is None else f"sliding-{parse_length(str(stride), '--stride')}"
-    rows = rows[(rows["mode"] == mode) & rows["run"].isin(list(groups))].copy()
+    rows = rows[(rows["mode"] == _mode(stride)) & rows["run"].isin(list(groups))].copy()
     rows["group"] = rows["run"].map(groups)
     if rows.groupby("group")["run"].nunique().max() < 2:
         return None
