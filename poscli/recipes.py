@@ -149,7 +149,7 @@ def load_recipe(path: str | Path) -> Recipe:
 
     def check_keys(entry: dict, allowed: set, section: str, index: int, command: str):
         for key in entry:
-            if key not in allowed or key in RUNNER_OPTIONS - {"name"} or (key == "name" and section == "defaults"):
+            if key not in allowed:  # every caller leaves RUNNER_OPTIONS out of allowed
                 fail(f"[{section}] has no key {key!r}; use the options of poscli {command} (with _ for -)", key, section, index)
 
     defaults = data.get("defaults", {})
