@@ -11,7 +11,9 @@ and train at half the speed of sinusoidal. Two facts make it unnecessary here:
 2. ALiBi's -m (i - j) is -m i (constant in the row, so dropped) plus m j, a term linear in the
    key position, which one extra head dimension carries through a fused kernel:
    q' = [q, 1], k' = [k, m (j - a) / scale]. Measuring j from the block start a keeps the extra
-   column small where it matters, so float32 loses nothing.
+   column small where it matters, so float32 loses nothing. In bfloat16 / float16 the column
+   is split in two, a rounded high part and the remainder (q' = [q, 1, 1]), so the bias keeps
+   about 16 bits instead of 8 and stays within plain low-precision attention's own error.
 
 ``banded_causal_attention`` therefore splits each block of Bq queries [a, b) into the keys far
 behind it, [0, a - W + 1), which carry no bias and are all visible (one fused flash-attention
@@ -112,7 +114,7 @@ class _LinearBiasAttention(torch.autograd.Function):
         with torch.autocast(q.device.type, enabled=False):
             B, H, T, hd = q.shape
             scale = 1.0 / math.sqrt(hd)
-            q_ext, k_ext, v_ext = _extended(q, k, v)  # (B, H, T, hd + 1) each
+            q_ext, k_ext, v_ext = _extended(q, k, v)  # (B, H, T, hd + E) each, E extra columns
             out = torch.empty_like(q)  # (B, H, T, hd)
             lse = torch.empty(B, H, T, dtype=torch.float32, device=q.device)
             for start, end in _spans(T, block):
@@ -134,8 +136,9 @@ class _LinearBiasAttention(torch.autograd.Function):
             B, H, T, hd = q.shape
             scale = 1.0 / math.sqrt(hd)
             q_ext, k_ext, v_ext = _extended(q, k, v)
-            out_ext, d_out_ext = F.pad(out, (0, 1)), F.pad(d_out.to(q.dtype), (0, 1))  # (B, H, T, hd + 1)
-            dq, dk, dv = (torch.zeros(x.shape[:-1] + (hd + 1,), dtype=torch.float32, device=x.device) for x in (q, k, v))
+            extra = q_ext.shape[-1] - hd
+            out_ext, d_out_ext = F.pad(out, (0, extra)), F.pad(d_out.to(q.dtype), (0, extra))  # (B, H, T, hd + E)
+            dq, dk, dv = (torch.zeros(x.shape[:-1] + (hd + extra,), dtype=torch.float32, device=x.device) for x in (q, k, v))
             for start, end in _spans(T, ctx.block):
                 _write_key_offsets(k_ext, slopes, start, end, scale)
                 rows = slice(start, end)
@@ -154,14 +157,25 @@ class _LinearBiasAttention(torch.autograd.Function):
 
 
 def _extended(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """q, k, v with one more head dimension: 1 for q, a slot for the key offsets in k, 0 for v."""
-    return F.pad(q, (0, 1), value=1.0), F.pad(k, (0, 1)), F.pad(v, (0, 1))  # (B, H, T, hd + 1) each
+    """q, k, v with E more head dimensions: 1 for q, slots for the key offsets in k, 0 for v.
+    E = 1 in float32; 2 in a low-precision dtype (the offsets' high and low parts)."""
+    extra = 1 if q.dtype in (torch.float32, torch.float64) else 2
+    return F.pad(q, (0, extra), value=1.0), F.pad(k, (0, extra)), F.pad(v, (0, extra))  # (B, H, T, hd + E) each
 
 
 def _write_key_offsets(k_ext: Tensor, slopes: Tensor, start: int, end: int, scale: float) -> None:
-    """Set k'[j, hd] = m_h (j - start) / scale for the keys 0 .. end that the block starting at ``start`` sees."""
+    """Set the key-offset columns to m_h (j - start) / scale for the keys 0 .. end that the block
+    starting at ``start`` sees: one column in float32; in a low-precision dtype, the value rounded
+    to that dtype in one column and what the rounding lost in the next, which the kernel's float32
+    accumulation adds back."""
     offsets = torch.arange(end, device=k_ext.device, dtype=torch.float32) - start  # (end,)
-    k_ext[:, :, :end, -1] = (slopes.float()[:, None] * offsets[None, :] / scale).to(k_ext.dtype)  # (H, end)
+    value = slopes.float()[:, None] * offsets[None, :] / scale  # (H, end)
+    if k_ext.dtype in (torch.float32, torch.float64):
+        k_ext[:, :, :end, -1] = value.to(k_ext.dtype)
+        return
+    high = value.to(k_ext.dtype)
+    k_ext[:, :, :end, -2] = high
+    k_ext[:, :, :end, -1] = (value - high.float()).to(k_ext.dtype)
 
 
 def _spans(length: int, block: int) -> list[tuple[int, int]]:

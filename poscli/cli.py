@@ -310,8 +310,12 @@ def extend(
 def evaluate(
     run_names: Annotated[list[str], typer.Argument(metavar="RUN...", help="Run names (in results/runs) or run folders.")],
     lengths: Annotated[Optional[str], typer.Option(help="Comma-separated lengths, e.g. 256,1k,4k (default: each run's train length x1, x4, x16).")] = None,
-    max_tokens: Annotated[str, typer.Option("--max-tokens", help="About how many held-out tokens to score per run and length.")] = "128k",
+    max_tokens: Annotated[str, typer.Option("--max-tokens", help="About how many tokens every length scores (the same tokens at every length).")] = "128k",
     stride: Annotated[Optional[str], typer.Option(help="Sliding windows: score only the last S tokens of each window (default: non-overlapping windows).")] = None,
+    protocol: Annotated[str, typer.Option(help="stream: held-out documents joined and cut into spans (Press et al.); documents: only documents as long as the longest length (Peng et al.).")] = "stream",
+    data: Annotated[Optional[str], typer.Option(help="Evaluate on this corpus instead of each run's own held-out text (stdlib, a file or folder, hf:NAME); a corpus a run did not train on is used whole.")] = None,
+    reference: Annotated[bool, typer.Option("--reference/--no-reference", help="Add a context-free 3-gram row scored on the same spans.")] = True,
+    allow_split_mismatch: Annotated[bool, typer.Option("--allow-split-mismatch", help="Evaluate even when a run's recorded held-out documents differ from the corpus' split now.")] = False,
     table: Annotated[Optional[str], typer.Option(help="Table name: writes RESULTS/TABLE.csv, .md and .png (default: ppl, or passkey for --task passkey).")] = None,
     task: Annotated[str, typer.Option(help="perplexity or passkey.")] = "perplexity",
     depths: Annotated[str, typer.Option(help="passkey: key depths in percent of the filler.")] = "0,25,50,75,100",
@@ -320,13 +324,16 @@ def evaluate(
     results: Results = None,
     quiet: Quiet = False,
 ):
-    """Perplexity (non-overlapping or sliding windows, with loss by position) or passkey accuracy
-    of each run at each length."""
+    """Perplexity (the same tokens at every length, non-overlapping or sliding windows, with 95%
+    intervals and loss by position) or passkey accuracy of each run at each length."""
+    from poscli.evalset import PROTOCOLS
     from poscli.lengths import parse_length, parse_lengths
     from poscli.runs import RUN_NAME, find_run
 
     if task not in ("perplexity", "passkey"):
         raise PoscliError(f"--task {task!r} is not a task; choose perplexity or passkey")
+    if protocol not in PROTOCOLS:
+        raise PoscliError(f"--protocol {protocol!r} is not a protocol; choose {' or '.join(PROTOCOLS)}")
     table = table or ("ppl" if task == "perplexity" else "passkey")
     parsed_lengths = parse_lengths(lengths) if lengths is not None else None
     budget = parse_length(max_tokens, "--max-tokens")
@@ -341,21 +348,27 @@ def evaluate(
 
     from rich.table import Table
 
-    from poscli.evaluate import evaluate_runs, format_ppl, write_tables
+    from poscli.evaluate import evaluate_runs, format_interval, format_ppl, write_tables
 
     console = _console()
     with _progress(console, quiet) as progress:
-        rows, position_rows = evaluate_runs(run_names, parsed_lengths, results, budget, device, progress, stride)
-    written = write_tables(rows, results, table, position_rows)
+        result = evaluate_runs(run_names, parsed_lengths, results, budget, device, progress, stride, protocol, data, reference,
+                               allow_split_mismatch)
+    written = write_tables(result, results, table)
 
-    shown = Table(title=f"perplexity ({'non-overlapping windows' if stride is None else f'sliding windows, stride {stride}'})")
-    for column in ("run", "pe", "train len", "length", "ppl", "bits/byte", "windows", "tokens"):
-        shown.add_column(column, justify="left" if column in ("run", "pe") else "right")
+    rows = result["rows"]
+    first = next((row for row in rows if row["tokens"]), None)
+    windows = "non-overlapping windows" if stride is None else f"sliding windows, stride {stride}"
+    sample = f"; every length scores the same {first['tokens']:,} tokens: {first['spans']} spans from {first['documents']} documents" if first else ""
+    shown = Table(title=f"perplexity ({protocol} protocol, {windows}{sample})")
+    for column in ("run", "pe", "train len", "length", "ppl", "95% interval", "bits/byte", "windows", "note"):
+        shown.add_column(column, justify="left" if column in ("run", "pe", "note") else "right")
     for row in rows:
-        na = bool(row["note"])
+        na = row["note"].startswith("n/a")
         shown.add_row(
-            row["label"], row["pe"], str(row["train_length"]), str(row["length"]), format_ppl(row["ppl"]),
-            "n/a" if na else f"{row['bpb']:.3f}", str(row["windows"]), f"{row['tokens']:,}",
+            row["label"], row["pe"], "-" if row["pe"] == "reference" else str(row["train_length"]), str(row["length"]),
+            format_ppl(row["ppl"]), format_interval(row["ci_low"], row["ci_high"]),
+            "n/a" if na else f"{row['bpb']:.3f}", str(row["windows"]), row["note"],
         )
     _print_table(shown)
     console.print("wrote " + ", ".join(str(p) for p in written))

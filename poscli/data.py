@@ -12,6 +12,11 @@ Corpora (``--data``):
 - ``hf:NAME[:CONFIG]``: ``datasets.load_dataset(NAME, CONFIG, split="train")`` for users who
   are online; each row's ``text`` column (or its first string column) is a document.
 
+The split is by document and leaks nothing: near-duplicate documents (sharing at least half of
+their sampled 32-byte shingles, e.g. the generated codec tables of the standard library) are
+grouped first, and a group lands wholly on one side (``near_duplicate_groups``). The corpus
+summary reports the share of held-out shingles that still occur in training text.
+
 Tokenized corpora are cached under ``$POSCLI_CACHE`` (default ``~/.cache/poscli``) keyed by
 the corpus and the files' sizes and modification times, so a second run starts in seconds.
 """
@@ -34,7 +39,17 @@ from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.io import atomic_write
 
 VOCAB_SIZE = 256
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+# Documents are joined with this between them, in training and in the stream evaluation protocol.
+DOCUMENT_SEPARATOR = np.frombuffer(b"\n\n", dtype=np.uint8)
+# Near-duplicate detection: shingles of SHINGLE bytes, a content-defined sample of 1 in
+# SHINGLE_SAMPLE of them (the same text keeps the same sample wherever it sits), documents
+# grouped when DUPLICATE_OVERLAP of the smaller one's sampled shingles occur in the other.
+# Shingles in more than COMMON_SHINGLE_DOCUMENTS documents (licence headers) are not evidence.
+SHINGLE = 32
+SHINGLE_SAMPLE = 8
+DUPLICATE_OVERLAP = 0.5
+COMMON_SHINGLE_DOCUMENTS = 400
 TEST_DIRECTORY_NAMES = {"test", "tests", "idle_test"}
 
 
@@ -56,7 +71,8 @@ class Corpus:
     """A tokenized corpus: documents concatenated, with offsets and a held-out mask.
 
     tokens: (N,) uint8; offsets: (D + 1,) int64, document d is tokens[offsets[d]:offsets[d+1]];
-    doc_hashes: (D,) sha1 hex of each document's bytes; heldout: (D,) bool.
+    doc_hashes: (D,) sha1 hex of each document's bytes; heldout: (D,) bool;
+    groups: (D,) int, near-duplicate group of each document (``near_duplicate_groups``).
     """
 
     spec: str
@@ -64,6 +80,8 @@ class Corpus:
     offsets: np.ndarray
     doc_hashes: list[str]
     heldout: np.ndarray
+    groups: np.ndarray | None = None
+    shingles: tuple[np.ndarray, np.ndarray] | None = None  # ``shingle_hashes`` of the corpus, computed once
 
     @property
     def num_documents(self) -> int:
@@ -76,14 +94,21 @@ class Corpus:
         return np.diff(self.offsets)
 
     def train_tokens(self) -> np.ndarray:
-        """Every training document, concatenated. (N_train,) uint8."""
-        return np.concatenate([self.document(d) for d in range(self.num_documents) if not self.heldout[d]])
+        """Every training document, joined by DOCUMENT_SEPARATOR. (N_train,) uint8."""
+        return join_documents([self.document(d) for d in range(self.num_documents) if not self.heldout[d]])[0]
+
+    def heldout_indices(self) -> list[int]:
+        return [d for d in range(self.num_documents) if self.heldout[d]]
 
     def heldout_documents(self) -> list[np.ndarray]:
-        return [self.document(d) for d in range(self.num_documents) if self.heldout[d]]
+        return [self.document(d) for d in self.heldout_indices()]
+
+    def heldout_sha1(self) -> list[str]:
+        return sorted(h[:12] for h, held in zip(self.doc_hashes, self.heldout) if held)
 
     def summary(self) -> dict:
         lengths = self.document_lengths()
+        leak = heldout_shingle_overlap(self.shingles or shingle_hashes(self.tokens, self.offsets), self.heldout)
         return {
             "spec": self.spec,
             "documents": self.num_documents,
@@ -92,26 +117,139 @@ class Corpus:
             "train_tokens": int(lengths[~self.heldout].sum()),
             "heldout_tokens": int(lengths[self.heldout].sum()),
             "longest_heldout_document": int(lengths[self.heldout].max()),
-            "split": "stratified by length: documents sorted by (length, sha1); in each run of "
-            "round(1/fraction) the one with the smallest sha1 is held out",
-            "heldout_sha1": sorted(h[:12] for h, held in zip(self.doc_hashes, self.heldout) if held),
+            "split": "near-duplicate groups (documents sharing >= 50% of sampled 32-byte shingles) kept whole, "
+            "stratified by length: groups sorted by (longest document, sha1); in each run of round(1/fraction) "
+            "the one with the smallest sha1 is held out (groups of more than round(1/fraction) documents always train)",
+            "near_duplicate_groups": int(len(np.unique(self.groups))) if self.groups is not None else self.num_documents,
+            "heldout_shingles_in_train": round(leak["share"], 4),
+            "heldout_shingles_in_train_worst_document": round(leak["worst"], 4),
+            "python": sys.version.split()[0] if self.spec == "stdlib" else None,
+            "heldout_sha1": self.heldout_sha1(),
         }
 
 
-def stratified_split(lengths: np.ndarray, doc_hashes: list[str], fraction: float) -> np.ndarray:
+def join_documents(documents: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Documents joined with DOCUMENT_SEPARATOR between them -> (stream (N,) uint8, starts (D,) int64),
+    starts[d] the position of document d's first token in the stream."""
+    if not documents:
+        return np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
+    pieces, starts, position = [], [], 0
+    for index, document in enumerate(documents):
+        if index:
+            pieces.append(DOCUMENT_SEPARATOR)
+            position += len(DOCUMENT_SEPARATOR)
+        starts.append(position)
+        pieces.append(document)
+        position += len(document)
+    return np.concatenate(pieces), np.array(starts, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- near-duplicates
+
+
+def shingle_hashes(tokens: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sampled SHINGLE-byte shingles of every document, unique per document.
+
+    Returns (hashes (M,) uint64, documents (M,) int64). A shingle's hash is a polynomial hash of
+    its bytes; it is kept when hash % SHINGLE_SAMPLE == 0, a choice made by the content alone, so
+    a passage copied into another document keeps the same sampled shingles (winnowing's idea,
+    Schleimer et al., 2003). Shingles that would cross a document boundary are dropped.
+    """
+    count = len(tokens) - SHINGLE + 1
+    if count <= 0:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    multipliers = np.random.default_rng(20231).integers(1, 2**62, size=SHINGLE, dtype=np.uint64) | np.uint64(1)
+    hashes = np.zeros(count, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for i in range(SHINGLE):
+            hashes = hashes * np.uint64(1099511628211) ^ tokens[i : i + count].astype(np.uint64) * multipliers[i]
+        hashes ^= hashes >> np.uint64(29)
+        hashes *= np.uint64(0xBF58476D1CE4E5B9)
+        hashes ^= hashes >> np.uint64(32)
+    starts = np.arange(count)
+    documents = np.searchsorted(offsets, starts, side="right") - 1  # (count,)
+    inside = starts + SHINGLE <= offsets[documents + 1]
+    keep = inside & (hashes % np.uint64(SHINGLE_SAMPLE) == 0)
+    pairs = np.unique(np.stack([hashes[keep], documents[keep].astype(np.uint64)]), axis=1)  # (2, M)
+    return pairs[0], pairs[1].astype(np.int64)
+
+
+def near_duplicate_groups(offsets: np.ndarray, shingles: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """(D,) group id of each document: connected components of the near-duplicate relation.
+
+    Two documents are near-duplicates when at least DUPLICATE_OVERLAP of the smaller one's sampled
+    shingles occur in the other (containment, Broder, 1997). Shingles found in more than
+    COMMON_SHINGLE_DOCUMENTS documents are ignored: boilerplate, not copying.
+    """
+    num_documents = len(offsets) - 1
+    hashes, documents = shingles
+    parent = np.arange(num_documents)
+
+    def find(d: int) -> int:
+        while parent[d] != d:
+            parent[d] = parent[parent[d]]
+            d = parent[d]
+        return d
+
+    if len(hashes):
+        sizes = np.bincount(documents, minlength=num_documents)  # sampled shingles per document
+        unique, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
+        shared = counts[inverse] >= 2
+        shared &= counts[inverse] <= COMMON_SHINGLE_DOCUMENTS
+        order = np.argsort(inverse[shared], kind="stable")
+        ids, docs = inverse[shared][order], documents[shared][order]
+        pair_counts: dict[tuple[int, int], int] = {}
+        boundaries = np.flatnonzero(np.diff(ids)) + 1
+        for members in np.split(docs, boundaries):
+            members = members.tolist()
+            for a in range(len(members)):
+                for b in range(a + 1, len(members)):
+                    key = (members[a], members[b])
+                    pair_counts[key] = pair_counts.get(key, 0) + 1
+        for (a, b), together in pair_counts.items():
+            if together >= DUPLICATE_OVERLAP * max(1, min(sizes[a], sizes[b])):
+                parent[find(a)] = find(b)
+    return np.array([find(d) for d in range(num_documents)], dtype=np.int64)
+
+
+def heldout_shingle_overlap(shingles: tuple[np.ndarray, np.ndarray], heldout: np.ndarray) -> dict:
+    """Share of held-out sampled shingles (``shingle_hashes``) that also occur in a training
+    document, overall ("share") and for the held-out document with the most ("worst")."""
+    hashes, documents = shingles
+    held = heldout[documents]
+    if not held.any():
+        return {"share": 0.0, "worst": 0.0}
+    in_train = np.isin(hashes[held], hashes[~held])
+    per_document = np.bincount(documents[held], weights=in_train, minlength=len(heldout))
+    totals = np.bincount(documents[held], minlength=len(heldout))
+    worst = float((per_document[totals > 0] / totals[totals > 0]).max())
+    return {"share": float(in_train.mean()), "worst": worst}
+
+
+def stratified_split(lengths: np.ndarray, doc_hashes: list[str], fraction: float, groups: np.ndarray | None = None) -> np.ndarray:
     """Deterministic document-level held-out mask that spans the whole range of lengths.
 
-    Documents are sorted by (length, sha1 of content) and cut into consecutive groups of
-    round(1 / fraction); the document with the smallest sha1 in each group is held out. The
-    result depends only on the documents' contents, not on their order or the machine, and
-    the held-out set has long documents too, so long-context evaluation finds windows.
+    Units are the near-duplicate ``groups`` (each document its own unit when None), each with
+    the length of its longest document and the smallest sha1 of its documents' contents. Units
+    are sorted by (length, sha1) and cut into consecutive runs of round(1 / fraction); the unit
+    with the smallest sha1 in each run is held out, all its documents together; a unit of more
+    than round(1 / fraction) documents (a family of generated files) always trains, since held
+    out it would dominate the evaluation text. The result
+    depends only on the documents' contents, not on their order or the machine, and the
+    held-out set has long documents too, so long-context evaluation finds windows.
     """
-    group = max(2, round(1 / fraction))
-    order = sorted(range(len(lengths)), key=lambda d: (int(lengths[d]), doc_hashes[d]))
+    groups = np.arange(len(lengths)) if groups is None else np.asarray(groups)
+    units: dict[int, list[int]] = {}
+    for document, group in enumerate(groups.tolist()):
+        units.setdefault(group, []).append(document)
+    keys = {g: (max(int(lengths[d]) for d in m), min(doc_hashes[d] for d in m)) for g, m in units.items()}
+    run = max(2, round(1 / fraction))
+    order = sorted(units, key=lambda g: keys[g])
     heldout = np.zeros(len(lengths), dtype=bool)
-    for start in range(0, len(order), group):
-        members = order[start : start + group]
-        heldout[min(members, key=lambda d: doc_hashes[d])] = True
+    for start in range(0, len(order), run):
+        candidates = [g for g in order[start : start + run] if len(units[g]) <= run]
+        if candidates:
+            heldout[units[min(candidates, key=lambda g: keys[g][1])]] = True
     return heldout
 
 
@@ -228,11 +366,12 @@ def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1) -> Corpus:
     """Tokenize (or read from cache) the corpus ``spec`` and split it into train / held-out."""
     load_documents, key = _documents_and_key(spec)
     cache_file = cache_dir() / f"corpus-{key}-v{CACHE_VERSION}.npz"
-    tokens = offsets = doc_hashes = None
+    tokens = offsets = doc_hashes = groups = shingles = None
     if cache_file.exists():
         try:
             with np.load(cache_file, allow_pickle=False) as cached:
                 tokens, offsets, doc_hashes = cached["tokens"], cached["offsets"], [str(h) for h in cached["doc_hashes"]]
+                groups, shingles = cached["groups"], (cached["shingle_hashes"], cached["shingle_documents"])
         except (OSError, ValueError, KeyError):
             tokens = None  # a damaged cache is rebuilt, not trusted
     if tokens is None:
@@ -243,50 +382,21 @@ def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1) -> Corpus:
         tokens = np.concatenate(documents)
         offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])]).astype(np.int64)
         doc_hashes = [hashlib.sha1(d.tobytes()).hexdigest() for d in documents]
+        shingles = shingle_hashes(tokens, offsets)
+        groups = near_duplicate_groups(offsets, shingles)
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             with atomic_write(cache_file, "wb") as handle:
-                np.savez(handle, tokens=tokens, offsets=offsets, doc_hashes=np.array(doc_hashes))
+                np.savez(handle, tokens=tokens, offsets=offsets, doc_hashes=np.array(doc_hashes), groups=groups,
+                         shingle_hashes=shingles[0], shingle_documents=shingles[1])
         except OSError:
             pass  # the cache is an optimisation; a read-only home must not stop training
     if len(offsets) - 1 < 2:
         raise PoscliError(f"--data {spec!r} has only one document; it needs at least 2 to hold one out for evaluation")
-    heldout = stratified_split(np.diff(offsets), doc_hashes, heldout_fraction)
-    return Corpus(spec=spec, tokens=tokens, offsets=offsets, doc_hashes=doc_hashes, heldout=heldout)
-
-
-def eval_windows(corpus: Corpus, length: int, max_tokens: int, stride: int | None = None) -> list[tuple[np.ndarray, int]]:
-    """Evaluation windows of ``length + 1`` tokens (``length`` inputs, each with its next token
-    as target) cut from held-out documents with at least that many tokens, each paired with
-    the index of its first scored target.
-
-    - ``stride`` None (non-overlapping, the default of Press et al.): windows start every
-      ``length`` tokens and score every target; consecutive windows share one boundary token,
-      so every token after a document's first is scored exactly once.
-    - ``stride`` S < length (sliding window, as the ALiBi and YaRN evaluations): windows start
-      every S tokens; a document's first window scores all its targets, each later one only
-      its last S, so every token is still scored once but each has >= length - S of context.
-
-    About enough windows to score ``max_tokens`` targets are used (the count is set from the
-    mean number scored per window), spread evenly over all candidates, so the choice is
-    deterministic and covers many documents.
-    """
-    step = stride or length
-    if not 1 <= step <= length:
-        raise PoscliError(f"--stride must be between 1 and the window length {length}, got {step}")
-    windows = []
-    for document in corpus.heldout_documents():
-        for start in range(0, len(document) - length, step):
-            windows.append((document[start : start + length + 1], 0 if start == 0 else length - step))
-    if not windows:
-        longest = int(corpus.document_lengths()[corpus.heldout].max())
+    heldout = stratified_split(np.diff(offsets), doc_hashes, heldout_fraction, groups)
+    if heldout.all():
         raise PoscliError(
-            f"no held-out document of {corpus.spec!r} is long enough for length {length}: the longest has "
-            f"{longest} tokens, so lengths up to {longest - 1} work; use a shorter --lengths or a corpus with longer documents"
+            f"--data {spec!r}: its documents are all near-duplicates of each other, so none is left for training; "
+            "use a corpus with more distinct documents"
         )
-    scored_per_window = sum(length - first for _, first in windows) / len(windows)  # `step`, or more with first windows
-    limit = max(1, math.ceil(max_tokens / scored_per_window))
-    if len(windows) > limit:
-        picks = np.linspace(0, len(windows) - 1, limit).round().astype(int)
-        windows = [windows[i] for i in picks]
-    return windows
+    return Corpus(spec=spec, tokens=tokens, offsets=offsets, doc_hashes=doc_hashes, heldout=heldout, groups=groups, shingles=shingles)

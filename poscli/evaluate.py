@@ -1,14 +1,18 @@
 """Perplexity versus length, and the results tables.
 
-Convention (Press et al., 2022, "nonoverlapping" evaluation): held-out documents at least
-``length + 1`` tokens long are cut into non-overlapping windows of ``length`` inputs; every
-target in a window is scored, and perplexity is exp of the token-weighted mean loss over
-all windows. Byte-level tokens make bits per byte = loss / ln 2.
+Every length of one evaluation scores exactly the same target tokens (``poscli.evalset``): the
+spans are fixed for the longest length and each length cuts them into its own windows,
+non-overlapping (Press et al., 2022) or sliding. Perplexity is exp of the token-weighted mean
+loss; each cell carries a 95% bootstrap interval over the evaluation units (spans or documents,
+``poscli.stats``) and the counts of windows, spans and documents behind it. Byte-level tokens
+make bits per byte = loss / ln 2. An optional context-free reference row (``poscli.reference``)
+is scored on the same spans.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -18,16 +22,25 @@ import torch
 import torch.nn.functional as F
 
 from poscli import runs
-from poscli.data import Corpus, eval_windows, load_corpus
-from poscli.errors import NotApplicable
+from poscli.data import Corpus, load_corpus
+from poscli.errors import NotApplicable, PoscliError
+from poscli.evalset import EvalSet, build_eval_set
 from poscli.io import atomic_write, locked
+from poscli.stats import bootstrap_perplexity, interval
 
 TABLE_COLUMNS = [
-    "run", "label", "pe", "train_length", "length", "mode", "ppl", "bpb", "loss", "windows", "tokens", "note", "evaluated",
+    "run", "label", "pe", "train_length", "corpus", "protocol", "length", "mode", "ppl", "ci_low", "ci_high", "bpb", "loss",
+    "windows", "spans", "documents", "tokens", "eval_set", "note", "evaluated",
 ]
-POSITION_COLUMNS = ["run", "label", "pe", "train_length", "length", "mode", "position_start", "position_end", "loss", "tokens"]
+TABLE_KEY = ["run", "corpus", "protocol", "mode", "length"]
+SPAN_COLUMNS = [*TABLE_KEY, "span", "unit", "loss", "tokens"]
+POSITION_COLUMNS = ["run", "label", "pe", "train_length", "corpus", "protocol", "length", "mode", "position_start", "position_end", "loss", "tokens"]
 # Tokens per forward pass when evaluating; long windows go one at a time.
 EVAL_BATCH_TOKENS = 16384
+
+
+class SplitMismatch(PoscliError):
+    """The held-out documents a run recorded are not the ones this corpus would hold out now."""
 
 
 def mode_name(stride: int | None) -> str:
@@ -37,47 +50,69 @@ def mode_name(stride: int | None) -> str:
 @torch.inference_mode()
 def perplexity(
     model,
-    corpus: Corpus,
+    eval_set: EvalSet,
     length: int,
-    max_tokens: int,
     device,
     stride: int | None = None,
     on_window: Callable[[int], None] | None = None,
-    windows: list | None = None,
 ) -> dict:
-    """Token-weighted perplexity over held-out windows of ``length`` inputs (see ``eval_windows``
-    for the non-overlapping and sliding-window conventions).
+    """Token-weighted perplexity of ``model`` on ``eval_set`` with windows of ``length`` inputs.
 
-    ``windows``, if given, are the ``eval_windows`` already cut for these arguments.
-    Returns loss (nats/token), ppl, bpb (bits per byte), windows and tokens scored, and
-    ``position_loss`` / ``position_tokens``: (length,) sums of loss and counts at each position.
+    Returns loss (nats/token), ppl, ci_low / ci_high (95% bootstrap over the set's units), bpb
+    (bits per byte), windows, spans, documents and tokens scored; ``span_loss`` / ``span_tokens``:
+    (S,) summed loss and targets of each span; ``position_loss`` / ``position_tokens``: (length,)
+    sums of loss and counts at each position of a window.
     """
-    windows = windows if windows is not None else eval_windows(corpus, length, max_tokens, stride)
-    batch_size = max(1, EVAL_BATCH_TOKENS // length)
-    position_loss = torch.zeros(length, dtype=torch.float64)
-    position_tokens = torch.zeros(length, dtype=torch.float64)
-    positions = torch.arange(length)
-    for first in range(0, len(windows), batch_size):
-        chunk = windows[first : first + batch_size]
-        batch = torch.from_numpy(np.stack([w for w, _ in chunk])).to(device=device, dtype=torch.long)  # (B, T + 1)
-        scored_from = torch.tensor([s for _, s in chunk])  # (B,)
-        logits = model(batch[:, :-1])  # (B, T, V)
-        losses = F.cross_entropy(logits.transpose(1, 2).float(), batch[:, 1:], reduction="none").cpu().double()  # (B, T)
-        scored = (positions[None, :] >= scored_from[:, None]).double()  # (B, T)
-        position_loss += (losses * scored).sum(0)
-        position_tokens += scored.sum(0)
-        if on_window:
-            on_window(len(chunk))
-    tokens = int(position_tokens.sum())
-    loss = float(position_loss.sum()) / tokens
+    windows = eval_set.windows(length, stride)
+    width = min(length, eval_set.span_length)
+    span_loss = np.zeros(eval_set.num_spans)
+    span_tokens = np.zeros(eval_set.num_spans)
+    position_loss = np.zeros(width)
+    position_tokens = np.zeros(width)
+    by_length: dict[int, list] = {}
+    for window in windows:
+        by_length.setdefault(window.length, []).append(window)
+    for window_length, group in by_length.items():
+        batch_size = max(1, EVAL_BATCH_TOKENS // window_length)
+        positions = np.arange(window_length)
+        for first in range(0, len(group), batch_size):
+            chunk = group[first : first + batch_size]
+            batch = np.stack([eval_set.spans[w.span, w.start : w.end + 1] for w in chunk])  # (B, T + 1)
+            batch = torch.from_numpy(batch).to(device=device, dtype=torch.long)
+            logits = model(batch[:, :-1])  # (B, T, V)
+            # float64 loss: the same logits give the same loss in any batch shape, to 1e-15
+            losses = F.cross_entropy(logits.transpose(1, 2).double(), batch[:, 1:], reduction="none").cpu().numpy()  # (B, T)
+            scored = positions[None, :] >= np.array([w.scored_from for w in chunk])[:, None]  # (B, T)
+            losses = np.where(scored, losses, 0.0)
+            np.add.at(span_loss, [w.span for w in chunk], losses.sum(1))
+            np.add.at(span_tokens, [w.span for w in chunk], scored.sum(1))
+            position_loss[:window_length] += losses.sum(0)
+            position_tokens[:window_length] += scored.sum(0)
+            if on_window:
+                on_window(len(chunk))
+    return summarize(eval_set, span_loss, span_tokens) | {
+        "windows": len(windows),
+        "position_loss": position_loss,
+        "position_tokens": position_tokens,
+    }
+
+
+def summarize(eval_set: EvalSet, span_loss: np.ndarray, span_tokens: np.ndarray) -> dict:
+    """A cell's numbers from its per-span loss sums: point estimate, interval and counts."""
+    tokens = int(span_tokens.sum())
+    loss = float(span_loss.sum()) / tokens
+    low, high = interval(bootstrap_perplexity(span_loss[None], span_tokens, eval_set.units))
     return {
         "loss": loss,
         "ppl": math.exp(loss),
+        "ci_low": low,
+        "ci_high": high,
         "bpb": loss / math.log(2),
-        "windows": len(windows),
+        "spans": eval_set.num_spans,
+        "documents": eval_set.num_documents,
         "tokens": tokens,
-        "position_loss": position_loss.numpy(),
-        "position_tokens": position_tokens.numpy(),
+        "span_loss": span_loss,
+        "span_tokens": span_tokens,
     }
 
 
@@ -112,6 +147,40 @@ def default_lengths(config: dict) -> list[int]:
     return [train_length, 4 * train_length, 16 * train_length]
 
 
+def check_split(config: dict, corpus: Corpus) -> None:
+    """Refuse to evaluate a run on documents it may have trained on: the held-out documents it
+    recorded must be the ones ``corpus`` holds out now."""
+    recorded = (config.get("data") or {}).get("heldout_sha1")
+    if recorded is None or recorded == corpus.heldout_sha1():
+        return
+    python = (config.get("data") or {}).get("python")
+    now = sys.version.split()[0]
+    if corpus.spec == "stdlib" and python and python != now:
+        cause = f"it was trained on the standard library of Python {python}, and this is Python {now}"
+    elif corpus.spec == "stdlib" and not python:
+        cause = "it was trained before poscli grouped near-duplicates in the split, or on another Python's standard library"
+    else:
+        cause = f"the documents of {corpus.spec!r} changed since it was trained (edited, added or removed files)"
+    raise SplitMismatch(
+        f"run {config['name']!r} held out other documents than {corpus.spec!r} holds out now: {cause}. "
+        "Its held-out perplexity could include text it trained on; evaluate with the same corpus and Python, "
+        "or add --allow-split-mismatch to evaluate anyway"
+    )
+
+
+def _identity(config: dict, eval_set: EvalSet, length: int, stride: int | None) -> dict:
+    return {
+        "run": config["name"],
+        "label": runs.run_label(config),
+        "pe": config["model"]["pe"],
+        "train_length": config["model"]["train_length"],
+        "corpus": eval_set.corpus,
+        "protocol": eval_set.protocol,
+        "length": length,
+        "mode": mode_name(stride),
+    }
+
+
 def evaluate_runs(
     run_names: list[str],
     lengths: list[int] | None,
@@ -120,72 +189,119 @@ def evaluate_runs(
     device: str = "auto",
     progress=None,
     stride: int | None = None,
-) -> tuple[list[dict], list[dict]]:
-    """Evaluate each run at each length. ``lengths`` None means ``default_lengths`` of each run.
+    protocol: str = "stream",
+    data: str | None = None,
+    reference: bool = True,
+    allow_split_mismatch: bool = False,
+) -> dict[str, list[dict]]:
+    """Evaluate each run at each length on one evaluation set per corpus. ``lengths`` None means
+    ``default_lengths`` of each run; the set's spans are as long as the longest length asked of
+    any run on that corpus, so every length scores the same tokens.
 
-    Every run and every length is checked (runs exist, lengths fit the held-out documents)
-    before any model is evaluated, so a bad request fails fast and writes nothing.
-    Returns the perplexity rows and the loss-by-position rows.
+    ``data`` evaluates on another corpus (all of its documents when it is not the run's training
+    corpus); otherwise the run's held-out documents, checked against the split it recorded
+    (``check_split``). ``reference`` adds the context-free row of ``poscli.reference``.
+
+    Every run, length and evaluation set is checked before any model is evaluated, so a bad
+    request fails fast and writes nothing. Returns {"rows", "positions", "spans"}: the
+    perplexity rows, the loss-by-position rows and the per-span rows (for summaries over seeds).
     """
     from poscli.device import select_device
 
+    if stride is not None and stride < 1:
+        raise PoscliError(f"--stride must be at least 1, got {stride}")
     device = select_device(device)
-    run_folders = [runs.find_run(name, results) for name in run_names]
-    plans = []
     corpora: dict[tuple, Corpus] = {}
-    for folder in run_folders:
-        config = runs.read_config(folder)
-        data = config["train"]["data"]
-        key = (data, config["train"]["heldout_fraction"])
-        if key not in corpora:
-            corpora[key] = load_corpus(*key)
-        run_lengths = lengths or default_lengths(config)
-        for length in run_lengths:
-            eval_windows(corpora[key], length, max_tokens=1, stride=stride)  # fails now, not after an hour of evaluation
-        plans.append((folder, config, corpora[key], run_lengths))
 
-    rows, position_rows = [], []
-    for folder, config, corpus, run_lengths in plans:
+    def corpus_for(spec: str, fraction: float) -> Corpus:
+        if (spec, fraction) not in corpora:
+            corpora[(spec, fraction)] = load_corpus(spec, fraction)
+        return corpora[(spec, fraction)]
+
+    plans = []  # (folder, config, set key, lengths)
+    span_lengths: dict[tuple, int] = {}
+    homes: dict[tuple, tuple] = {}  # set key -> the training corpus whose train split fits the reference
+    for name in run_names:
+        folder = runs.find_run(name, results)
+        config = runs.read_config(folder)
+        trained_on = (config["train"]["data"], config["train"]["heldout_fraction"])
+        spec = data or trained_on[0]
+        foreign = spec != trained_on[0]
+        key = (spec, trained_on[1] if not foreign else None, foreign)
+        corpus = corpus_for(spec, trained_on[1] if not foreign else 0.1)
+        if not foreign and not allow_split_mismatch:
+            check_split(config, corpus)
+        run_lengths = lengths or default_lengths(config)
+        if stride is not None and stride > min(run_lengths):
+            raise PoscliError(f"--stride {stride} is longer than the length {min(run_lengths)}; use a stride of at most the shortest length")
+        span_lengths[key] = max(span_lengths.get(key, 0), *run_lengths)
+        homes.setdefault(key, trained_on)
+        plans.append((folder, config, key, run_lengths))
+    eval_sets = {
+        key: build_eval_set(corpus_for(key[0], key[1] or 0.1), span_length, max_tokens, protocol, all_documents=key[2])
+        for key, span_length in span_lengths.items()
+    }  # raises now, not after an hour of evaluation
+
+    rows, position_rows, span_rows = [], [], []
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    def add(identity: dict, eval_set: EvalSet, result: dict) -> None:
+        span_loss, span_tokens = result.pop("span_loss"), result.pop("span_tokens")
+        for span, (unit, loss, tokens) in enumerate(zip(eval_set.units, span_loss, span_tokens)):
+            span_rows.append({**{k: identity[k] for k in TABLE_KEY}, "span": span, "unit": int(unit), "loss": float(loss), "tokens": int(tokens)})
+        rows.append({**identity, **result, "eval_set": eval_set.fingerprint, "note": eval_set.note(), "evaluated": now})
+
+    for folder, config, key, run_lengths in plans:
+        eval_set = eval_sets[key]
         model, config = runs.load_model(folder, str(device))
         for length in run_lengths:
-            row = {
-                "run": config["name"],
-                "label": runs.run_label(config),
-                "pe": config["model"]["pe"],
-                "train_length": config["model"]["train_length"],
-                "length": length,
-                "mode": mode_name(stride),
-                "note": "",
-                "evaluated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            }
-            windows = eval_windows(corpus, length, max_tokens, stride)
-            task = progress.add_task(f"{row['label']} @ {length}", total=len(windows)) if progress else None
+            identity = _identity(config, eval_set, length, stride)
+            count = len(eval_set.windows(length, stride))
+            task = progress.add_task(f"{identity['label']} @ {length}", total=count) if progress else None
             advance = (lambda n, task=task: progress.advance(task, n)) if progress else None
             try:
-                result = perplexity(model, corpus, length, max_tokens, device, stride, on_window=advance, windows=windows)
-                identity = {k: row[k] for k in ("run", "label", "pe", "train_length", "length", "mode")}
-                for bucket in loss_by_position(result.pop("position_loss"), result.pop("position_tokens"), length):
-                    position_rows.append({**identity, **bucket})
-                row.update(result)
+                result = perplexity(model, eval_set, length, device, stride, on_window=advance)
             except NotApplicable as reason:
-                row.update(ppl=float("nan"), bpb=float("nan"), loss=float("nan"), windows=0, tokens=0, note=f"n/a: {reason}")
+                rows.append({**identity, "ppl": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "bpb": float("nan"),
+                             "loss": float("nan"), "windows": 0, "spans": 0, "documents": 0, "tokens": 0, "eval_set": eval_set.fingerprint,
+                             "note": f"n/a: {reason}", "evaluated": now})
                 if progress:
-                    progress.update(task, completed=len(windows))
-            rows.append(row)
-    return rows, position_rows
+                    progress.update(task, completed=count)
+                continue
+            for bucket in loss_by_position(result.pop("position_loss"), result.pop("position_tokens"), min(length, eval_set.span_length)):
+                position_rows.append({**identity, **bucket})
+            add(identity, eval_set, result)
+
+    if reference:
+        from poscli.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
+
+        for key, eval_set in eval_sets.items():
+            home = corpus_for(*homes[key])
+            ngram = NGram.fit(home.train_tokens())
+            span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])
+            span_tokens = np.full(eval_set.num_spans, float(eval_set.span_length))
+            config = {"name": REFERENCE_RUN, "model": {"pe": "reference", "train_length": 0}}
+            for length in sorted({n for _, _, k, ls in plans if k == key for n in ls}):
+                identity = {**_identity({**config, "label": REFERENCE_LABEL}, eval_set, length, stride), "label": f"3-gram, no positions ({homes[key][0]} train split)"}
+                result = summarize(eval_set, span_loss, span_tokens) | {"windows": len(eval_set.windows(length, stride))}
+                add(identity, eval_set, result)
+    return {"rows": rows, "positions": position_rows, "spans": span_rows}
 
 
-def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str]):
-    """Merge ``rows`` into the CSV at ``path``: every earlier row whose ``key`` matches a new
-    row's is replaced, all others are kept. Returns the merged table (a DataFrame).
+def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str], replace: list[str] | None = None):
+    """Merge ``rows`` into the CSV at ``path``: every earlier row whose ``replace`` columns
+    (default: ``key``) match a new row's is replaced, all others are kept; sorted by ``key``.
+    Returns the merged table (a DataFrame).
     Callers hold ``poscli.io.locked`` on the table, so concurrent writers lose no rows."""
     import pandas as pd
 
     new = pd.DataFrame(rows, columns=columns)
     if path.exists():
         old = pd.read_csv(path, keep_default_na=False, na_values=["nan", "NaN", ""])
+        if not set(replace or key) <= set(old.columns):
+            raise PoscliError(f"{path} was written by an older poscli (it lacks {', '.join(sorted(set(replace or key) - set(old.columns)))}); move it away or use another --table")
         old = old[[c for c in columns if c in old.columns]]
-        replaced = old.set_index(key).index.isin(new.set_index(key).index.unique())
+        replaced = old.set_index(replace or key).index.isin(new.set_index(replace or key).index.unique())
         combined = pd.concat([old[~replaced], new], ignore_index=True)
     else:
         combined = new
@@ -195,12 +311,13 @@ def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str])
     return combined
 
 
-def write_tables(rows: list[dict], results: str | Path | None = None, table: str = "ppl", position_rows: list[dict] | None = None) -> list[Path]:
-    """Merge ``rows`` into RESULTS/TABLE.csv (long form), rewrite RESULTS/TABLE.md (a pivot) and
-    RESULTS/TABLE.png (perplexity versus length); with ``position_rows``, also
-    RESULTS/TABLE_by_position.csv and its plot. Returns the files written.
+def write_tables(result: dict[str, list[dict]], results: str | Path | None = None, table: str = "ppl") -> list[Path]:
+    """Merge an ``evaluate_runs`` result into RESULTS/TABLE.csv (long form), TABLE_spans.csv (each
+    span's loss, for summaries over seeds) and TABLE_by_position.csv; rewrite TABLE.md (a pivot
+    with intervals and counts) and the plots. Returns the files written.
 
-    A row replaces an earlier one for the same run, length and mode; other rows are kept.
+    A row replaces an earlier one for the same run, corpus, protocol, mode and length; other
+    rows are kept.
     """
     from poscli.plots import draw_plots
 
@@ -208,14 +325,17 @@ def write_tables(rows: list[dict], results: str | Path | None = None, table: str
     folder.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = folder / f"{table}.csv", folder / f"{table}.md"
     with locked(folder / table):  # concurrent evaluations take turns: read, merge and write as one step
-        combined = merge_rows(csv_path, rows, TABLE_COLUMNS, ["run", "mode", "length"])
+        combined = merge_rows(csv_path, result["rows"], TABLE_COLUMNS, TABLE_KEY)
+        written = [csv_path]
+        if result.get("spans"):
+            written.append(folder / f"{table}_spans.csv")
+            merge_rows(written[-1], result["spans"], SPAN_COLUMNS, [*TABLE_KEY, "span"], replace=TABLE_KEY)
+        if result.get("positions"):
+            written.append(folder / f"{table}_by_position.csv")
+            merge_rows(written[-1], result["positions"], POSITION_COLUMNS, [*TABLE_KEY, "position_start"], replace=TABLE_KEY)
         with atomic_write(md_path) as handle:
             handle.write(markdown_pivot(combined))
-        written = [csv_path, md_path]
-        if position_rows:
-            written.append(folder / f"{table}_by_position.csv")
-            merge_rows(written[-1], position_rows, POSITION_COLUMNS, ["run", "mode", "length", "position_start"])
-        return written + draw_plots(folder, table)
+        return [*written, md_path] + draw_plots(folder, table)
 
 
 def format_ppl(value: float) -> str:
@@ -224,18 +344,45 @@ def format_ppl(value: float) -> str:
     return f"{value:.3f}" if value < 100 else f"{value:.1f}" if value < 1e5 else f"{value:.3g}"
 
 
+def format_interval(low: float, high: float) -> str:
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (low, high)):
+        return ""
+    return f"[{format_ppl(low)}, {format_ppl(high)}]"
+
+
+def describe_set(first, protocol: str, mode: str) -> str:
+    """One sentence naming what stands behind every cell of a block."""
+    windows = "non-overlapping windows" if mode == "nonoverlapping" else f"sliding windows, stride {mode.split('-', 1)[1]}"
+    how = "held-out documents joined into one stream, cut into spans" if protocol == "stream" else "one or more spans from the start of each document long enough"
+    return (f"corpus {first['corpus']}, {protocol} protocol ({how}), {windows}: every length scores the same "
+            f"{int(first['tokens']):,} tokens ({int(first['spans'])} spans from {int(first['documents'])} documents; evaluation set {first['eval_set']})")
+
+
 def markdown_pivot(table) -> str:
-    """Runs by lengths, perplexity in each cell; one block per evaluation mode."""
+    """Runs by lengths: perplexity and its 95% interval in each cell; one block per corpus,
+    protocol and mode, headed by the sample behind it."""
     lines = []
-    for mode, part in table.groupby("mode", sort=True):
+    for (corpus, protocol, mode), part in table.groupby(["corpus", "protocol", "mode"], sort=True):
         lengths = sorted(part["length"].unique())
-        lines.append(f"Perplexity ({mode} windows; bits per byte = log2 of perplexity). `n/a`: the encoding has no representation at that length.\n")
+        scored = part[part["tokens"] > 0]
+        lines.append(f"Perplexity (bits per byte = log2 of perplexity) with its 95% bootstrap interval over the evaluation sample; "
+                     + (describe_set(scored.iloc[0], protocol, mode) if len(scored) else f"corpus {corpus}") + ". "
+                     "`n/a`: the encoding has no representation at that length.\n")
+        if scored["eval_set"].nunique() > 1:
+            lines.append(f"**These rows come from {scored['eval_set'].nunique()} different evaluation sets** (column eval_set of the CSV): "
+                         "compare only rows of the same set.\n")
+        notes = sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")})
+        for note in notes:
+            lines.append(f"Note: {note}.\n")
         lines.append("| run | pe | train length | " + " | ".join(str(n) for n in lengths) + " |")
         lines.append("|---|---|---|" + "---|" * len(lengths))
         for run, rows in part.groupby("run", sort=False):
-            by_length = dict(zip(rows["length"], rows["ppl"]))
             first = rows.iloc[0]
-            cells = [format_ppl(by_length[n]) if n in by_length else "" for n in lengths]
-            lines.append(f"| {first['label']} | {first['pe']} | {first['train_length']} | " + " | ".join(cells) + " |")
+            cells = []
+            for n in lengths:
+                cell = rows[rows["length"] == n]
+                cells.append("" if cell.empty else f"{format_ppl(cell['ppl'].iloc[0])} {format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip())
+            train_length = "-" if first["pe"] == "reference" else first["train_length"]
+            lines.append(f"| {first['label']} | {first['pe']} | {train_length} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -42,7 +42,7 @@ def _plain_log_y(axes) -> None:
 
 
 def _mark_train_lengths(axes, train_lengths) -> None:
-    for n, length in enumerate(sorted(set(int(x) for x in train_lengths))):
+    for n, length in enumerate(sorted(set(int(x) for x in train_lengths if int(x) > 0))):
         axes.axvline(length, color="grey", linestyle="--", linewidth=1, label="train length" if n == 0 else None)
 
 
@@ -73,23 +73,30 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
     for (label, mode), part in rows.groupby(["label", "mode"], sort=False):
         part = part.sort_values("length")
         name = label if len(modes) == 1 else f"{label} ({mode})"
-        axes.plot(part["length"], part["ppl"], marker="o", label=name)
+        reference = (part["pe"] == "reference").all()
+        line = axes.plot(part["length"], part["ppl"], marker="o", label=name, linestyle="--" if reference else "-",
+                         color="black" if reference else None)[0]
+        if "ci_low" in part.columns:
+            axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.12)
     _plain_log_y(axes)
     return _finish_length_plot(figure, axes, table, "evaluation length (tokens)", "perplexity (held-out, per byte)", title, path)
 
 
 def plot_seed_summary(summary, path: Path, title: str) -> Path:
-    """Mean perplexity over seeds versus length, one line per group of runs, the band from the
-    lowest to the highest seed (``poscli.recipes.seed_summary``)."""
+    """Mean perplexity over seeds versus length, one line per group of runs, the band its 95%
+    interval over seeds and evaluation sample (``poscli.recipes.seed_summary``)."""
     figure, axes = plt.subplots(figsize=(11, 5))
     rows = summary[summary["seeds"] > 0]
     _distinct_colors(axes, rows["group"].nunique())
     for group, part in rows.groupby("group", sort=False):
         part = part.sort_values("length")
-        line = axes.plot(part["length"], part["mean"], marker="o", label=f"{group} ({int(part['seeds'].max())} seeds)")[0]
-        axes.fill_between(part["length"], part["min"], part["max"], color=line.get_color(), alpha=0.15)
+        reference = (part["pe"] == "reference").all()
+        label = group if reference else f"{group} ({int(part['seeds'].max())} seeds)"
+        line = axes.plot(part["length"], part["mean"], marker="o", label=label, linestyle="--" if reference else "-",
+                         color="black" if reference else None)[0]
+        axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.15)
     _plain_log_y(axes)
-    return _finish_length_plot(figure, axes, summary, "evaluation length (tokens)", "perplexity (mean over seeds; band: min to max)", title, path)
+    return _finish_length_plot(figure, axes, summary, "evaluation length (tokens)", "perplexity (mean over seeds; band: 95% interval)", title, path)
 
 
 def plot_loss_by_position(table, path: Path, title: str) -> Path:

@@ -1,4 +1,4 @@
-"""Published numbers (from ../shared/reference/PAPERS.md) set beside a recipe's results.
+"""Published numbers (Press et al., 2022; Peng et al., 2023) set beside a recipe's results.
 
 Each comparison takes a recipe's summary over seeds (``poscli.recipes.seed_summary``: one row per
 group of runs and length, with mean/sd/min/max perplexity) and ``meta`` (group -> the options
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 # Press, Smith and Lewis (ICLR 2022), WikiText-103 validation perplexity, 16-layer d=1024 model
-# trained at L = 512 (PAPERS.md; T5 bias ran out of memory at 15512).
+# trained at L = 512 (T5 bias ran out of memory at 15512).
 PRESS_TRAIN_LENGTH = 512
 PRESS_2022 = {  # L_valid -> {pe: ppl}
     512: {"sinusoidal": 20.05, "rope": 20.07, "t5": 19.65, "alibi": 19.73},
@@ -45,6 +45,26 @@ def extrapolation_class(ratio: float) -> str:
     return "degrades gracefully" if ratio < BLOWS_UP else "blows up"
 
 
+def interval_class(low: float, high: float) -> str:
+    """The class of a ratio's interval: one class when the whole interval lies in it, else
+    "X or Y" (the interval crosses a threshold, so the data do not decide)."""
+    if math.isnan(low) or math.isnan(high):
+        return "n/a"
+    a, b = extrapolation_class(low), extrapolation_class(high)
+    return a if a == b else f"{a} or {b}"
+
+
+def class_verdict(paper_class: str, low: float, high: float) -> str:
+    """agrees: the whole interval in the paper's class; differs: none of it; tied: it crosses
+    a threshold of the paper's class."""
+    ours = interval_class(low, high)
+    if ours == paper_class:
+        return "agrees"
+    if paper_class in ours.split(" or "):
+        return "tied (the interval crosses a class threshold)"
+    return "differs"
+
+
 def _cell(summary, group: str, length: int):
     row = summary[(summary["group"] == group) & (summary["length"] == length)]
     return None if row.empty or row["seeds"].iloc[0] == 0 else row.iloc[0]
@@ -53,25 +73,47 @@ def _cell(summary, group: str, length: int):
 def _fmt(row) -> str:
     if row is None:
         return "n/a"
-    if row["seeds"] < 2:
+    if math.isnan(row.get("ci_low", float("nan"))):
         return f"{row['mean']:.3f}"
-    return f"{row['mean']:.3f} ± {row['sd']:.3f}"
+    return f"{row['mean']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
 
 
-def _order(items: list[tuple[str, float]]) -> list[str]:
-    return [name for name, value in sorted(items, key=lambda item: item[1]) if not math.isnan(value)]
+def _bounds(row) -> tuple[float, float]:
+    return (row["ci_low"], row["ci_high"]) if not math.isnan(row["ci_low"]) else (row["mean"], row["mean"])
+
+
+def ranked(rows: dict[str, object], names: dict[str, str] | None = None) -> tuple[list[str], str]:
+    """Items ranked by mean, and the ranking as text: "<" between neighbours whose 95% intervals
+    separate, "≈" (tied) where they overlap."""
+    names = names or {}
+    order = [k for k, row in sorted(rows.items(), key=lambda item: item[1]["mean"]) if row is not None and not math.isnan(row["mean"])]
+    text = names.get(order[0], order[0]) if order else ""
+    for a, b in zip(order, order[1:]):
+        text += (" < " if _bounds(rows[a])[1] < _bounds(rows[b])[0] else " ≈ ") + names.get(b, b)
+    return order, text
+
+
+def separated_pairs(rows: dict[str, object]) -> set[tuple[str, str]]:
+    """(a, b) for every pair whose intervals separate with a below b."""
+    pairs = set()
+    for a, row_a in rows.items():
+        for b, row_b in rows.items():
+            if a != b and row_a is not None and row_b is not None and _bounds(row_a)[1] < _bounds(row_b)[0]:
+                pairs.add((a, b))
+    return pairs
 
 
 def press2022(summary, meta: dict) -> str:
-    """Train short, test long: the paper's perplexity and extrapolation classes beside poscli's."""
-    groups = list(dict.fromkeys(summary["group"]))
-    train_length = int(summary["train_length"].iloc[0])
+    """Train short, test long: the paper's perplexity and extrapolation classes beside poscli's,
+    each claim made only where poscli's 95% intervals separate."""
+    groups = [g for g in dict.fromkeys(summary["group"]) if g in meta]
+    train_length = int(summary[summary["group"].isin(groups)]["train_length"].iloc[0])
     lengths = sorted(summary["length"].unique())
     longer = [length for length in lengths if length > train_length]
     lines = [
         "### Beside Press et al. (2022), \"Train Short, Test Long\"\n",
         f"Published: WikiText-103 validation perplexity of a 16-layer, d = 1024 word-level model trained at "
-        f"L = {PRESS_TRAIN_LENGTH} (PAPERS.md; T5 bias ran out of memory at 15512). Ratio = perplexity at the length "
+        f"L = {PRESS_TRAIN_LENGTH} (Press et al., 2022, Table 2; T5 bias ran out of memory at 15512). Ratio = perplexity at the length "
         "over perplexity at the train length.\n",
         "| L_valid (x train) | " + " | ".join(PAPER_NAMES.values()) + " |",
         "|---|" + "---|" * len(PAPER_NAMES),
@@ -82,27 +124,29 @@ def press2022(summary, meta: dict) -> str:
 
     lines += [
         "",
-        f"poscli: byte-level models trained at {train_length} (mean ± sd over seeds; ratio of means to the train length).\n",
-        "| runs | " + " | ".join(f"{length} ({length // train_length}x)" for length in lengths) + " | class at the longest |",
-        "|---|" + "---|" * (len(lengths) + 1),
+        f"poscli: byte-level models trained at {train_length}, every length scoring the same tokens; the ratio to the "
+        "train length with its 95% interval (two-level bootstrap: seeds, then evaluation spans, paired across lengths).\n",
+        "| runs | " + " | ".join(f"{length // train_length}x ({length})" for length in longer) + " | class at the longest |",
+        "|---|" + "---|" * (len(longer) + 1),
     ]
-    ratio_at = {}
     for group in groups:
-        base = _cell(summary, group, train_length)
-        cells, ratios = [], {}
-        for length in lengths:
+        cells = []
+        for length in longer:
             row = _cell(summary, group, length)
-            ratio = row["mean"] / base["mean"] if row is not None and base is not None else float("nan")
-            ratios[length] = ratio
-            cells.append(_fmt(row) + ("" if math.isnan(ratio) or length == train_length else f" ({ratio:.2f}x)"))
-        ratio_at[group] = ratios
-        lines.append(f"| {group} | " + " | ".join(cells) + f" | {extrapolation_class(ratios[lengths[-1]])} |")
+            if row is None or math.isnan(row.get("ratio", float("nan"))):
+                cells.append("n/a")
+            else:
+                cells.append(f"{row['ratio']:.2f}x [{row['ratio_low']:.2f}, {row['ratio_high']:.2f}]")
+        last = _cell(summary, group, lengths[-1])
+        klass = interval_class(last["ratio_low"], last["ratio_high"]) if last is not None and not math.isnan(last.get("ratio", float("nan"))) else "n/a"
+        lines.append(f"| {group} | " + " | ".join(cells) + f" | {klass} |")
 
     by_pe = {}
     for group in groups:
         pe = summary[summary["group"] == group]["pe"].iloc[0]
         by_pe.setdefault(pe, group)
-    lines += ["", f"Classes: ratio ≤ {KEEPS} keeps its perplexity, {KEEPS}–{BLOWS_UP} degrades gracefully, ≥ {BLOWS_UP} blows up.\n"]
+    lines += ["", f"Classes: ratio ≤ {KEEPS} keeps its perplexity, {KEEPS}–{BLOWS_UP} degrades gracefully, ≥ {BLOWS_UP} blows up; "
+                  "an interval that crosses a threshold gets both classes and decides nothing.\n"]
     for pe, name in PAPER_NAMES.items():
         paper_length = max(length for length, values in PRESS_2022.items() if pe in values)
         paper_ratio = PRESS_2022[paper_length][pe] / PRESS_2022[PRESS_TRAIN_LENGTH][pe]
@@ -110,41 +154,53 @@ def press2022(summary, meta: dict) -> str:
         if pe not in by_pe:
             lines.append(f"- {name}: paper {paper_class} ({paper_ratio:.2f}x at {paper_length / PRESS_TRAIN_LENGTH:.0f}x); not in this study.")
             continue
-        ours = ratio_at[by_pe[pe]]
-        verdict = "agrees" if extrapolation_class(ours[lengths[-1]]) == paper_class else "differs"
-        ours_text = ", ".join(f"{ours[length]:.2f}x at {length // train_length}x" for length in longer)
+        rows = {length: _cell(summary, by_pe[pe], length) for length in longer}
+        usable = [length for length in longer if rows[length] is not None and not math.isnan(rows[length].get("ratio", float("nan")))]
+        if not usable:
+            lines.append(f"- {name}: paper {paper_class}; poscli has no ratio with an interval.")
+            continue
+        last = rows[usable[-1]]
+        verdict = class_verdict(paper_class, last["ratio_low"], last["ratio_high"])
+        ours_text = ", ".join(f"{rows[length]['ratio']:.2f}x [{rows[length]['ratio_low']:.2f}, {rows[length]['ratio_high']:.2f}] at {length // train_length}x" for length in usable)
         lines.append(f"- {name}: paper {paper_class} ({paper_ratio:.2f}x at {paper_length / PRESS_TRAIN_LENGTH:.0f}x); "
-                     f"poscli {extrapolation_class(ours[lengths[-1]])} ({ours_text}): **{verdict}**.")
+                     f"poscli {interval_class(last['ratio_low'], last['ratio_high'])} ({ours_text}): **{verdict}**.")
 
-    paper_order = _order([(pe, PRESS_2022[3512][pe]) for pe in PAPER_NAMES])
+    paper_order = [pe for pe, _ in sorted(((pe, PRESS_2022[3512][pe]) for pe in PAPER_NAMES), key=lambda item: item[1])]
     lines += ["", f"- Paper at 3512 (6.9x, the longest length where it has all four): "
                   f"{' < '.join(PAPER_NAMES[pe] for pe in paper_order)}."]
     for length in longer:
         rows = {pe: _cell(summary, by_pe[pe], length) for pe in PAPER_NAMES if pe in by_pe}
-        ours = _order([(pe, row["mean"] if row is not None else float("nan")) for pe, row in rows.items()])
-        same = [pe for pe in paper_order if pe in ours] == ours
-        overlaps = [f"{PAPER_NAMES[a]} and {PAPER_NAMES[b]}" for a, b in zip(ours, ours[1:])
-                    if rows[a]["seeds"] > 1 and rows[a]["max"] >= rows[b]["min"]]
-        text = f"- poscli at {length} ({length // train_length}x): {' < '.join(PAPER_NAMES[pe] for pe in ours)}: **{'same order' if same else 'a different order'}**"
-        if overlaps:
-            text += f"; the seeds' ranges overlap for {', '.join(overlaps)}"
-        lines.append(text + ".")
+        rows = {pe: row for pe, row in rows.items() if row is not None}
+        if len(rows) < 2:
+            continue
+        _, text = ranked(rows, PAPER_NAMES)
+        reversed_pairs = [(a, b) for a, b in separated_pairs(rows) if paper_order.index(a) > paper_order.index(b)]
+        if reversed_pairs:
+            verdict = "**a different order**: " + ", ".join(f"{PAPER_NAMES[a]} below {PAPER_NAMES[b]}" for a, b in sorted(reversed_pairs))
+        elif "≈" in text:
+            verdict = "**the paper's order wherever the intervals separate**; ≈ marks a tie"
+        else:
+            verdict = "**same order**, every step separated"
+        lines.append(f"- poscli at {length} ({length // train_length}x): {text}: {verdict}.")
     return "\n".join(lines) + "\n"
 
 
 def peng2023(summary, meta: dict) -> str:
-    """Context extension: YaRN's ablation beside poscli's methods at each target length."""
+    """Context extension: YaRN's ablation beside poscli's methods at each target length; a method
+    is called best only where its interval separates from the runner-up's."""
     lines = [
         "### Beside Peng et al. (2023), YaRN\n",
         "Published: YaRN's s = 2 ablation, Llama-2-7B extended from 4k to 8k, Proof-pile perplexity "
-        "(PAPERS.md). Past the target (10k) YaRN degrades least.\n",
+        "(Peng et al., 2023). Past the target (10k) YaRN degrades least.\n",
         "| method | " + " | ".join(str(length) for length in PENG_2023_S2["yarn"]) + " |",
         "|---|" + "---|" * len(PENG_2023_S2["yarn"]),
     ]
     for method, values in PENG_2023_S2.items():
         lines.append(f"| {PENG_NAMES[method]} | " + " | ".join(f"{v:.2f}" for v in values.values()) + " |")
     lines += ["", "Published long runs: PI fine-tuned to 32k: 3.51 (8k), 2.64 (32k), 187.7 (64k); "
-                  "YaRN s = 32 (128k): 3.56 (8k), 2.70 (32k), 2.45 (64k), 2.37 (128k).", ""]
+                  "YaRN s = 32 (128k): 3.56 (8k), 2.70 (32k), 2.45 (64k), 2.37 (128k).", "",
+              "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where neighbouring intervals "
+              "separate, `≈` where they overlap (tied).", ""]
 
     extensions = {group: options for group, options in meta.items() if "method" in options and group in set(summary["group"])}
     settings = sorted({(str(o["target"]), int(o.get("steps", 400))) for o in extensions.values()}, key=lambda s: (s[1], s[0]))
@@ -152,23 +208,21 @@ def peng2023(summary, meta: dict) -> str:
         members = {g: o for g, o in extensions.items() if str(o["target"]) == target_text and int(o.get("steps", 400)) == steps}
         target = int(summary[summary["group"].isin(list(members))]["length"].max())
         rows = {o["method"]: _cell(summary, g, target) for g, o in members.items()}
-        ranked = _order([(m, row["mean"] if row is not None else float("nan")) for m, row in rows.items()])
-        if not ranked:
+        rows = {m: row for m, row in rows.items() if row is not None and not math.isnan(row["mean"])}
+        if not rows:
             continue
-        best = ranked[0]
+        order, text = ranked(rows)
         tuning = "no fine-tuning" if steps == 0 else f"{steps} fine-tuning steps"
-        line = f"- poscli, target {target_text}, {tuning}, at {target}: " + " < ".join(f"{m} {_fmt(rows[m])}" for m in ranked)
-        if "yarn" in rows and rows["yarn"] is not None:
-            yarn = rows["yarn"]
-            runner_up = rows[ranked[1]] if len(ranked) > 1 else None
-            if best == "yarn" and runner_up is not None and yarn["seeds"] > 1 and runner_up["min"] <= yarn["max"]:
-                verdict = f"YaRN is lowest, as in the paper, but within the seeds' range of {ranked[1]}"
-            elif best == "yarn":
+        line = f"- poscli, target {target_text}, {tuning}, at {target}: {text} ({', '.join(f'{m} {_fmt(rows[m])}' for m in order)})"
+        best = order[0]
+        tied_best = [m for m in order[1:] if not _bounds(rows[best])[1] < _bounds(rows[m])[0]]
+        if "yarn" in rows:
+            if best == "yarn" and not tied_best:
                 verdict = "YaRN is best, as in the paper"
-            elif yarn["seeds"] > 1 and yarn["min"] <= rows[best]["max"]:
-                verdict = f"{best} is best but YaRN's range over seeds overlaps it"
+            elif "yarn" == best or "yarn" in tied_best:
+                verdict = f"YaRN is tied for best with {', '.join(m for m in [best, *tied_best] if m != 'yarn')}: the data do not decide"
             else:
-                verdict = f"{best} is best, YaRN ranks {ranked.index('yarn') + 1} of {len(ranked)}: **differs from the paper**"
+                verdict = f"{best}{' (tied with ' + ', '.join(tied_best) + ')' if tied_best else ''} is best and YaRN's interval lies above it: **differs from the paper**"
             line += f". {verdict}."
         lines.append(line)
     unextended = [g for g, o in meta.items() if "method" not in o and g in set(summary["group"])]

@@ -26,7 +26,7 @@ from poscli.lengths import parse_length, parse_lengths
 SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare"}
 # Options a recipe may not set: the runner sets them, or they would break the plan.
 RUNNER_OPTIONS = {"name", "resume", "results", "quiet", "seeds", "jobs", "nproc"}
-EVAL_KEYS = {"runs", "table", "lengths", "max_tokens", "stride", "task", "depths", "trials", "device"}
+EVAL_KEYS = {"runs", "table", "lengths", "max_tokens", "stride", "protocol", "reference", "data", "task", "depths", "trials", "device"}
 EXTEND_KEYS = {"runs", "name", "method_options"}
 
 
@@ -108,7 +108,10 @@ def _axes(entry: dict) -> list[dict]:
 def _argv(options: dict) -> list[str]:
     argv = []
     for key, value in options.items():
-        argv += [f"--{key.replace('_', '-')}", str(value)]
+        if isinstance(value, bool):  # a switch: --reference / --no-reference
+            argv.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
+        else:
+            argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
 
 
@@ -324,6 +327,8 @@ def _evaluated(rows, name: str, step: Step) -> bool:
         depths = [float(d) for d in str(options.get("depths", "0,25,50,75,100")).split(",")]
         present = set(zip(mine["length"], mine["depth"]))
         return lengths is not None and all((length, depth) in present for length in lengths for depth in depths)
+    if "protocol" in mine.columns:
+        mine = mine[mine["protocol"] == options.get("protocol", "stream")]
     present = set(mine[mine["mode"] == _mode(options.get("stride"))]["length"])
     return bool(present) and (lengths is None or all(length in present for length in lengths))
 
@@ -406,9 +411,10 @@ def _gpus() -> int:
 
 
 def write_summaries(recipe: Recipe, results=None) -> list[Path]:
-    """For each perplexity table of the recipe whose runs repeat over seeds: TABLE-seeds.csv/.md,
-    the mean, standard deviation and range over seeds of each group of runs at each length. Then
-    each [[compare]] with published numbers: TABLE-published.md."""
+    """For each perplexity table of the recipe whose runs repeat over seeds: TABLE-seeds.csv/.md/.png,
+    the mean over seeds of each group of runs at each length with its 95% interval over seeds and
+    evaluation sample, and its ratio to the train length (``seed_summary``). Then each [[compare]]
+    with published numbers: TABLE-published.md."""
     import pandas as pd
 
     from poscli.io import atomic_write
@@ -422,8 +428,10 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
         table = folder / f"{step.name}.csv"
         if step.options.get("task", "perplexity") != "perplexity" or not table.exists():
             continue
-        rows = pd.read_csv(table)
-        summary = seed_summary(rows, step.groups, step.options.get("stride"))
+        rows = pd.read_csv(table, keep_default_na=False, na_values=["nan", "NaN", ""])
+        spans_path = folder / f"{step.name}_spans.csv"
+        spans = pd.read_csv(spans_path) if spans_path.exists() else None
+        summary = seed_summary(rows, spans, step.groups, step.options.get("stride"), step.options.get("protocol", "stream"))
         if summary is None:
             continue
         summaries[step.name] = summary
@@ -449,26 +457,83 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
     return written
 
 
-def seed_summary(rows, groups: dict[str, str], stride=None):
-    """Mean, sd, min, max of perplexity over the runs of each group (runs that differ only in seed),
-    per length. rows: a perplexity table. None when no group has two runs."""
-    rows = rows[(rows["mode"] == _mode(stride)) & rows["run"].isin(list(groups))].copy()
-    rows["group"] = rows["run"].map(groups)
-    if rows.groupby("group")["run"].nunique().max() < 2:
+REFERENCE_GROUP = "3-gram (no positions)"
+
+
+def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str = "stream"):
+    """Per group of runs (runs that differ only in seed) and length: mean, sd, min, max of
+    perplexity over the runs; ci_low / ci_high, the 95% interval of the mean from a two-level
+    bootstrap (runs, then evaluation units, ``poscli.stats``); ratio / ratio_low / ratio_high,
+    the mean at the length over the mean at the group's train length (or its shortest length),
+    bootstrapped with the same draws, so the ratio's interval is paired. The reference row of
+    the table (if any) is a group of its own. rows / spans: a perplexity table and its
+    TABLE_spans.csv (None: intervals are left empty). None when no group has two runs."""
+    import numpy as np
+    import pandas as pd
+
+    from poscli.reference import REFERENCE_RUN
+    from poscli.stats import bootstrap_perplexity, interval
+
+    keep = (rows["mode"] == _mode(stride)) & (rows["protocol"] == protocol if "protocol" in rows.columns else True)
+    rows = rows[keep & (rows["run"].isin(list(groups)) | (rows["run"] == REFERENCE_RUN))].copy()
+    rows["group"] = rows["run"].map({**groups, REFERENCE_RUN: REFERENCE_GROUP})
+    if rows.empty or rows.groupby("group")["run"].nunique().max() < 2:
         return None
-    summary = (
-        rows.groupby(["group", "pe", "train_length", "length"], sort=False)["ppl"]
-        .agg(seeds="count", mean="mean", sd="std", min="min", max="max")
-        .reset_index()
-    )
+    if spans is not None:
+        spans = spans[(spans["mode"] == _mode(stride)) & (spans["protocol"] == protocol)]
+    records = []
+    for group, part in rows.groupby("group", sort=False):
+        lengths = sorted(part["length"].unique())
+        train_length = int(part["train_length"].iloc[0])
+        base_length = train_length if train_length in lengths else lengths[0]
+        samples = {}
+        for length in lengths:
+            cell = part[(part["length"] == length) & part["ppl"].notna()]
+            record = {"group": group, "pe": part["pe"].iloc[0], "train_length": train_length, "length": length, "seeds": len(cell),
+                      "mean": cell["ppl"].mean() if len(cell) else float("nan"), "sd": cell["ppl"].std() if len(cell) > 1 else float("nan"),
+                      "min": cell["ppl"].min() if len(cell) else float("nan"), "max": cell["ppl"].max() if len(cell) else float("nan"),
+                      "ci_low": float("nan"), "ci_high": float("nan"),
+                      "spans": int(cell["spans"].max()) if len(cell) and "spans" in cell else 0,
+                      "documents": int(cell["documents"].max()) if len(cell) and "documents" in cell else 0,
+                      "tokens": int(cell["tokens"].max()) if len(cell) else 0,
+                      "eval_set": ",".join(sorted(set(cell["eval_set"].astype(str)))) if "eval_set" in cell else "",
+                      "note": "; ".join(sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")})) if "note" in part else ""}
+            if spans is not None and len(cell):
+                mine = spans[spans["run"].isin(list(cell["run"])) & (spans["length"] == length)]
+                matrix = mine.pivot_table(index="run", columns="span", values="loss", aggfunc="sum")
+                if len(matrix) == len(cell) and not matrix.isna().any().any():
+                    first = mine[mine["run"] == matrix.index[0]].sort_values("span")
+                    samples[length] = bootstrap_perplexity(matrix.to_numpy(), first["tokens"].to_numpy(float), first["unit"].to_numpy())
+                    record["ci_low"], record["ci_high"] = interval(samples[length])
+            records.append(record)
+        for record in records[-len(lengths):]:
+            length = record["length"]
+            if length in samples and base_length in samples:
+                record["ratio"] = record["mean"] / next(r["mean"] for r in records[-len(lengths):] if r["length"] == base_length)
+                record["ratio_low"], record["ratio_high"] = interval(samples[length] / samples[base_length])
+            record["ratio_base"] = base_length
+    summary = pd.DataFrame(records)
+    for column in ("ratio", "ratio_low", "ratio_high"):
+        if column not in summary:
+            summary[column] = np.nan
     return summary
 
 
 def seed_markdown(summary) -> str:
+    from poscli.evaluate import format_interval, format_ppl
+
     lengths = sorted(summary["length"].unique())
+    scored = summary[summary["tokens"] > 0]
+    first = scored.iloc[0] if len(scored) else None
+    sample = (f" Every length scores the same {int(first['tokens']):,} tokens ({int(first['spans'])} spans from "
+              f"{int(first['documents'])} documents, evaluation set {first['eval_set']})." if first is not None else "")
     lines = [
-        "Perplexity over seeds: mean ± standard deviation (min–max), nonoverlapping windows. "
-        "`n/a`: no representation at that length.\n",
+        "Perplexity, mean over seeds, with its 95% interval from a two-level bootstrap (seeds, then the evaluation "
+        f"sample).{sample} `n/a`: no representation at that length.\n",
+    ]
+    notes = sorted({n for n in summary["note"].fillna("") if n})
+    lines += [f"Note: {note}.\n" for note in notes]
+    lines += [
         "| runs | pe | seeds | " + " | ".join(str(length) for length in lengths) + " |",
         "|---|---|---|" + "---|" * len(lengths),
     ]
@@ -478,10 +543,8 @@ def seed_markdown(summary) -> str:
             cell = part[part["length"] == length]
             if cell.empty or cell["seeds"].iloc[0] == 0:
                 cells.append("n/a")
-            elif cell["seeds"].iloc[0] == 1:
-                cells.append(f"{cell['mean'].iloc[0]:.3f}")
             else:
                 r = cell.iloc[0]
-                cells.append(f"{r['mean']:.3f} ± {r['sd']:.3f} ({r['min']:.3f}–{r['max']:.3f})")
+                cells.append(f"{format_ppl(r['mean'])} {format_interval(r['ci_low'], r['ci_high'])}".strip())
         lines.append(f"| {group} | {part['pe'].iloc[0]} | {int(part['seeds'].max())} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

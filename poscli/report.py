@@ -105,7 +105,7 @@ def write_report(results=None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     history = _history(folder)
     lines = ["# poscli report\n", *_machine(), ""]
-    tables = sorted(p.stem for p in folder.glob("*.csv") if not p.stem.endswith(("_by_position", SEEDS_SUFFIX)) and p.stem != "decay")
+    tables = sorted(p.stem for p in folder.glob("*.csv") if not p.stem.endswith(("_by_position", "_spans", SEEDS_SUFFIX)) and p.stem != "decay")
     from poscli.plots import draw_plots
 
     for table in tables:

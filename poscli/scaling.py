@@ -5,7 +5,7 @@ inverse frequencies and an attention scale, following the conventions of
 ``modeling_rope_utils.py`` in the transformers library: the attention scale multiplies both
 cos and sin, i.e. both q and k, so the attention logits scale by its square.
 
-Notation (``../shared/reference/PAPERS.md``): d rotary dims, b base, s factor
+Notation (the conventions of transformers' ``modeling_rope_utils.py``): d rotary dims, b base, s factor
 (= target length / original length), L the original (trained) length,
 inv_freq_i = b^(-2i/d) for i = 0 .. d/2 - 1.
 

@@ -24,7 +24,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from poscli import encodings, runs
 from poscli.config import ModelConfig, TrainConfig, check_random_positions
-from poscli.data import Corpus, eval_windows, load_corpus
+from poscli.data import Corpus, load_corpus
+from poscli.evalset import build_eval_set
 from poscli.device import select_device
 from poscli.distributed import Group, check_batch, data_parallel_loss, group_from_environment
 from poscli.distributed import start as start_group
@@ -170,7 +171,7 @@ def check_corpus_fits(corpus: Corpus, train_length: int, batch_size: int) -> Non
             f"the training part of {corpus.spec!r} has {train_tokens} tokens, too few for --train-length {train_length}; "
             f"use a shorter --train-length or a larger corpus"
         )
-    eval_windows(corpus, train_length, max_tokens=1)  # raises if no held-out document is long enough
+    build_eval_set(corpus, train_length, max_tokens=1)  # raises if the held-out text is too short
 
 
 def train(
@@ -470,7 +471,9 @@ def _train_loop(
         return None
     checkpoint("evaluating")
     model.eval()
-    heldout = perplexity(model, corpus, model_config.train_length, train_config.eval_tokens, device)
+    eval_set = build_eval_set(corpus, model_config.train_length, train_config.eval_tokens)
+    heldout = perplexity(model, eval_set, model_config.train_length, device)
+    heldout = {key: heldout[key] for key in ("loss", "ppl", "ci_low", "ci_high", "bpb", "windows", "spans", "documents", "tokens")}
     config.update(
         status="finished",
         steps_done=step,

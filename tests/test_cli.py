@@ -54,16 +54,61 @@ def test_eval_writes_long_csv_and_markdown_pivot_and_keeps_earlier_rows(trained)
     assert set(table["length"]) == {32, 128}
     assert (table["ppl"] > 1).all() and (table["tokens"] > 0).all()
     assert (table["bpb"] - table["loss"] / 0.6931471805599453).abs().max() < 1e-9
-    assert set(table["mode"]) == {"nonoverlapping"} and set(table["train_length"]) == {32}
+    assert set(table["mode"]) == {"nonoverlapping"} and set(table[table["run"] == "alibi"]["train_length"]) == {32}
 
     second = poscli("eval", "learned", "--lengths", "32,128", "--results", str(results), "--quiet")
     assert second.returncode == 0, second.stderr
-    table = pd.read_csv(results / "ppl.csv")
-    assert len(table) == 4 and set(table["run"]) == {"alibi", "learned"}
+    table = pd.read_csv(results / "ppl.csv", keep_default_na=False, na_values=["nan", ""])
+    assert len(table) == 6 and set(table["run"]) == {"alibi", "learned", "reference-3gram"}
+    scored = table[table["tokens"] > 0]
+    assert scored.groupby("run")["tokens"].nunique().max() == 1, "every length scores the same number of tokens"
+    assert scored["eval_set"].nunique() == 1 and (scored["ci_low"] <= scored["ppl"]).all() and (scored["ppl"] <= scored["ci_high"]).all()
+    reference = table[table["run"] == "reference-3gram"]
+    assert reference["ppl"].nunique() == 1, "the context-free reference is the same at every length"
+    spans = pd.read_csv(results / "ppl_spans.csv")
+    per_length = spans[spans["run"] == "alibi"].groupby("length")
+    assert per_length["tokens"].sum().nunique() == 1 and per_length["span"].apply(tuple).nunique() == 1
     learned_long = table[(table["run"] == "learned") & (table["length"] == 128)].iloc[0]
     assert learned_long["note"].startswith("n/a") and pd.isna(learned_long["ppl"])
     pivot = (results / "ppl.md").read_text()
     assert "| alibi | alibi | 32 |" in pivot and "n/a" in pivot
+
+
+def test_a_run_whose_recorded_split_differs_is_refused_and_nothing_is_written(trained):
+    import json
+    import shutil
+
+    _, results = trained
+    corrupt = results / "runs" / "alibi-corrupt"
+    shutil.copytree(results / "runs" / "alibi", corrupt)
+    config = json.loads((corrupt / "config.json").read_text())
+    config["name"] = "alibi-corrupt"
+    config["data"]["heldout_sha1"] = sorted(config["data"]["heldout_sha1"][1:] + ["0123456789ab"])  # one document swapped
+    (corrupt / "config.json").write_text(json.dumps(config))
+    try:
+        before = snapshot(results)
+        refused = poscli("eval", "alibi-corrupt", "--lengths", "32", "--table", "split", "--results", str(results), "--quiet")
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "held out other documents" in refused.stderr and "--allow-split-mismatch" in refused.stderr
+        assert snapshot(results) == before
+        forced = poscli("eval", "alibi-corrupt", "--lengths", "32", "--table", "split", "--allow-split-mismatch", "--results", str(results), "--quiet")
+        assert forced.returncode == 0, forced.stderr
+    finally:
+        shutil.rmtree(corrupt)
+        for path in results.glob("split*"):
+            path.unlink()
+
+
+def test_eval_scores_a_run_on_another_corpus_whole(trained, tmp_path):
+    from tests.conftest import write_text_corpus
+
+    _, results = trained
+    other = write_text_corpus(tmp_path / "other", documents=5, words=300, seed=7)
+    done = poscli("eval", "alibi", "--data", str(other), "--lengths", "32,64", "--max-tokens", "2k", "--table", "other",
+                  "--results", str(results), "--quiet")
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(results / "other.csv")
+    assert set(table["corpus"]) == {str(other)} and (table[table["run"] == "alibi"]["documents"] > 1).all()
 
 
 def test_default_names_never_take_an_existing_run(trained):
@@ -79,7 +124,11 @@ ERRORS = [
     (["eval", "alibi", "--lengths", "0"], "is not a positive length"),
     (["eval", "alibi", "--lengths", "-5"], "is not a length"),
     (["eval", "missing-run"], "no run named 'missing-run'; runs in"),
-    (["eval", "alibi", "--lengths", "1m"], "the longest has"),
+    (["eval", "alibi", "--lengths", "1m"], "lengths up to"),
+    (["eval", "alibi", "--lengths", "1m", "--protocol", "documents"], "the longest has"),
+    (["eval", "alibi", "--protocol", "books"], "is not a protocol; choose stream or documents"),
+    (["eval", "alibi", "--lengths", "32,64", "--stride", "48"], "--stride 48 is longer than the length 32"),
+    (["eval", "alibi", "--data", "/no/such/corpus"], "is not 'stdlib', 'passkey', an existing file or folder"),
     (["train", "--steps", "abc"], "Invalid value for '--steps'"),
     (["train", "--width", "30"], "not divisible by 4 heads"),
     (["train", "--data", "/no/such/corpus"], "is not 'stdlib', 'passkey', an existing file or folder"),
@@ -287,7 +336,7 @@ def test_a_user_defined_encoding_trains_and_evaluates_through_the_cli(trained, t
     done = run("train", "--pe", "myencoding:LogPenalty", "--data", str(corpus), "--steps", "6", *TINY)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("runs/logpenalty")
-    evaluated = run("eval", "logpenalty", "--lengths", "32,128", "--max-tokens", "1k", "--quiet")
+    evaluated = run("eval", "logpenalty", "--lengths", "32,128", "--max-tokens", "1k", "--no-reference", "--quiet")
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(results / "ppl.csv")
     assert set(table["pe"]) == {"myencoding:LogPenalty"} and table["ppl"].notna().all()

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from poscli import data
-from poscli.data import eval_windows, load_corpus, stratified_split
+from poscli.data import load_corpus, stratified_split
 from poscli.errors import PoscliError
 from poscli.lengths import format_length, parse_length, parse_lengths
 
@@ -60,70 +60,6 @@ def test_binary_files_are_skipped_and_a_binary_only_folder_is_an_error(tmp_path)
     (folder / "blob.bin").write_bytes(b"\x00\x01\x02" * 100)
     with pytest.raises(PoscliError, match="no non-empty text files"):
         load_corpus(str(folder))
-
-
-def scored_tokens(corpus, windows, length):
-    """(document, position) of every scored target, found by locating each window in its document."""
-    found = []
-    for window, first_scored in windows:
-        for d, document in enumerate(corpus.heldout_documents()):
-            for start in range(0, len(document) - length):
-                if np.array_equal(document[start : start + length + 1], window):
-                    found += [(d, start + 1 + t) for t in range(first_scored, length)]
-                    break
-            else:
-                continue
-            break
-    return found
-
-
-@pytest.mark.parametrize("stride", [None, 16, 64])
-def test_eval_windows_have_exact_length_and_score_every_token_once(text_corpus, stride):
-    corpus = load_corpus(str(text_corpus))
-    length = 64
-    windows = eval_windows(corpus, length, max_tokens=10**9, stride=stride)
-    assert all(len(w) == length + 1 for w, _ in windows)
-    scored = scored_tokens(corpus, windows, length)
-    assert len(scored) == len(set(scored)), "a token was scored twice"
-    # every target from the document's second token up to the last full window is scored
-    step = stride or length
-    for d, document in enumerate(corpus.heldout_documents()):
-        starts = list(range(0, len(document) - length, step))
-        if starts:
-            expected = set(range(1, starts[-1] + length + 1))
-            assert {p for doc, p in scored if doc == d} == expected
-
-
-def test_sliding_windows_give_each_scored_token_at_least_length_minus_stride_of_context(text_corpus):
-    corpus = load_corpus(str(text_corpus))
-    for window, first_scored in eval_windows(corpus, 64, max_tokens=10**9, stride=16):
-        assert first_scored in (0, 48)
-
-
-def test_stride_equal_to_the_window_is_the_nonoverlapping_split(text_corpus):
-    corpus = load_corpus(str(text_corpus))
-    a = eval_windows(corpus, 64, max_tokens=10**9)
-    b = eval_windows(corpus, 64, max_tokens=10**9, stride=64)
-    assert len(a) == len(b) and all(np.array_equal(x, y) and s == t == 0 for (x, s), (y, t) in zip(a, b))
-
-
-def test_a_stride_longer_than_the_window_is_an_error(text_corpus):
-    corpus = load_corpus(str(text_corpus))
-    with pytest.raises(PoscliError, match="--stride must be between 1 and the window length 64"):
-        eval_windows(corpus, 64, max_tokens=100, stride=65)
-
-
-def test_eval_windows_respect_the_token_budget(text_corpus):
-    corpus = load_corpus(str(text_corpus))
-    assert len(eval_windows(corpus, 16, max_tokens=64)) == 4
-
-
-def test_a_length_past_every_heldout_document_names_the_longest(text_corpus):
-    corpus = load_corpus(str(text_corpus))
-    longest = int(corpus.document_lengths()[corpus.heldout].max())
-    with pytest.raises(PoscliError, match=f"the longest has {longest} tokens"):
-        eval_windows(corpus, longest, max_tokens=10**6)
-    assert eval_windows(corpus, longest - 1, max_tokens=10**6)
 
 
 @pytest.mark.parametrize("text, value", [("256", 256), ("1k", 1024), ("4K", 4096), ("16k", 16384), ("1m", 1048576)])

@@ -12,6 +12,7 @@ from poscli import passkey
 from poscli.data import load_corpus
 from poscli.decay import attention_decay
 from poscli.errors import PoscliError
+from poscli.evalset import build_eval_set
 from poscli.evaluate import loss_by_position, perplexity, position_buckets
 from poscli.model import GPT
 from tests.conftest import tiny_config
@@ -27,20 +28,21 @@ def model_and_corpus(text_corpus):
 
 def test_sliding_perplexity_with_stride_equal_to_the_window_is_the_nonoverlapping_one(model_and_corpus):
     model, corpus = model_and_corpus
-    plain = perplexity(model, corpus, 48, 10**6, "cpu")
-    sliding = perplexity(model, corpus, 48, 10**6, "cpu", stride=48)
+    eval_set = build_eval_set(corpus, 96, 10**4)
+    plain = perplexity(model, eval_set, 48, "cpu")
+    sliding = perplexity(model, eval_set, 48, "cpu", stride=48)
     assert sliding["tokens"] == plain["tokens"] and sliding["ppl"] == pytest.approx(plain["ppl"], rel=1e-9)
 
 
 def test_sliding_perplexity_scores_as_many_tokens_with_more_context(model_and_corpus):
     model, corpus = model_and_corpus
-    sliding = perplexity(model, corpus, 48, 10**6, "cpu", stride=12)
+    sliding = perplexity(model, build_eval_set(corpus, 480, 10**4), 48, "cpu", stride=12)
     assert sliding["position_tokens"][:36].sum() < sliding["position_tokens"][36:].sum()
 
 
 def test_loss_by_position_buckets_average_back_to_the_overall_loss(model_and_corpus):
     model, corpus = model_and_corpus
-    result = perplexity(model, corpus, 100, 10**6, "cpu")
+    result = perplexity(model, build_eval_set(corpus, 100, 10**4), 100, "cpu")
     buckets = loss_by_position(result["position_loss"], result["position_tokens"], 100)
     assert sum(b["tokens"] for b in buckets) == result["tokens"]
     weighted = sum(b["loss"] * b["tokens"] for b in buckets) / result["tokens"]
@@ -167,7 +169,7 @@ def test_the_whole_suite_writes_every_table_and_plot(passkey_run):
     (["eval", "alibi", "--task", "qa"], "choose perplexity or passkey"),
     (["eval", "alibi", "--task", "passkey", "--depths", "0,150"], "between 0 and 100"),
     (["eval", "alibi", "--task", "passkey", "--lengths", "32"], "a passkey prompt needs at least"),
-    (["eval", "alibi", "--stride", "500", "--lengths", "128"], "--stride must be between 1 and the window length 128"),
+    (["eval", "alibi", "--stride", "500", "--lengths", "128"], "--stride 500 is longer than the length 128"),
     (["plot", "decay", "--dim", "7"], "--dim must be an even number"),
     (["train", "--mix", "passkey:2"], "--mix 'passkey:2'"),
 ])

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from poscli.published import extrapolation_class, peng2023, press2022
+from poscli.lengths import parse_length, parse_lengths
 from poscli.recipes import RecipeError, load_recipe, seed_summary
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,12 +152,14 @@ def test_a_recipe_runs_then_skips_what_is_done_resumes_what_was_interrupted_and_
     for name in ("t-rope-s0", "t-rope-s1", "t-alibi-s0", "t-alibi-s1", "t-rope-s0+yarn", "t-rope-s1+yarn"):
         assert json.loads((results / "runs" / name / "config.json").read_text())["status"] == "finished"
     table = pd.read_csv(results / "tiny.csv")
-    assert len(table) == 6 * 2 and set(table["length"]) == {32, 128}
+    assert len(table) == (6 + 1) * 2 and set(table["length"]) == {32, 128}  # six runs and the 3-gram reference
     seeds = pd.read_csv(results / "tiny-seeds.csv")
-    assert set(seeds["group"]) == {"t-rope-s*", "t-alibi-s*", "t-rope-s*+yarn"} and (seeds["seeds"] == 2).all()
+    groups = {"t-rope-s*", "t-alibi-s*", "t-rope-s*+yarn"}
+    assert set(seeds["group"]) == groups | {"3-gram (no positions)"} and (seeds[seeds["group"].isin(groups)]["seeds"] == 2).all()
+    assert (seeds["ci_low"] <= seeds["mean"]).all() and (seeds["mean"] <= seeds["ci_high"]).all()
     assert "Beside Press et al. (2022)" in (results / "tiny-published.md").read_text() and (results / "tiny-seeds.png").exists()
     report = (results / "REPORT.md").read_text()
-    assert "tiny-seeds" not in report.split("## ")[0] and "mean ± standard deviation" in report and "Beside Press" in report
+    assert "tiny-seeds" not in report.split("## ")[0] and "mean over seeds, with its 95% interval" in report and "Beside Press" in report
 
     weights = results / "runs" / "t-alibi-s0" / "model.safetensors"
     written = weights.stat().st_mtime_ns
@@ -176,15 +179,21 @@ def test_a_recipe_runs_then_skips_what_is_done_resumes_what_was_interrupted_and_
     assert refused.returncode == 2 and "exists with steps = 4 but the recipe asks for 5" in refused.stderr
 
 
-def summary_from(per_group: dict[str, dict[int, list[float]]], pe_of: dict[str, str], train_length: int):
-    rows, groups = [], {}
+def summary_from(per_group: dict[str, dict[int, list[float]]], pe_of: dict[str, str], train_length: int, spread: float = 0.0):
+    """A seed summary from given perplexities: each run scores 16 spans of 100 tokens, span s with
+    loss log(value) * 100 * (1 + spread * (s - 7.5) / 7.5), so ``spread`` 0 leaves only the seeds' variation."""
+    rows, spans, groups = [], [], {}
     for group, by_length in per_group.items():
         for length, values in by_length.items():
             for seed, value in enumerate(values):
                 run = f"{group}-s{seed}"
                 groups[run] = group
-                rows.append({"run": run, "pe": pe_of[group], "train_length": train_length, "length": length, "mode": "nonoverlapping", "ppl": value})
-    return seed_summary(pd.DataFrame(rows), groups), groups
+                key = {"run": run, "corpus": "c", "protocol": "stream", "mode": "nonoverlapping", "length": length}
+                rows.append({**key, "pe": pe_of[group], "train_length": train_length, "ppl": value, "spans": 16, "documents": 9,
+                             "tokens": 1600, "eval_set": "e", "note": ""})
+                if not math.isnan(value):
+                    spans += [{**key, "span": s, "unit": s, "loss": math.log(value) * 100 * (1 + spread * (s - 7.5) / 7.5), "tokens": 100} for s in range(16)]
+    return seed_summary(pd.DataFrame(rows), pd.DataFrame(spans), groups), groups
 
 
 def test_the_summary_over_seeds_is_the_mean_sd_and_range_of_each_group():
@@ -192,9 +201,21 @@ def test_the_summary_over_seeds_is_the_mean_sd_and_range_of_each_group():
     summary, _ = summary_from(values, {"a": "alibi", "b": "rope"}, 128)
     row = summary[(summary["group"] == "a") & (summary["length"] == 128)].iloc[0]
     assert row["mean"] == 5.0 and row["sd"] == pytest.approx(np.std([4, 5, 6], ddof=1)) and (row["min"], row["max"]) == (4.0, 6.0)
+    assert 4.0 <= row["ci_low"] < 5.0 < row["ci_high"] <= 6.0  # the seeds' variation, within their range
     missing = summary[(summary["group"] == "a") & (summary["length"] == 512)].iloc[0]
     assert missing["seeds"] == 2 and missing["mean"] == 6.0  # an n/a seed is left out, and counted out
+    flat = summary[(summary["group"] == "b") & (summary["length"] == 512)].iloc[0]
+    assert flat["ci_low"] == pytest.approx(9.0) and flat["ci_high"] == pytest.approx(9.0)
+    assert flat["ratio"] == pytest.approx(9.0 / 3.5) and flat["ratio_low"] < flat["ratio"] < flat["ratio_high"]
     assert summary_from({"a": {128: [4.0]}}, {"a": "alibi"}, 128)[0] is None  # one seed: nothing to summarise
+
+
+def test_the_sample_adds_to_the_seeds_in_the_interval():
+    values = {"a": {128: [5.0, 5.0, 5.0]}, "b": {128: [5.0, 5.0]}}
+    quiet, _ = summary_from(values, {"a": "alibi", "b": "rope"}, 128)
+    noisy, _ = summary_from(values, {"a": "alibi", "b": "rope"}, 128, spread=0.5)
+    width = lambda summary: (summary["ci_high"] - summary["ci_low"]).iloc[0]
+    assert width(quiet) < 1e-9 < width(noisy)
 
 
 def test_extrapolation_classes_put_the_paper_where_the_brief_says():
@@ -206,32 +227,43 @@ def test_extrapolation_classes_put_the_paper_where_the_brief_says():
     assert extrapolation_class(float("nan")) == "n/a"
 
 
-def test_press2022_comparison_reports_agreement_and_disagreement_from_the_numbers():
+def test_press2022_comparison_claims_a_class_or_an_order_only_where_intervals_separate():
     paper_like = {"alibi": {128: [5.0, 5.1], 512: [4.9, 5.0], 2048: [4.9, 5.0]},
                   "t5": {128: [5.0, 5.0], 512: [5.5, 5.6], 2048: [6.0, 6.1]},
                   "rope": {128: [4.8, 4.9], 512: [9.0, 9.5], 2048: [20.0, 21.0]},
                   "sinusoidal": {128: [5.5, 5.6], 512: [30.0, 31.0], 2048: [1.0, 1.1]}}  # sinusoidal made to fail
+    meta = {pe: {"pe": pe} for pe in paper_like}
     summary, groups = summary_from(paper_like, {pe: pe for pe in paper_like}, 128)
-    text = press2022(summary, {})
+    text = press2022(summary, meta)
     assert "- ALiBi: paper keeps" in text and "poscli keeps" in text
     assert "T5 bias: paper degrades gracefully (1.17x at 7x); poscli degrades gracefully" in text
     assert "Rotary: paper blows up (3.95x at 30x); poscli blows up" in text and "**agrees**" in text
     assert "Sinusoidal: paper blows up (20.25x at 30x); poscli keeps" in text and "**differs**" in text
     assert "poscli at 512 (4x): ALiBi < T5 bias < Rotary < Sinusoidal: **same order**" in text
     assert "poscli at 2048 (16x): Sinusoidal < ALiBi < T5 bias < Rotary: **a different order**" in text
+    tied = {"alibi": {128: [5.0, 5.0], 512: [5.3, 5.8]}, "t5": {128: [5.0, 5.0], 512: [5.4, 5.9]},
+            "rope": {128: [5.0, 5.0], 512: [8.0, 8.1]}, "sinusoidal": {128: [5.0, 5.0], 512: [4.0, 4.1]}}
+    summary, _ = summary_from(tied, {pe: pe for pe in tied}, 128)
+    text = press2022(summary, {pe: {"pe": pe} for pe in tied})
+    assert "ALiBi ≈ T5 bias" in text  # overlapping intervals: no order claimed between them
+    assert "ALiBi: paper keeps (0.93x at 30x); poscli keeps or degrades gracefully" in text and "tied (the interval crosses" in text
+    assert "**a different order**: Sinusoidal below ALiBi" in text
 
 
-def test_peng2023_comparison_names_the_best_method_and_whether_yarn_is_it():
+def test_peng2023_comparison_names_a_best_method_only_where_its_interval_separates():
     values = {"x+pi": {1024: [6.0, 6.2]}, "x+yarn": {1024: [5.0, 5.1]}, "x+ntk": {1024: [7.0, 7.1]}, "x": {1024: [40.0, 41.0]}}
     summary, _ = summary_from(values, {g: "rope" for g in values}, 128)
     meta = {f"x+{m}": {"method": m, "target": "1k", "steps": 400} for m in ("pi", "yarn", "ntk")}
     meta["x"] = {"pe": "rope"}
     text = peng2023(summary, meta)
-    assert "target 1k, 400 fine-tuning steps, at 1024: yarn 5.050 ± 0.071 < pi 6.100 ± 0.141 < ntk" in text
+    assert "target 1k, 400 fine-tuning steps, at 1024: yarn < pi < ntk" in text
     assert "YaRN is best, as in the paper" in text and "unextended base x: 1024: 40.500" in text
-    worse = summary.copy()
-    worse.loc[worse["group"] == "x+yarn", ["mean", "min", "max"]] = [9.0, 8.9, 9.1]
-    assert "pi is best, YaRN ranks 3 of 3: **differs from the paper**" in peng2023(worse, meta)
+    close = {**values, "x+pi": {1024: [5.05, 5.12]}}
+    summary, _ = summary_from(close, {g: "rope" for g in close}, 128)
+    assert "YaRN is tied for best with pi: the data do not decide" in peng2023(summary, meta)
+    worse = {**values, "x+yarn": {1024: [8.9, 9.1]}}
+    summary, _ = summary_from(worse, {g: "rope" for g in worse}, 128)
+    assert "pi is best and YaRN's interval lies above it: **differs from the paper**" in peng2023(summary, meta)
 
 
 def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
@@ -246,7 +278,11 @@ def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
     assert any(s.options.get("task") == "passkey" for s in tstl.evals)
     rope = load_recipe(REPO / "recipes" / "extend-rope.toml")
     methods = {(s.options["method"], str(s.options["target"]), s.options["steps"]) for s in rope.extend}
-    assert methods == {(m, t, n) for m in ("pi", "ntk", "dynamic-ntk", "yarn", "llama3", "base") for t in ("1k", "32768") for n in (0, 400)}
+    assert methods == {(m, t, n) for m in ("pi", "ntk", "dynamic-ntk", "yarn", "llama3", "base") for t in ("1k", "4k") for n in (0, 400)}
+    for step in [*tstl.evals, *rope.evals]:  # every perplexity table scores at least 16 spans of its longest length
+        if step.options.get("task", "perplexity") == "perplexity":
+            longest = max(parse_lengths(step.options["lengths"]))
+            assert parse_length(step.options["max_tokens"], "max_tokens") >= 16 * longest, step.name
     assert len(rope.extend) == 72 and math.prod([3]) == len(rope.train)
 
 
@@ -281,7 +317,7 @@ def test_the_extension_tables_hold_exactly_the_bases_and_their_own_targets():
     rope = load_recipe(REPO / "recipes" / "extend-rope.toml")
     bases = {"xr-rope-s0", "xr-rope-s1", "xr-rope-s2"}
     for step in rope.evals:
-        target = "32768" if "32k" in step.name else "1k"
+        target = "4k" if "32x" in step.name else "1k"
         extensions = {name for name in step.runs if name not in bases}
         assert extensions and all(f"-{target}-" in name for name in extensions), step.name
         if "passkey" not in step.name:

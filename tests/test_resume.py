@@ -138,9 +138,10 @@ def test_concurrent_writers_lose_no_rows(tmp_path):
         "import sys\n"
         "from poscli.evaluate import write_tables\n"
         "i = int(sys.argv[1])\n"
-        "rows = [dict(run=f'run{i}', label=f'run{i}', pe='none', train_length=32, length=n, mode='nonoverlapping', ppl=2.0, bpb=1.0,"
-        " loss=0.69, windows=1, tokens=n, note='', evaluated='now') for n in (32, 64)]\n"
-        f"write_tables(rows, {str(tmp_path)!r}, 'shared')\n"
+        "rows = [dict(run=f'run{i}', label=f'run{i}', pe='none', train_length=32, corpus='c', protocol='stream', length=n,"
+        " mode='nonoverlapping', ppl=2.0, ci_low=1.9, ci_high=2.1, bpb=1.0, loss=0.69, windows=1, spans=1, documents=1, tokens=n,"
+        " eval_set='x', note='', evaluated='now') for n in (32, 64)]\n"
+        f"write_tables({{'rows': rows}}, {str(tmp_path)!r}, 'shared')\n"
     )
     processes = [subprocess.Popen([sys.executable, "-c", script, str(i)]) for i in range(8)]
     assert all(p.wait() == 0 for p in processes)
