@@ -62,7 +62,7 @@ def test_extend_without_training_keeps_the_weights_and_eval_labels_it(rope_run):
     assert done.returncode == 0, done.stderr
     parent, child = runs.load_weights(rope_run / "runs" / "rope"), runs.load_weights(rope_run / "runs" / "rope-pi0")
     assert all(torch.equal(parent[k], child[k]) for k in parent)
-    evaluated = poscli("eval", "rope-pi0", "--results", str(rope_run), "--quiet", "--table", "extended")
+    evaluated = poscli("eval", "rope-pi0", "--results", str(rope_run), "--quiet", "--no-reference", "--table", "extended")
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(rope_run / "extended.csv")
     assert set(table["length"]) == {32, 128}  # default lengths: original and target
@@ -74,7 +74,7 @@ def test_dynamic_ntk_run_evaluates_at_several_lengths(rope_run):
     done = poscli("extend", "rope", "--method", "dynamic-ntk", "--target", "256", "--steps", "0", "--name", "rope-dyn",
                   "--results", str(rope_run), "--quiet")
     assert done.returncode == 0, done.stderr
-    evaluated = poscli("eval", "rope-dyn", "--lengths", "32,64,256", "--results", str(rope_run), "--quiet", "--table", "dyn")
+    evaluated = poscli("eval", "rope-dyn", "--lengths", "32,64,256", "--results", str(rope_run), "--quiet", "--no-reference", "--table", "dyn")
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(rope_run / "dyn.csv")
     assert len(table) == 3 and table["ppl"].notna().all()
@@ -141,7 +141,7 @@ def test_learned_table_interpolated_to_the_target_evaluates_past_its_old_rows(ro
     assert done.returncode == 0, done.stderr
     weights = runs.load_weights(rope_run / "runs" / "learned-x4")
     assert weights["encoding.table.weight"].shape[0] == 128
-    evaluated = poscli("eval", "learned-x4", "--lengths", "128", "--results", str(rope_run), "--quiet", "--table", "learned")
+    evaluated = poscli("eval", "learned-x4", "--lengths", "128", "--results", str(rope_run), "--quiet", "--no-reference", "--table", "learned")
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(rope_run / "learned.csv")
     assert table["ppl"].notna().all() and set(table["label"]) == {"learned +interpolate x4, no fine-tuning"}
