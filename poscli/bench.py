@@ -1,6 +1,6 @@
 """The benchmark suite behind ``make bench``: speed and memory, measured, never asserted.
 
-    python -m poscli.bench [--out results/bench] [--nanogpt PATH] [--quick]
+    python -m poscli.bench [--out results/reference/bench] [--nanogpt PATH] [--quick]
 
 writes to ``--out``:
 
@@ -43,7 +43,8 @@ from poscli import encodings
 from poscli.config import ModelConfig, TrainConfig
 from poscli.io import write_json, write_text
 from poscli.model import GPT
-from poscli.train import git_commit, make_optimizer, training_step
+from poscli.provenance import git_commit
+from poscli.train import make_optimizer, training_step
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -64,7 +65,7 @@ class Plan:
     @classmethod
     def quick(cls) -> Plan:
         model = ModelConfig(n_layer=2, n_head=4, d_model=32, train_length=32, attention_block=16)
-        return cls(model, batch_size=2, train_steps=2, train_repeats=2, eval_lengths=(64, 128), eval_repeats=2, matmul_size=64, startup_repeats=1)
+        return cls(model, batch_size=2, train_steps=2, train_repeats=2, eval_lengths=(64, 128), eval_repeats=1, matmul_size=64, startup_repeats=1)
 
 
 def summarise(values: list[float]) -> tuple[float, float]:
@@ -187,8 +188,10 @@ def benchmark_training(plan: Plan, peaks: dict[str, float], nanogpt: Path | None
 def eval_config(plan: Plan, pe: str) -> ModelConfig:
     # A learned table has one row per position; this is the table `poscli extend --method
     # interpolate --target N` makes, so the learned model is measured as a user would run it.
-    rows = max(plan.eval_lengths) if pe == "learned" else 0
-    return replace(plan.model, pe=pe, position_rows=rows)
+    from poscli import encodings
+
+    config = replace(plan.model, pe=pe)
+    return replace(config, **encodings.get(pe).grown_for_positions(config, max(plan.eval_lengths)))
 
 
 def peak_memory_gib() -> float:
@@ -381,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m poscli.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="results/bench", help="folder for the tables (default results/bench)")
+    parser.add_argument("--out", default="results/reference/bench", help="folder for the tables (default results/reference/bench)")
     parser.add_argument("--nanogpt", type=Path, default=None, help="a checkout of karpathy/nanoGPT to measure side by side")
     parser.add_argument("--quick", action="store_true", help="a tiny model at short lengths (for tests)")
     parser.add_argument("--eval-child", default=None, help=argparse.SUPPRESS)

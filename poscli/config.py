@@ -10,6 +10,10 @@ from poscli.errors import PoscliError
 
 C = TypeVar("C", bound="FlatConfig")
 
+# Model-config keys that held encoding options before options belonged to the encodings.
+LEGACY_OPTION_KEYS = {"rope_base", "rope_layout", "rotary_fraction", "rope_keep", "shaw_clip", "xpos_gamma",
+                      "t5_num_buckets", "t5_max_distance"}
+
 
 class FlatConfig:
     """Serialises a dataclass to a plain dict (for config.json) and back; unknown keys are ignored
@@ -21,7 +25,12 @@ class FlatConfig:
     @classmethod
     def from_dict(cls: type[C], values: dict[str, Any]) -> C:
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+        return cls(**{k: v for k, v in cls.migrate(values).items() if k in known})
+
+    @classmethod
+    def migrate(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Keys of older config.json files renamed to today's (none unless a class says)."""
+        return values
 
 
 @dataclass
@@ -36,14 +45,9 @@ class ModelConfig(FlatConfig):
     train_length: int = 256  # tokens per training sequence; `learned` has this many rows
     # --- positional encoding ---
     pe: str = "rope"
-    rope_base: float = 10000.0
-    rope_layout: str = "halves"  # "halves" (GPT-NeoX, transformers) or "interleaved" (RoFormer, Meta Llama)
-    rotary_fraction: float = 1.0  # rotate only this fraction of each head's dimensions (GPT-NeoX's rotary_pct)
-    rope_keep: float = 1.0  # p-RoPE: keep this highest fraction of frequencies, zero the rest (Barbero et al., 2025)
-    shaw_clip: int = 16  # Shaw et al.: relative distances are clipped to [-k, k]
-    xpos_gamma: float = 512.0  # xPos: the decay zeta^((m - n)/gamma) (Sun et al., 2022)
-    t5_num_buckets: int = 32
-    t5_max_distance: int = 128
+    # The encoding's own options (its Options dataclass: `poscli encodings` lists them), e.g.
+    # {"base": 500000.0} for rope; missing keys take the encoding's defaults.
+    pe_options: dict[str, Any] = field(default_factory=dict)
     # --- attention ---
     attention_block: int = 1024  # query rows per block when a score bias must be materialised
     # Extension of RoPE's frequencies (see poscli.scaling); empty for a model as trained.
@@ -56,14 +60,19 @@ class ModelConfig(FlatConfig):
     def __post_init__(self) -> None:
         self.validate()
 
+    @classmethod
+    def migrate(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Run folders written before options belonged to the encodings kept them as model fields
+        (rope_base, shaw_clip, ...): they move into ``pe_options``, where the encoding reads the
+        ones it declares (its ``legacy_options``) and ignores the rest."""
+        legacy = {k: v for k, v in values.items() if k in LEGACY_OPTION_KEYS}
+        if not legacy or "pe_options" in values:
+            return values
+        return {**{k: v for k, v in values.items() if k not in legacy}, "pe_options": legacy}
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
-
-    @property
-    def rotary_dim(self) -> int:
-        """Dimensions of each head that RoPE rotates: ``rotary_fraction`` of them, rounded down to even."""
-        return int(self.head_dim * self.rotary_fraction) // 2 * 2
 
     def validate(self) -> None:
         positive = ("n_layer", "n_head", "d_model", "mlp_ratio", "train_length", "vocab_size", "attention_block")
@@ -79,22 +88,6 @@ class ModelConfig(FlatConfig):
             )
         if self.head_dim % 2:
             raise PoscliError(f"head dimension {self.head_dim} (width / heads) must be even for rotary and sinusoidal encodings")
-        if self.rope_base <= 1:
-            raise PoscliError(f"--rope-base must be greater than 1, got {self.rope_base}")
-        if not 0 < self.rotary_fraction <= 1 or self.rotary_dim < 2:
-            raise PoscliError(f"--rotary-fraction must be in (0, 1] and leave at least 2 of the {self.head_dim} head dimensions, got {self.rotary_fraction}")
-        if not 0 <= self.rope_keep <= 1:
-            raise PoscliError(f"--rope-keep must be between 0 and 1, got {self.rope_keep}")
-        if self.pe == "xpos" and self.rotary_fraction != 1:
-            raise PoscliError("xpos decays every dimension it rotates; use --rotary-fraction 1 with --pe xpos")
-        if self.rope_layout not in ("halves", "interleaved"):
-            raise PoscliError(f"--rope-layout must be 'halves' or 'interleaved', got {self.rope_layout!r}")
-        if self.shaw_clip < 1:
-            raise PoscliError(f"--shaw-clip must be at least 1, got {self.shaw_clip}")
-        if self.xpos_gamma <= 0:
-            raise PoscliError(f"--xpos-gamma must be positive, got {self.xpos_gamma}")
-        if self.t5_num_buckets < 2 or self.t5_max_distance <= self.t5_num_buckets // 2:
-            raise PoscliError("T5 bias needs at least 2 buckets and a max distance above half the buckets")
 
 
 DTYPES = ("fp32", "bf16")
@@ -145,17 +138,3 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--random-positions must be 0 (off) or a length, got {self.random_positions}")
         if not (0 < self.heldout_fraction < 0.5):
             raise PoscliError(f"the held-out fraction must be between 0 and 0.5, got {self.heldout_fraction}")
-
-
-def check_random_positions(model_config: ModelConfig, train_config: TrainConfig) -> None:
-    """--random-positions MAX needs MAX >= the train length and an encoding that reads positions."""
-    maximum = train_config.random_positions
-    if not maximum:
-        return
-    if model_config.pe == "none":
-        raise PoscliError("--pe none reads no positions, so --random-positions changes nothing; drop it or choose another --pe")
-    if maximum < model_config.train_length:
-        raise PoscliError(
-            f"--random-positions {maximum} is shorter than --train-length {model_config.train_length}; "
-            f"positions are drawn from [0, MAX), so use at least {model_config.train_length} (e.g. 16x: {16 * model_config.train_length})"
-        )

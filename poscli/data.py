@@ -37,8 +37,8 @@ import numpy as np
 
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.io import atomic_write
+from poscli.tokens import VOCAB_SIZE, decode, encode  # noqa: F401 (re-exported)
 
-VOCAB_SIZE = 256
 CACHE_VERSION = 2
 # Documents are joined with this between them, in training and in the stream evaluation protocol.
 DOCUMENT_SEPARATOR = np.frombuffer(b"\n\n", dtype=np.uint8)
@@ -51,15 +51,6 @@ SHINGLE_SAMPLE = 8
 DUPLICATE_OVERLAP = 0.5
 COMMON_SHINGLE_DOCUMENTS = 400
 TEST_DIRECTORY_NAMES = {"test", "tests", "idle_test"}
-
-
-def encode(text: str) -> np.ndarray:
-    """UTF-8 bytes as token ids 0..255. (N,) uint8."""
-    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()  # writable, so torch can share it
-
-
-def decode(tokens) -> str:
-    return bytes(bytearray(int(t) for t in tokens)).decode("utf-8", errors="replace")
 
 
 def cache_dir() -> Path:
@@ -273,6 +264,14 @@ def stdlib_files() -> list[Path]:
 def _looks_binary(path: Path) -> bool:
     with open(path, "rb") as handle:
         return b"\0" in handle.read(8192)
+
+
+def absolute_spec(spec: str) -> str:
+    """A corpus spec as a run records it: a path or glob made absolute, so the run can be evaluated
+    and resumed from any folder; the built-in and hub names as they are."""
+    if spec in ("stdlib", "passkey") or spec.startswith("hf:"):
+        return spec
+    return os.path.abspath(os.path.expanduser(spec))
 
 
 def local_files(spec: str) -> list[Path]:

@@ -22,11 +22,12 @@ import torch
 import torch.nn.functional as F
 
 from poscli import runs
-from poscli.data import Corpus, load_corpus
+from poscli.data import Corpus, absolute_spec, load_corpus
 from poscli.errors import NotApplicable, PoscliError
 from poscli.evalset import EvalSet, build_eval_set
 from poscli.io import atomic_write, locked
 from poscli.stats import bootstrap_perplexity, interval
+from poscli.tables import format_interval, format_ppl, merge_rows, pivot_markdown
 
 TABLE_COLUMNS = [
     "run", "label", "pe", "train_length", "corpus", "protocol", "length", "mode", "ppl", "ci_low", "ci_high", "bpb", "loss",
@@ -211,6 +212,7 @@ def evaluate_runs(
     if stride is not None and stride < 1:
         raise PoscliError(f"--stride must be at least 1, got {stride}")
     device = select_device(device)
+    data = absolute_spec(data) if data is not None else None
     corpora: dict[tuple, Corpus] = {}
 
     def corpus_for(spec: str, fraction: float) -> Corpus:
@@ -288,29 +290,6 @@ def evaluate_runs(
     return {"rows": rows, "positions": position_rows, "spans": span_rows}
 
 
-def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str], replace: list[str] | None = None):
-    """Merge ``rows`` into the CSV at ``path``: every earlier row whose ``replace`` columns
-    (default: ``key``) match a new row's is replaced, all others are kept; sorted by ``key``.
-    Returns the merged table (a DataFrame).
-    Callers hold ``poscli.io.locked`` on the table, so concurrent writers lose no rows."""
-    import pandas as pd
-
-    new = pd.DataFrame(rows, columns=columns)
-    if path.exists():
-        old = pd.read_csv(path, keep_default_na=False, na_values=["nan", "NaN", ""])
-        if not set(replace or key) <= set(old.columns):
-            raise PoscliError(f"{path} was written by an older poscli (it lacks {', '.join(sorted(set(replace or key) - set(old.columns)))}); move it away or use another --table")
-        old = old[[c for c in columns if c in old.columns]]
-        replaced = old.set_index(replace or key).index.isin(new.set_index(replace or key).index.unique())
-        combined = pd.concat([old[~replaced], new], ignore_index=True)
-    else:
-        combined = new
-    combined = combined.sort_values(key, kind="stable").reset_index(drop=True)
-    with atomic_write(path) as handle:
-        combined.to_csv(handle, index=False)
-    return combined
-
-
 def write_tables(result: dict[str, list[dict]], results: str | Path | None = None, table: str = "ppl") -> list[Path]:
     """Merge an ``evaluate_runs`` result into RESULTS/TABLE.csv (long form), TABLE_spans.csv (each
     span's loss, for summaries over seeds) and TABLE_by_position.csv; rewrite TABLE.md (a pivot
@@ -338,18 +317,6 @@ def write_tables(result: dict[str, list[dict]], results: str | Path | None = Non
         return [*written, md_path] + draw_plots(folder, table)
 
 
-def format_ppl(value: float) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.3f}" if value < 100 else f"{value:.1f}" if value < 1e5 else f"{value:.3g}"
-
-
-def format_interval(low: float, high: float) -> str:
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (low, high)):
-        return ""
-    return f"[{format_ppl(low)}, {format_ppl(high)}]"
-
-
 def describe_set(first, protocol: str, mode: str) -> str:
     """One sentence naming what stands behind every cell of a block."""
     windows = "non-overlapping windows" if mode == "nonoverlapping" else f"sliding windows, stride {mode.split('-', 1)[1]}"
@@ -374,15 +341,30 @@ def markdown_pivot(table) -> str:
         notes = sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")})
         for note in notes:
             lines.append(f"Note: {note}.\n")
-        lines.append("| run | pe | train length | " + " | ".join(str(n) for n in lengths) + " |")
-        lines.append("|---|---|---|" + "---|" * len(lengths))
-        for run, rows in part.groupby("run", sort=False):
-            first = rows.iloc[0]
-            cells = []
-            for n in lengths:
-                cell = rows[rows["length"] == n]
-                cells.append("" if cell.empty else f"{format_ppl(cell['ppl'].iloc[0])} {format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip())
-            train_length = "-" if first["pe"] == "reference" else first["train_length"]
-            lines.append(f"| {first['label']} | {first['pe']} | {train_length} | " + " | ".join(cells) + " |")
+        lines += pivot_markdown(part, "run", {
+            "run": lambda first: first["label"],
+            "pe": lambda first: first["pe"],
+            "train length": lambda first: "-" if first["pe"] == "reference" else first["train_length"],
+        }, lambda cell: f"{format_ppl(cell['ppl'].iloc[0])} {format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip(), sort=False)
         lines.append("")
     return "\n".join(lines)
+
+
+def console_table(rows: list[dict], protocol: str, stride: int | None):
+    """An evaluation's rows as a rich table for the console, titled with the sample behind them."""
+    from rich.table import Table
+
+    first = next((row for row in rows if row["tokens"]), None)
+    windows = "non-overlapping windows" if stride is None else f"sliding windows, stride {stride}"
+    sample = f"; every length scores the same {first['tokens']:,} tokens: {first['spans']} spans from {first['documents']} documents" if first else ""
+    shown = Table(title=f"perplexity ({protocol} protocol, {windows}{sample})")
+    for column in ("run", "pe", "train len", "length", "ppl", "95% interval", "bits/byte", "windows", "note"):
+        shown.add_column(column, justify="left" if column in ("run", "pe", "note") else "right")
+    for row in rows:
+        na = row["note"].startswith("n/a")
+        shown.add_row(
+            row["label"], row["pe"], "-" if row["pe"] == "reference" else str(row["train_length"]), str(row["length"]),
+            format_ppl(row["ppl"]), format_interval(row["ci_low"], row["ci_high"]),
+            "n/a" if na else f"{row['bpb']:.3f}", str(row["windows"]), row["note"],
+        )
+    return shown

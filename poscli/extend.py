@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from poscli import runs, scaling
+from poscli import runs
 from poscli.config import ModelConfig, TrainConfig
 from poscli.errors import Answer, PoscliError
 from poscli.lengths import format_length
@@ -21,26 +21,13 @@ from poscli.lengths import format_length
 DEFAULT_STEPS = 400
 DEFAULT_LR = 3e-4
 FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
-# Relative encodings that run at any length as they are.
-NO_RESCALING = {"alibi", "t5", "shaw", "kerple", "fire", "none"}
-# Rotary encodings take every RoPE method of poscli.scaling.
-ROTARY = {"rope", "xpos"}
-# Methods for the absolute encodings: learned tables are stretched by linear interpolation (the
-# usual trick for BERT and ViT tables); sinusoidal positions are divided by the factor (PI).
-ABSOLUTE_METHODS = {"learned": ["interpolate"], "sinusoidal": ["pi"]}
 
 
-def applicable_methods(pe: str) -> list[str]:
-    if pe in ROTARY:
-        return scaling.method_names()
-    return ABSOLUTE_METHODS.get(pe, [])
+def applicable_methods(pe: str) -> dict[str, str] | None:
+    """The ``poscli extend`` methods for an encoding (name -> one line), or None: it needs no rescaling."""
+    from poscli import encodings
 
-
-def interpolate_table(table, rows: int):
-    """Stretch a (L, C) position table to (rows, C) by linear interpolation, ends aligned."""
-    import torch.nn.functional as F
-
-    return F.interpolate(table.T[None], size=rows, mode="linear", align_corners=True)[0].T.contiguous()
+    return encodings.get(pe).extension_methods()
 
 
 def extension_label(parent_label: str, method: str, factor: float, steps: int, finetune_length: int) -> str:
@@ -65,26 +52,25 @@ def extend(
     device: str = "auto",
     console=None,
     show_progress: bool = True,
+    replace: bool = False,
 ):
     """Extend ``run`` to ``target`` tokens with ``method``; returns the new run's TrainResult."""
     parent_folder = runs.find_run(run, results)
     parent = runs.read_config(parent_folder)
     model = parent["model"]
     pe = model["pe"]
-    if pe in NO_RESCALING:
+    from poscli import encodings
+
+    encoding = encodings.get(pe)
+    methods = encoding.extension_methods()
+    if methods is None:
         raise Answer(
             f"run {parent['name']!r} uses --pe {pe}, which needs no rescaling: evaluate it at any length, "
             f"e.g. poscli eval {parent['name']} --lengths {format_length(target)}"
         )
-    methods = applicable_methods(pe)
     if method not in methods:
-        if pe in ROTARY:
-            scaling.get_method(method)  # the error lists the RoPE methods
         raise PoscliError(f"--method {method} does not apply to --pe {pe}; for run {parent['name']!r} use: {', '.join(methods) or 'none'}")
-    if pe in ROTARY:
-        options = scaling.check_options(method, options or {})
-    elif options:
-        raise PoscliError(f"--method {method} for --pe {pe} takes no options; drop {', '.join('--' + o.replace('_', '-') for o in options)}")
+    options = encoding.check_extension_options(method, options or {})
     if parent.get("extension"):
         raise PoscliError(
             f"run {parent['name']!r} is already extended ({parent['extension']['method']}); extend its parent {parent.get('parent')!r} instead"
@@ -106,24 +92,13 @@ def extend(
     batch_size = batch_size or max(1, tokens_per_step // finetune_length)
 
     weights = runs.load_weights(parent_folder)
-    changes: dict = {"train_length": finetune_length if steps else original_length}
-    if pe in ROTARY:
-        # The parameters do not change; the frequencies do, so they are checked for sanity now.
-        rotary_dim = ModelConfig.from_dict(model).rotary_dim
-        scaling.rope_parameters(method, rotary_dim, model["rope_base"], factor, original_length, target, **options)
-        changes["rope_scaling"] = {"method": method, "factor": factor, "original_length": original_length, "options": options}
-    elif pe == "learned":
-        rows = model.get("position_rows") or original_length
-        if rows > original_length:  # trained with --random-positions: its table already reaches further
-            raise Answer(
-                f"run {parent['name']!r} has learned rows for positions up to {rows} (it was trained with --random-positions); "
-                f"evaluate it directly up to that length, e.g. poscli eval {parent['name']} --lengths {format_length(rows)}"
-            )
-        changes["position_rows"] = target
-        weights["encoding.table.weight"] = interpolate_table(weights["encoding.table.weight"], target)  # (target, C)
-    else:  # sinusoidal, pi
-        changes["position_scale"] = factor
-    model_config = ModelConfig.from_dict({**model, **changes})
+    parent_config = ModelConfig.from_dict(model)
+    try:
+        changes = encoding.extended_config(parent_config, method, factor, target, options, weights)
+    except Answer as answer:
+        raise Answer(f"run {parent['name']!r} {answer}") from None
+    changes["train_length"] = finetune_length if steps else original_length
+    model_config = ModelConfig.from_dict({**parent_config.to_dict(), **changes})
     train_config = TrainConfig.from_dict({
         **parent_train,
         "steps": steps,
@@ -149,11 +124,11 @@ def extend(
         },
     }
     if name is None:
-        name = runs.new_run_name(re.sub(r"[^A-Za-z0-9._+-]", "", f"{parent['name']}+{method}-x{factor:g}"), results)
+        name = re.sub(r"[^A-Za-z0-9._+-]", "", f"{parent['name']}+{method}-x{factor:g}")
 
     from poscli.train import train
 
     return train(
         model_config, train_config, name=name, results=results, console=console, show_progress=show_progress,
-        initial_weights=weights, lineage=lineage,
+        initial_weights=weights, lineage=lineage, replace=replace,
     )

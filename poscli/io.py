@@ -36,23 +36,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "w"):
 
 @contextlib.contextmanager
 def locked(path: str | os.PathLike):
-    """Hold an exclusive lock on ``path + '.lock'`` (created if needed) for a read-merge-write.
+    """Hold an exclusive lock on ``path + '.lock'`` for a read-merge-write, so several ``poscli eval``
+    processes writing the same table take turns and none loses another's rows (filelock: the same
+    on POSIX and Windows)."""
+    from filelock import FileLock
 
-    Several ``poscli eval`` processes writing the same table take turns, so none loses
-    another's rows. POSIX advisory locks (fcntl); where fcntl is missing, no lock is taken.
-    """
-    try:
-        import fcntl
-    except ImportError:  # Windows: one process at a time is the user's job
+    with FileLock(f"{path}.lock"):
         yield
-        return
-    lock_path = Path(f"{path}.lock")
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

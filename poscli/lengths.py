@@ -10,16 +10,16 @@ _LENGTH = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
 _MULTIPLIER = {"": 1, "k": 1024, "m": 1024 * 1024}
 
 
-def parse_length(text: str, option: str = "--lengths") -> int:
+def parse_length(text: str, option: str = "--lengths", example: str = "4k") -> int:
     match = _LENGTH.match(text)
     if not match:
         raise PoscliError(
             f"{option}: {text!r} is not a length; use a positive whole number of tokens, "
-            f"optionally with k (x1024) or m (x1048576), e.g. {option} 256,1k,4k"
+            f"optionally with k (x1024) or m (x1048576), e.g. {option} {example}"
         )
     value = int(match.group(1)) * _MULTIPLIER[match.group(2).lower()]
     if value < 1:
-        raise PoscliError(f"{option}: {text!r} is not a positive length; use e.g. {option} 256,1k,4k")
+        raise PoscliError(f"{option}: {text!r} is not a positive length; use e.g. {option} {example}")
     return value
 
 
@@ -30,7 +30,7 @@ def parse_lengths(text: str, option: str = "--lengths") -> list[int]:
         raise PoscliError(f"{option}: {text!r} is not a list of lengths; use e.g. {option} 256,1k,4k")
     lengths = []
     for part in parts:
-        value = parse_length(part, option)
+        value = parse_length(part, option, example="256,1k,4k")
         if value not in lengths:
             lengths.append(value)
     return lengths

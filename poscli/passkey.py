@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from poscli.data import encode
+from poscli.tokens import encode
 from poscli.errors import PoscliError
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -88,17 +88,6 @@ def is_correct(generated: str, key: int) -> bool:
     return first_number(generated) == str(key)
 
 
-def wilson_interval(correct: int, trials: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval for a binomial proportion (sound at 0 and at 1, unlike +-SE)."""
-    if trials == 0:
-        return (float("nan"), float("nan"))
-    p = correct / trials
-    denominator = 1 + z * z / trials
-    centre = (p + z * z / (2 * trials)) / denominator
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
 def parse_mix(text: str | None) -> float:
     """``passkey:F`` -> F, the fraction of training sequences that are passkey examples."""
     if text is None:
@@ -113,120 +102,3 @@ def parse_mix(text: str | None) -> float:
     if not 0 < value <= 1:
         raise PoscliError(f"--mix {text!r}: the fraction must be in (0, 1], e.g. --mix passkey:0.2")
     return value
-
-
-PASSKEY_COLUMNS = ["run", "label", "pe", "train_length", "length", "depth", "trials", "correct", "accuracy", "ci_low", "ci_high", "note"]
-
-
-def evaluate_passkey(
-    run_names: list[str],
-    lengths: list[int] | None,
-    depths: list[float],
-    trials: int = 20,
-    results=None,
-    device: str = "auto",
-    progress=None,
-) -> list[dict]:
-    """Greedy-decoding passkey accuracy of each run for every (length, depth) cell.
-
-    ``length`` is the whole context: a prompt of ``length - 6`` tokens and 6 generated ones.
-    Every run sees the same prompts (keys and depths seeded by cell), so runs are comparable.
-    """
-    import torch
-
-    from poscli import runs
-    from poscli.device import select_device
-    from poscli.errors import NotApplicable
-    from poscli.evaluate import default_lengths
-
-    device = select_device(device)
-    if trials < 1:
-        raise PoscliError(f"--trials must be at least 1, got {trials}")
-    plans = []
-    for name in run_names:
-        folder = runs.find_run(name, results)
-        config = runs.read_config(folder)
-        run_lengths = lengths or default_lengths(config)
-        for length in run_lengths:
-            make_prompt(length - ANSWER_BUDGET, 0, MAX_KEY)  # too-short lengths fail before any work
-        plans.append((folder, run_lengths))
-
-    rows = []
-    for folder, run_lengths in plans:
-        model, config = runs.load_model(folder, str(device))
-        for length in run_lengths:
-            task = progress.add_task(f"passkey {runs.run_label(config)} @ {length}", total=len(depths) * trials) if progress else None
-            for depth in depths:
-                rng = random.Random(f"passkey-{length}-{depth}")
-                keys = [rng.randint(1, MAX_KEY) for _ in range(trials)]
-                prompts = np.stack([encode(make_prompt(length - ANSWER_BUDGET, depth, key)) for key in keys])
-                row = {
-                    "run": config["name"], "label": runs.run_label(config), "pe": config["model"]["pe"],
-                    "train_length": config["model"]["train_length"], "length": length, "depth": depth, "trials": trials, "note": "",
-                }
-                try:
-                    generated = greedy_generate(model, torch.from_numpy(prompts).to(device=device, dtype=torch.long), ANSWER_BUDGET)
-                    correct = sum(is_correct(bytes(g).decode("utf-8", "replace"), key) for g, key in zip(generated.tolist(), keys))
-                    low, high = wilson_interval(correct, trials)
-                    row.update(correct=correct, accuracy=correct / trials, ci_low=low, ci_high=high)
-                except NotApplicable as reason:
-                    row.update(correct=0, accuracy=float("nan"), ci_low=float("nan"), ci_high=float("nan"), note=f"n/a: {reason}")
-                rows.append(row)
-                if progress:
-                    progress.advance(task, trials)
-    return rows
-
-
-def greedy_generate(model, prompts, new_tokens: int):
-    """Append ``new_tokens`` argmax tokens to each prompt. prompts: (B, T) -> generated (B, new_tokens)."""
-    import torch
-
-    tokens = prompts
-    with torch.inference_mode():
-        for _ in range(new_tokens):
-            next_token = model(tokens)[:, -1].argmax(-1, keepdim=True)  # (B, 1)
-            tokens = torch.cat([tokens, next_token], dim=1)  # (B, T + 1)
-    return tokens[:, prompts.shape[1] :]
-
-
-def write_passkey_tables(rows: list[dict], results=None, table: str = "passkey") -> list:
-    """Merge into RESULTS/TABLE.csv, write the accuracy-versus-length table RESULTS/TABLE.md and
-    one heatmap per run, RESULTS/TABLE-RUN.png."""
-    from poscli import runs
-    from poscli.evaluate import merge_rows
-    from poscli.io import atomic_write, locked
-    from poscli.plots import draw_plots
-
-    folder = runs.results_dir(results)
-    folder.mkdir(parents=True, exist_ok=True)
-    with locked(folder / table):  # concurrent evaluations take turns
-        combined = merge_rows(folder / f"{table}.csv", rows, PASSKEY_COLUMNS, ["run", "length", "depth"])
-        with atomic_write(folder / f"{table}.md") as handle:
-            handle.write(passkey_markdown(combined))
-        return [folder / f"{table}.csv", folder / f"{table}.md", *draw_plots(folder, table)]
-
-
-def passkey_markdown(table) -> str:
-    """Accuracy versus length per run (all depths pooled), with 95% Wilson intervals."""
-    lengths = sorted(table["length"].unique())
-    lines = [
-        "Passkey retrieval: exact-match accuracy over all depths at each length, with its 95% Wilson interval. "
-        "`n/a`: the encoding has no representation at that length.\n",
-        "| run | pe | train length | " + " | ".join(str(n) for n in lengths) + " |",
-        "|---|---|---|" + "---|" * len(lengths),
-    ]
-    for run, part in table.groupby("run", sort=True):
-        cells = []
-        for length in lengths:
-            cell = part[part["length"] == length]
-            if cell.empty:
-                cells.append("")
-            elif cell["accuracy"].isna().all():
-                cells.append("n/a")
-            else:
-                correct, trials = int(cell["correct"].sum()), int(cell["trials"].sum())
-                low, high = wilson_interval(correct, trials)
-                cells.append(f"{correct / trials:.2f} [{low:.2f}, {high:.2f}]")
-        first = part.iloc[0]
-        lines.append(f"| {first['label']} | {first['pe']} | {first['train_length']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"

@@ -32,8 +32,8 @@ PENG_2023_S2 = {  # method -> {length: ppl}
 }
 PENG_NAMES = {"pi": "PI (fine-tuned)", "ntk": "NTK (base 20k)", "yarn": "YaRN"}
 
-# Extrapolation classes, by perplexity at a length over perplexity at the train length: the
-# words of the brief ("keeps", "degrades gracefully", "blows up") made measurable.
+# Extrapolation classes, by perplexity at a length over perplexity at the train length: the words
+# of the train-short-test-long story ("keeps", "degrades gracefully", "blows up") made measurable.
 KEEPS, BLOWS_UP = 1.10, 2.0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import re
-import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +21,14 @@ from pathlib import Path
 from poscli import runs
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.lengths import parse_length, parse_lengths
+from poscli.options import EVAL_TASKS, EXTEND_OPTIONS, RUN_ONLY, TRAIN_OPTIONS, saved_value, train_defaults, wanted_value
+
+# `pe = "all"` in a [[train]] (or a list holding "all"): every registered encoding, so a new
+# encoding file joins a study without a recipe edit.
+EVERY_ENCODING = "all"
 
 SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare"}
 # Options a recipe may not set: the runner sets them, or they would break the plan.
-RUNNER_OPTIONS = {"name", "resume", "results", "quiet", "seeds", "jobs", "nproc"}
 EVAL_KEYS = {"runs", "table", "lengths", "max_tokens", "stride", "protocol", "reference", "data", "task", "depths", "trials", "device"}
 EXTEND_KEYS = {"runs", "name", "method_options"}
 
@@ -88,16 +91,6 @@ def _line_of(text: str, key: str, section: str | None = None, index: int = 0) ->
     return None
 
 
-def _command_options(command: str) -> dict[str, object]:
-    """A poscli command's option names (as Python identifiers) and their defaults, from the CLI itself."""
-    import typer.main
-
-    from poscli.cli import app
-
-    click_command = typer.main.get_command(app).commands[command]
-    return {param.name: param.default for param in click_command.params if param.param_type_name == "option"}
-
-
 def _axes(entry: dict) -> list[dict]:
     """Every combination of an entry's list values (sweep axes), in order."""
     keys = list(entry)
@@ -108,7 +101,10 @@ def _axes(entry: dict) -> list[dict]:
 def _argv(options: dict) -> list[str]:
     argv = []
     for key, value in options.items():
-        if isinstance(value, bool):  # a switch: --reference / --no-reference
+        if isinstance(value, dict):  # pe_option = { base = 500000 }: one --pe-option KEY=VALUE each
+            for option, setting in value.items():
+                argv += [f"--{key.replace('_', '-')}", f"{option}={setting}"]
+        elif isinstance(value, bool):  # a switch: --reference / --no-reference
             argv.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
         else:
             argv += [f"--{key.replace('_', '-')}", str(value)]
@@ -147,23 +143,21 @@ def load_recipe(path: str | Path) -> Recipe:
             fail(f"unknown key {key!r}; a recipe has: {', '.join(sorted(SECTIONS))}", key)
     if not isinstance(data.get("name"), str) or not runs.RUN_NAME.match(data["name"]):
         fail("'name' must be a short name (letters, digits, . _ + -)", "name")
-    train_defaults = _command_options("train")
-    extend_defaults = _command_options("extend")
-
     def check_keys(entry: dict, allowed: set, section: str, index: int, command: str):
         for key in entry:
-            if key not in allowed:  # every caller leaves RUNNER_OPTIONS out of allowed
+            if key not in allowed:  # poscli.options.RUNNER_OPTIONS are never allowed: the runner sets them
                 fail(f"[{section}] has no key {key!r}; use the options of poscli {command} (with _ for -)", key, section, index)
 
     defaults = data.get("defaults", {})
-    check_keys(defaults, set(train_defaults) - RUNNER_OPTIONS, "defaults", 0, "train")
+    check_keys(defaults, set(TRAIN_OPTIONS), "defaults", 0, "train")
 
     train_steps = []
     for index, entry in enumerate(data.get("train", [])):
         where = f"{path}, [[train]] {index + 1}"
-        check_keys(entry, (set(train_defaults) - RUNNER_OPTIONS) | {"name"}, "train", index, "train")
+        check_keys(entry, set(TRAIN_OPTIONS) | {"name"}, "train", index, "train")
         if "name" not in entry:
             fail("every [[train]] needs a name, e.g. name = \"{pe}-s{seed}\"", "train", None)
+        entry = {**entry, **({"pe": _encodings(entry["pe"])} if "pe" in entry else {})}
         for values in _axes({key: value for key, value in entry.items() if key != "name"}):
             options = {**defaults, **values}
             name = _render(entry["name"], options, where)
@@ -175,7 +169,7 @@ def load_recipe(path: str | Path) -> Recipe:
     extend_steps = []
     for index, entry in enumerate(data.get("extend", [])):
         where = f"{path}, [[extend]] {index + 1}"
-        check_keys(entry, (set(extend_defaults) - RUNNER_OPTIONS) | EXTEND_KEYS, "extend", index, "extend")
+        check_keys(entry, set(EXTEND_OPTIONS) | EXTEND_KEYS, "extend", index, "extend")
         for key in ("runs", "name", "method", "target"):
             if key not in entry:
                 fail(f"every [[extend]] needs {key!r}", "extend")
@@ -199,8 +193,10 @@ def load_recipe(path: str | Path) -> Recipe:
         for key in ("runs", "table"):
             if key not in entry:
                 fail(f"every [[eval]] needs {key!r}", "eval")
-        if not runs.RUN_NAME.match(str(entry["table"])):
-            fail(f"table {entry['table']!r} may use only letters, digits and . _ + -", "table", "eval", index)
+        try:
+            runs.check_table_name(str(entry["table"]))
+        except PoscliError as error:
+            fail(str(error).replace("--table", "table"), "table", "eval", index)
         matched = _match(entry["runs"], all_runs, fail, "eval", index)
         options = {key: value for key, value in entry.items() if key != "runs"}
         for key in ("lengths", "max_tokens", "stride"):
@@ -209,8 +205,8 @@ def load_recipe(path: str | Path) -> Recipe:
                     parse_lengths(str(options[key])) if key == "lengths" else parse_length(str(options[key]), "--" + key.replace("_", "-"))
                 except PoscliError as error:
                     fail(str(error), key, "eval", index)
-        if options.get("task", "perplexity") not in ("perplexity", "passkey"):
-            fail(f"task {options['task']!r} is not a task; choose perplexity or passkey", "task", "eval", index)
+        if options.get("task", EVAL_TASKS[0]) not in EVAL_TASKS:
+            fail(f"task {options['task']!r} is not a task; choose {' or '.join(EVAL_TASKS)}", "task", "eval", index)
         names = [s.name for s in matched]
         eval_steps.append(Step("eval", str(entry["table"]), ["eval", *names, *_argv(options)], runs=names, detail=f"{len(names)} runs",
                                options=options, groups={s.name: s.group for s in matched}))
@@ -225,6 +221,16 @@ def load_recipe(path: str | Path) -> Recipe:
         if entry.get("table") not in tables:
             fail(f"table {entry.get('table')!r} is not one of this recipe's [[eval]] tables ({', '.join(sorted(tables))})", "table", "compare", index)
     return Recipe(path, data["name"], data.get("description", ""), train_steps, extend_steps, eval_steps, compare)
+
+
+def _encodings(value):
+    """A [[train]]'s pe with "all" read as every registered encoding (a list: a sweep axis)."""
+    from poscli.encodings import builtin_names
+
+    values = value if isinstance(value, list) else [value]
+    if EVERY_ENCODING not in values:
+        return value
+    return [name for v in values for name in (builtin_names() if v == EVERY_ENCODING else [v])]
 
 
 def _describe(options: dict) -> str:
@@ -255,24 +261,21 @@ def check_state(recipe: Recipe, results=None) -> None:
     """Set each step's status from what RESULTS already holds."""
     import pandas as pd
 
-    from poscli.cli import TRAIN_FIELDS
-
     folder = runs.runs_dir(results)
-    train_defaults = _command_options("train")
+    defaults = train_defaults()
     for step in recipe.train:
         config_path = folder / step.name / runs.CONFIG_FILE
         if not config_path.exists():
             continue
         config = runs.read_config(folder / step.name)
-        saved = {**config["model"], **config["train"]}
-        for option, field_name in TRAIN_FIELDS.items():
-            if option in ("device", "checkpoint_every"):
+        for option in TRAIN_OPTIONS:
+            if option in RUN_ONLY:
                 continue
-            wanted = step.options.get(option, train_defaults.get(option))
-            if option in ("train_length", "random_positions"):
-                wanted = parse_length(str(wanted), option) if str(wanted) != "0" else 0
-            have = saved.get(field_name)
-            if wanted is not None and have is not None and type(have)(wanted) != have:
+            wanted = step.options.get(option, defaults[option])
+            if wanted is None:
+                continue
+            wanted, have = wanted_value(config, option, wanted), saved_value(config, option)
+            if have is not None and type(have)(wanted) != have:
                 raise RecipeError(
                     f"run {step.name!r} exists with {option} = {have!r} but the recipe asks for {wanted!r}; "
                     f"remove {folder / step.name} or rename the run in {recipe.path}"
@@ -359,9 +362,8 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from poscli.sweep import Job, job_environments, run_jobs
+    from poscli.sweep import run_commands
 
-    base = [sys.executable, "-m", "poscli"]
     results_args = ["--results", str(results)] if results is not None else []
     log_dir = runs.results_dir(results) / "logs"
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
@@ -376,13 +378,11 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
             steps = [s for s in todo if s.kind == phase]
             if not steps:
                 continue
-            envs = job_environments(len(steps), min(parallel, len(steps)), _gpus())
             names = [f"{s.kind}-{s.name}" for s in steps]
             names = [name if names.count(name) == 1 else f"{name}-{i + 1}" for i, name in enumerate(names)]  # two [[eval]] of one table
-            batch = [Job(name, [*base, *s.argv, *results_args, *(["--quiet"] if "--quiet" not in s.argv else [])], env)
-                     for s, name, env in zip(steps, names, envs)]
+            commands = [(name, [*s.argv, *results_args, *(["--quiet"] if "--quiet" not in s.argv else [])]) for s, name in zip(steps, names)]
             try:
-                failed = [o.job.name for o in run_jobs(batch, parallel, log_dir, report=report) if not o.ok]
+                failed = [o.job.name for o in run_commands(commands, parallel, log_dir, report=report) if not o.ok]
             except KeyboardInterrupt:
                 raise RecipeInterrupted(
                     f"interrupted during the {phase} phase; the runs in progress saved checkpoints. "
@@ -399,15 +399,6 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
         report_path = write_report(results)
     console.print(f"recipe {recipe.name} done; report: {report_path}")
     return recipe
-
-
-def _gpus() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except ImportError:
-        return 0
 
 
 def write_summaries(recipe: Recipe, results=None) -> list[Path]:
@@ -520,7 +511,7 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
 
 
 def seed_markdown(summary) -> str:
-    from poscli.evaluate import format_interval, format_ppl
+    from poscli.tables import format_interval, format_ppl, pivot_markdown
 
     lengths = sorted(summary["length"].unique())
     scored = summary[summary["tokens"] > 0]
@@ -533,18 +524,10 @@ def seed_markdown(summary) -> str:
     ]
     notes = sorted({n for n in summary["note"].fillna("") if n})
     lines += [f"Note: {note}.\n" for note in notes]
-    lines += [
-        "| runs | pe | seeds | " + " | ".join(str(length) for length in lengths) + " |",
-        "|---|---|---|" + "---|" * len(lengths),
-    ]
-    for group, part in summary.groupby("group", sort=False):
-        cells = []
-        for length in lengths:
-            cell = part[part["length"] == length]
-            if cell.empty or cell["seeds"].iloc[0] == 0:
-                cells.append("n/a")
-            else:
-                r = cell.iloc[0]
-                cells.append(f"{format_ppl(r['mean'])} {format_interval(r['ci_low'], r['ci_high'])}".strip())
-        lines.append(f"| {group} | {part['pe'].iloc[0]} | {int(part['seeds'].max())} | " + " | ".join(cells) + " |")
+    lines += pivot_markdown(summary, "group", {
+        "runs": lambda first: first["group"],
+        "pe": lambda first: first["pe"],
+        "seeds": lambda first: int(summary[summary["group"] == first["group"]]["seeds"].max()),
+    }, lambda cell: "n/a" if cell["seeds"].iloc[0] == 0 else
+        f"{format_ppl(cell['mean'].iloc[0])} {format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip(), sort=False)
     return "\n".join(lines) + "\n"

@@ -51,7 +51,7 @@ def _history(folder: Path) -> list[dict]:
 def _machine() -> list[str]:
     import torch
 
-    from poscli.train import git_commit
+    from poscli.provenance import git_commit
 
     return [
         f"- machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPU cores"

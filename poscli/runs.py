@@ -39,6 +39,27 @@ def existing_runs(results: str | os.PathLike | None = None) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
 
 
+def run_lines(results: str | os.PathLike | None = None) -> list[str]:
+    """``poscli runs``: one tab-separated line per run (name, encoding, status, steps, held-out ppl)."""
+    names = existing_runs(results)
+    if not names:
+        return [f"no runs in {runs_dir(results)}; train one with: poscli train --pe rope"]
+    lines = []
+    for name in names:
+        config = read_config(runs_dir(results) / name)
+        held = config.get("heldout", {})
+        ppl = f"ppl {held['ppl']:.3f} @ {held['length']}" if held else ""
+        lines.append(f"{name}\t{config['model']['pe']}\t{config.get('status', '?')}\t{config.get('steps_done', 0)} steps\t{ppl}")
+    return lines
+
+
+def check_table_name(table: str) -> str:
+    """A table name becomes file names (TABLE.csv, TABLE.md): the same characters as a run name."""
+    if not RUN_NAME.match(table):
+        raise PoscliError(f"--table {table!r} may use only letters, digits and . _ + -")
+    return table
+
+
 def check_name(name: str) -> str:
     if not RUN_NAME.match(name):
         raise PoscliError(
@@ -47,16 +68,16 @@ def check_name(name: str) -> str:
     return name
 
 
-def new_run_name(base: str, results: str | os.PathLike | None = None) -> str:
-    """``base`` if free, else ``base-2``, ``base-3``, ...: a default name never takes an existing run's."""
-    folder = runs_dir(results)
-    taken = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
-    if base not in taken:
-        return base
-    suffix = 2
-    while f"{base}-{suffix}" in taken:
-        suffix += 1
-    return f"{base}-{suffix}"
+def check_free(name: str, results: str | os.PathLike | None = None, resume: str | None = None) -> None:
+    """The one rule for a run name, whether given or the default (the encoding's name, or
+    RUN+METHOD-xFACTOR): a name that exists is never silently reused or renamed, so a command
+    that is run twice cannot quietly make a second run. The error names the ways on: resume it,
+    start it over with --replace, or choose another --name. (A recipe applies the same rule from
+    its side: a run of its own with the same config is done or resumed, another is refused.)"""
+    folder = runs_dir(results) / name
+    if folder.exists():
+        on = f"continue it with `{resume}`, " if resume else ""
+        raise PoscliError(f"a run named {name!r} already exists in {runs_dir(results)}; {on}start it over with --replace, or choose another --name")
 
 
 def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Path:

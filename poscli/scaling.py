@@ -36,14 +36,15 @@ class Method:
     options: dict[str, float]  # option name -> default
     description: str
     citation: str
+    per_length: bool = False  # True: the frequencies depend on the length being run, recomputed per forward
 
 
 METHODS: dict[str, Method] = {}
 
 
-def register(name: str, description: str, citation: str, **options: float):
+def register(name: str, description: str, citation: str, per_length: bool = False, **options: float):
     def decorator(recipe: RopeRecipe) -> RopeRecipe:
-        METHODS[name] = Method(name, recipe, dict(options), description, citation)
+        METHODS[name] = Method(name, recipe, dict(options), description, citation, per_length)
         return recipe
 
     return decorator
@@ -73,6 +74,7 @@ def _ntk(head_dim, base, factor, original_length, seq_len):
     "dynamic-ntk",
     "dynamic NTK: base recomputed from the actual length when it exceeds the original",
     "emozilla, 2023 (reddit r/LocalLLaMA); transformers' 'dynamic'",
+    per_length=True,
 )
 def _dynamic_ntk(head_dim, base, factor, original_length, seq_len):
     if seq_len is None or seq_len <= original_length:

@@ -14,6 +14,8 @@ Shapes: R runs (seeds), S spans, U units, N resamples.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 RESAMPLES = 2000
@@ -61,3 +63,14 @@ def interval(samples: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float
 def separated(a: tuple[float, float], b: tuple[float, float]) -> bool:
     """Whether two intervals do not overlap."""
     return a[1] < b[0] or b[1] < a[0]
+
+
+def wilson_interval(correct: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (sound at 0 and at 1, unlike +-SE)."""
+    if trials == 0:
+        return (float("nan"), float("nan"))
+    p = correct / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,3 +99,69 @@ def _schedule(waiting: list[Job], running: dict, finished: dict, parallel: int, 
             else:
                 report(f"FAILED {name} (exit {outcome.returncode}): {outcome.last_line()}  [log: {log}]")
         time.sleep(0.2)
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
+
+
+def run_commands(commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report=print) -> list[Outcome]:
+    """Run poscli commands (job name, argv after ``poscli``) as processes, ``parallel`` at a time,
+    each with its share of cores (or its own GPU); the one way both ``train --seeds`` sweeps and
+    recipes run their steps."""
+    if parallel < 1:
+        from poscli.errors import PoscliError
+
+        raise PoscliError(f"--jobs must be at least 1, got {parallel}")
+    envs = job_environments(len(commands), min(parallel, len(commands)), gpu_count())
+    jobs = [Job(name, [sys.executable, "-m", "poscli", *argv], env) for (name, argv), env in zip(commands, envs)]
+    return run_jobs(jobs, parallel, log_dir, report=report)
+
+
+def plan_train_sweep(encodings: list[str], seeds: list[int], prefix: str | None, base_argv: list[str]) -> list[tuple[str, list[str]]]:
+    """Every (encoding, seed) of a ``poscli train`` sweep as (run name, argv): NAME-PE[-sSEED]."""
+    from poscli.encodings import run_name_base
+
+    plan = []
+    for pe in encodings:
+        for seed in seeds:
+            name = f"{prefix + '-' if prefix else ''}{run_name_base(pe)}{f'-s{seed}' if len(seeds) > 1 else ''}"
+            plan.append((name, [*base_argv, "--pe", pe, "--seed", str(seed), "--name", name, "--quiet"]))
+    return plan
+
+
+def without_options(args: list[str], options: set[str]) -> list[str]:
+    """A command line without these options (and their values)."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif not any(arg.startswith(option + "=") for option in options):
+            kept.append(arg)
+    return kept
+
+
+def train_sweep(encodings: list[str], seeds: list[int], jobs: int, prefix: str | None, base_argv: list[str],
+                results=None, report=print) -> list[Path]:
+    """``poscli train --pe a,b --seeds 0,1 --jobs N``: each run its own process; returns the run folders."""
+    from poscli import runs
+    from poscli.errors import EnvironmentFailure
+
+    plan = plan_train_sweep(encodings, seeds, prefix, base_argv)
+    for name, _ in plan:
+        runs.check_name(name)
+        runs.check_free(name, results, resume=f"poscli train --resume {name}")
+    log_dir = runs.results_dir(results) / "logs"
+    report(f"sweep: {len(plan)} runs, {min(jobs, len(plan))} at a time; logs in {log_dir}")
+    outcomes = run_commands(plan, jobs, log_dir, report=report)
+    failed = [o.job.name for o in outcomes if not o.ok]
+    if failed:
+        raise EnvironmentFailure(f"{len(failed)} of {len(outcomes)} runs failed: {', '.join(failed)}; the others finished (see their logs)")
+    return [runs.runs_dir(results) / o.job.name for o in outcomes]

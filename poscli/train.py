@@ -10,6 +10,7 @@ import math
 import os
 import platform
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -23,8 +24,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from poscli import encodings, runs
-from poscli.config import ModelConfig, TrainConfig, check_random_positions
-from poscli.data import Corpus, load_corpus
+from poscli.provenance import environment
+from poscli.config import ModelConfig, TrainConfig
+from poscli.data import Corpus, absolute_spec, load_corpus
 from poscli.evalset import build_eval_set
 from poscli.device import select_device
 from poscli.distributed import Group, check_batch, data_parallel_loss, group_from_environment
@@ -88,28 +90,6 @@ def sample_positions(batch_size: int, length: int, max_position: int, generator:
     return torch.stack(rows).to(device)  # (B, T)
 
 
-def git_commit() -> str | None:
-    try:
-        result = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
-        )
-        return result.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def environment(device: torch.device, dtype: str = "fp32") -> dict:
-    return {
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
-        "threads": torch.get_num_threads(),
-        "dtype": dtype,
-        "poscli_commit": git_commit(),
-    }
-
-
 @dataclass
 class TrainResult:
     run: Path
@@ -117,6 +97,13 @@ class TrainResult:
     heldout_loss: float
     heldout_perplexity: float
     seconds: float
+    heldout_length: int = 0
+
+    def summary(self) -> str:
+        """One line for the console: steps, time and held-out perplexity at the train length."""
+        return (f"finished {self.steps} steps in {self.seconds / 60:.1f} min; held-out loss at length {self.heldout_length}: "
+                f"{self.heldout_loss:.4f} nats/token (perplexity {self.heldout_perplexity:.3f}, "
+                f"{self.heldout_loss / math.log(2):.3f} bits/byte)")
 
 
 def autocast(device: torch.device, dtype: str):
@@ -183,6 +170,7 @@ def train(
     show_progress: bool = True,
     initial_weights: dict | None = None,
     lineage: dict | None = None,
+    replace: bool = False,
 ) -> TrainResult | None:
     """Train a model and write its run folder. Everything is validated before a file is written.
 
@@ -200,17 +188,20 @@ def train(
     model_config.validate()
     train_config.validate(min_steps=0 if initial_weights is not None else 1)
     check_batch(group, train_config.batch_size)
-    if name is not None:
-        runs.check_name(name)
-        if group.is_main and (runs.runs_dir(results) / name).exists():
-            raise PoscliError(f"a run named {name!r} already exists in {runs.runs_dir(results)}; choose another --name")
+    name = name or encodings.run_name_base(model_config.pe)
+    runs.check_name(name)
+    if group.is_main and not replace:
+        runs.check_free(name, results, resume=f"poscli {'extend ' + name + ' --resume' if lineage else 'train --resume ' + name}")
     device = _select_device(group, train_config.device)
+    train_config = TrainConfig.from_dict({**train_config.to_dict(), "data": absolute_spec(train_config.data)})
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
     passkey_fraction(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
-    check_random_positions(model_config, train_config)
-    if train_config.random_positions and model_config.pe == "learned":  # a table row for every position it may draw
-        model_config = ModelConfig.from_dict({**model_config.to_dict(), "position_rows": max(model_config.position_rows, train_config.random_positions)})
+    encodings.check_random_positions(model_config, train_config)
+    model_config = encodings.resolve_options(model_config)  # config.json records every option
+    if train_config.random_positions:  # e.g. a learned table needs a row for every position it may draw
+        grown = encodings.get(model_config.pe).grown_for_positions(model_config, train_config.random_positions)
+        model_config = ModelConfig.from_dict({**model_config.to_dict(), **grown})
 
     torch.manual_seed(train_config.seed)
     model = GPT(model_config)
@@ -220,7 +211,7 @@ def train(
     generator = torch.Generator().manual_seed(train_config.seed)
     optimizer = make_optimizer(model, train_config)
 
-    run = _create_run_folder(name, encodings.run_name_base(model_config.pe), results) if group.is_main else None
+    run = _create_run_folder(name, results, replace) if group.is_main else None
     config = {
         "name": run.name if run else name,
         "label": None,
@@ -271,7 +262,7 @@ def resume(
     config = runs.read_config(run)
     model_config = ModelConfig.from_dict(config["model"])
     train_config = TrainConfig.from_dict(config["train"])
-    saved = {**model_config.to_dict(), **train_config.to_dict()}
+    saved = {**encodings.resolve_options(model_config).to_dict(), **train_config.to_dict()}
     different = {key: (value, saved.get(key)) for key, value in (given or {}).items()
                  if key not in RESUMABLE_CHANGES and value != saved.get(key)}
     if different:
@@ -319,21 +310,21 @@ def passkey_fraction(train_config: TrainConfig, model_config: ModelConfig) -> fl
     return fraction
 
 
-def _create_run_folder(name: str | None, pe: str, results) -> Path:
-    """Make RESULTS/runs/NAME atomically: two processes can never take the same name. A default
-    name moves on to the next free suffix if another process takes it first."""
-    for _ in range(100):
-        chosen = name or runs.new_run_name(pe, results)
-        run = runs.runs_dir(results) / chosen
-        try:
-            run.mkdir(parents=True)
-            return run
-        except FileExistsError:
-            if name is not None:
-                raise PoscliError(f"a run named {name!r} was created by another process; choose another --name") from None
-        except OSError as error:
-            raise PoscliError(f"cannot create {run}: {error.strerror}; check that the results folder is writable") from error
-    raise PoscliError(f"could not find a free run name for {pe!r} in {runs.runs_dir(results)}; pass --name")
+def _create_run_folder(name: str, results, replace: bool) -> Path:
+    """Make RESULTS/runs/NAME atomically, so two processes can never take the same name;
+    ``replace`` first removes a run of that name (and only a run folder)."""
+    run = runs.runs_dir(results) / name
+    if replace and run.exists():
+        if not (run / runs.CONFIG_FILE).is_file() and any(run.iterdir()):
+            raise PoscliError(f"{run} is not a run folder (no {runs.CONFIG_FILE}); --replace removes only runs, so move it away by hand")
+        shutil.rmtree(run)
+    try:
+        run.mkdir(parents=True)
+        return run
+    except FileExistsError:
+        raise PoscliError(f"a run named {name!r} was created by another process; choose another --name") from None
+    except OSError as error:
+        raise PoscliError(f"cannot create {run}: {error.strerror}; check that the results folder is writable") from error
 
 
 def _cut_metrics(run: Path, step: int) -> None:
@@ -484,4 +475,5 @@ def _train_loop(
     if step == start_step:
         config.pop("tokens_per_s")
     runs.write_config(run, config)
-    return TrainResult(run=run, steps=step, heldout_loss=heldout["loss"], heldout_perplexity=heldout["ppl"], seconds=seconds)
+    return TrainResult(run=run, steps=step, heldout_loss=heldout["loss"], heldout_perplexity=heldout["ppl"], seconds=seconds,
+                       heldout_length=model_config.train_length)

@@ -1,10 +1,19 @@
 import os
 import random
 
+# Under pytest-xdist (make test runs two workers on two cores) each worker, and every poscli
+# process it starts, gets one thread: two torch processes that each take every core run many
+# times slower than one at a time.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+
 import pytest
 import torch
 
 from poscli.config import ModelConfig
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
@@ -18,10 +27,18 @@ def isolated_caches(tmp_path_factory, monkeypatch):
     torch.manual_seed(0)
 
 
-def tiny_config(pe: str, **overrides) -> ModelConfig:
-    """A model small enough that a forward pass takes milliseconds."""
+def tiny_config(pe: str, options: dict | None = None, **overrides) -> ModelConfig:
+    """A model small enough that a forward pass takes milliseconds. ``options``: encoding options,
+    of which each encoding takes those it declares (so one dict can serve several encodings)."""
+    import dataclasses
+
+    from poscli import encodings
+
     values = dict(pe=pe, n_layer=2, n_head=4, d_model=32, train_length=32, attention_block=16)
     values.update(overrides)
+    if options:
+        declared = {f.name for f in dataclasses.fields(encodings.get(pe).Options)}
+        values["pe_options"] = {key: value for key, value in options.items() if key in declared}
     return ModelConfig(**values)
 
 
@@ -48,3 +65,11 @@ def write_text_corpus(folder, documents: int = 12, words: int = 400, seed: int =
 @pytest.fixture
 def text_corpus(tmp_path):
     return write_text_corpus(tmp_path / "corpus")
+
+
+# The longest files first: two workers then finish together instead of one waiting on the other.
+LONGEST_FIRST = ("test_smoke.py", "test_docs.py", "test_recipes.py", "test_bench.py", "test_new_encoding.py")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST))

@@ -62,7 +62,7 @@ def fast_mode(request, monkeypatch):
 @pytest.mark.parametrize("path", [fast, fallback], ids=["fast", "fallback"])
 def test_attention_equals_the_textbook_formula_forward_and_backward(pe, length, path, fast_mode):
     # A band wider than some tiles (t5_max_distance 40 > tile 8) and narrower than others.
-    encoding = random_encoding(pe, t5_max_distance=40, t5_num_buckets=12, shaw_clip=5)
+    encoding = random_encoding(pe, options=dict(max_distance=40, num_buckets=12, clip=5))
     if path is fast and encoding.relative_bias(torch.zeros(1, 4, 2, 8), layer=1) is None:
         pytest.skip(f"{pe} has no banded form; the model uses the fallback")
     B, H, hd = 2, 4, 8

@@ -41,7 +41,7 @@ def test_train_writes_a_run_folder_with_config_metrics_and_safetensors(trained):
     assert config["status"] == "finished" and config["steps_done"] == 6
     assert config["model"]["pe"] == "alibi" and config["model"]["train_length"] == 32
     assert config["data"]["heldout_documents"] >= 1 and config["environment"]["torch"]
-    assert config["model"]["rope_layout"] == "halves"
+    assert config["model"]["pe_options"] == {}, "alibi declares no options"
     assert len((run / "metrics.jsonl").read_text().splitlines()) >= 1
 
 
@@ -111,25 +111,30 @@ def test_eval_scores_a_run_on_another_corpus_whole(trained, tmp_path):
     assert set(table["corpus"]) == {str(other)} and (table[table["run"] == "alibi"]["documents"] > 1).all()
 
 
-def test_default_names_never_take_an_existing_run(trained):
+def test_an_existing_run_name_is_refused_with_the_ways_on_and_replace_starts_it_over(trained, tmp_path):
+    """One rule for a run name that exists, default or given: refused (resume, --replace, or --name)."""
+    import json
+    import shutil
+
     corpus, results = trained
-    done = poscli("train", "--pe", "alibi", "--data", str(corpus), "--steps", "2", "--results", str(results), *TINY)
-    assert done.returncode == 0, done.stderr
-    assert (results / "runs" / "alibi-2" / "model.safetensors").exists()
+    scratch = tmp_path / "results"
+    shutil.copytree(results / "runs" / "alibi", scratch / "runs" / "alibi")
+    again = poscli("train", "--pe", "alibi", "--data", str(corpus), "--steps", "2", "--results", str(scratch), *TINY)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert "poscli train --resume alibi" in again.stderr and "--replace" in again.stderr and "--name" in again.stderr
+    assert sorted(p.name for p in (scratch / "runs").iterdir()) == ["alibi"], "no alibi-2 or any other new run"
+    replaced = poscli("train", "--pe", "alibi", "--data", str(corpus), "--steps", "2", "--replace", "--results", str(scratch), *TINY)
+    assert replaced.returncode == 0, replaced.stderr
+    assert json.loads((scratch / "runs" / "alibi" / "config.json").read_text())["steps_done"] == 2
 
 
 ERRORS = [
     (["train", "--pe", "rotary"], "choose one of: alibi, fire, kerple, learned, none, rope, shaw, sinusoidal, t5, xpos"),
-    (["eval", "alibi", "--lengths", "1x"], "is not a length"),
-    (["eval", "alibi", "--lengths", "0"], "is not a positive length"),
-    (["eval", "alibi", "--lengths", "-5"], "is not a length"),
     (["eval", "missing-run"], "no run named 'missing-run'; runs in"),
     (["eval", "alibi", "--lengths", "1m"], "lengths up to"),
     (["eval", "alibi", "--lengths", "1m", "--protocol", "documents"], "the longest has"),
-    (["eval", "alibi", "--protocol", "books"], "is not a protocol; choose stream or documents"),
     (["eval", "alibi", "--lengths", "32,64", "--stride", "48"], "--stride 48 is longer than the length 32"),
     (["eval", "alibi", "--data", "/no/such/corpus"], "is not 'stdlib', 'passkey', an existing file or folder"),
-    (["train", "--steps", "abc"], "Invalid value for '--steps'"),
     (["train", "--width", "30"], "not divisible by 4 heads"),
     (["train", "--data", "/no/such/corpus"], "is not 'stdlib', 'passkey', an existing file or folder"),
     (["train", "--device", "cuda:7"], "is not available on this machine"),
@@ -137,43 +142,77 @@ ERRORS = [
     (["train", "--name", "alibi"], "already exists"),
     (["train", "--batch-size", "0"], "--batch-size must be at least 1"),
     (["train", "--lr", "5"], "--lr must be between 0 and 1"),
-    (["train", "--lr", "abc"], "Invalid value for '--lr'"),
     (["train", "--warmup", "-1"], "--warmup must be 0 or more"),
     (["train", "--minutes", "0"], "--minutes must be a positive number"),
-    (["train", "--dtype", "fp8"], "choose fp32 or bf16"),
     (["train", "--layers", "0"], "--layers must be a positive whole number"),
     (["train", "--heads", "3"], "not divisible by 3 heads"),
-    (["train", "--train-length", "1x"], "is not a length"),
-    (["train", "--rope-layout", "diagonal"], "must be 'halves' or 'interleaved'"),
+    (["train", "-O", "layout=diagonal"], "layout must be halves or interleaved"),
+    (["train", "--pe", "shaw", "-O", "clip=0"], "clip must be at least 1"),
+    (["train", "--pe", "shaw", "-O", "clip=many"], "shaw's clip is a int"),
+    (["train", "--pe", "alibi", "-O", "slope=1"], "--pe alibi has no option 'slope'"),
+    (["train", "-O", "base"], "write KEY=VALUE"),
     (["train", "--mix", "passkey:2"], "the fraction must be in (0, 1]"),
     (["train", "--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
-    (["train", "--rotary-fraction", "0"], "--rotary-fraction must be in (0, 1]"),
-    (["train", "--rope-keep", "2"], "--rope-keep must be between 0 and 1"),
-    (["train", "--pe", "xpos", "--rotary-fraction", "0.5"], "use --rotary-fraction 1 with --pe xpos"),
-    (["train", "--pe", "xpos", "--xpos-gamma", "0"], "--xpos-gamma must be positive"),
+    (["train", "-O", "rotary_fraction=0"], "rotary_fraction must be in (0, 1]"),
+    (["train", "-O", "keep=2"], "keep must be between 0 and 1"),
+    (["train", "--pe", "xpos", "-O", "rotary_fraction=0.5"], "rotary_fraction at 1 with --pe xpos"),
+    (["train", "--pe", "xpos", "-O", "gamma=0"], "gamma must be positive"),
     (["train", "--random-positions", "100"], "--random-positions 100 is shorter than --train-length 256"),
-    (["train", "--random-positions", "lots"], "is not a length"),
     (["train", "--pe", "none", "--random-positions", "4k"], "--pe none reads no positions"),
     (["train", "--resume", "no-such-run"], "no run named 'no-such-run'"),
     (["train", "--resume", "alibi", "--name", "x"], "--name cannot be combined with --resume"),
     (["train", "--resume", "alibi", "--lr", "0.5"], "lr 0.5 (the run has 0.001)"),
-    (["train", "--bogus-option"], "No such option: --bogus-option"),
     (["train", "--data", "EMPTY"], "has no non-empty text files"),
     (["train", "--data", "BINARY"], "binary files are skipped"),
     (["extend", "no-such-run", "--method", "yarn", "--target", "4k"], "no run named 'no-such-run'"),
     (["extend", "learned", "--method", "yarn", "--target", "4k"], "interpolate"),
-    (["extend", "learned", "--method", "interpolate", "--target", "abc"], "is not a length"),
     (["extend", "learned", "--method", "interpolate", "--target", "4k", "--factor", "0.5"], "--factor must be at least 1"),
     (["extend", "learned"], "--method and --target are required"),
     (["extend", "learned", "--resume", "--lr", "0.1"], "--resume continues 'learned' as it was configured; drop --lr"),
-    (["eval", "alibi", "--task", "bogus"], "is not a task; choose perplexity or passkey"),
     (["eval", "alibi", "--task", "passkey", "--depths", "150"], "between 0 and 100"),
     (["eval", "alibi", "--table", "a b"], "may use only letters"),
-    (["eval", "alibi", "--max-tokens", "many"], "is not a length"),
     (["eval", "PICKLE"], "never unpickles"),
-    (["eval"], "Missing argument"),
     (["train", "--results", "READONLY"], "check that the results folder is writable"),
 ]
+
+
+# Usage errors (a value of the wrong form, an unknown option, a missing argument) are click's own:
+# its usage line, a hint, and "Error: ...", exit code 2.
+USAGE_ERRORS = [
+    (["eval", "alibi", "--lengths", "1x"], "is not a list of lengths"),
+    (["eval", "alibi", "--lengths", "0"], "is not a list of lengths"),
+    (["eval", "alibi", "--protocol", "books"], "'books' is not one of 'stream', 'documents'"),
+    (["train", "--steps", "abc"], "Invalid value for '--steps'"),
+    (["train", "--lr", "abc"], "Invalid value for '--lr'"),
+    (["train", "--dtype", "fp8"], "'fp8' is not one of 'fp32', 'bf16'"),
+    (["train", "--train-length", "1x"], "'1x' is not a length"),
+    (["train", "--random-positions", "lots"], "is not a length"),
+    (["train", "--bogus-option"], "No such option: --bogus-option"),
+    (["extend", "learned", "--method", "interpolate", "--target", "abc"], "is not a length"),
+    (["eval", "alibi", "--task", "bogus"], "'bogus' is not one of 'perplexity', 'passkey'"),
+    (["eval", "alibi", "--max-tokens", "many"], "is not a length"),
+    (["plot", "decay", "--max-distance", "far"], "is not a length"),
+    (["eval"], "Missing argument"),
+]
+
+
+@pytest.mark.parametrize("args, message", USAGE_ERRORS, ids=[" ".join(a) for a, _ in USAGE_ERRORS])
+def test_usage_errors_are_clicks_own_exit_2_no_traceback_no_files(trained, args, message):
+    _, results = trained
+    before = snapshot(results)
+    done = poscli(*args, "--results", str(results))
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.startswith("Usage: poscli") and f"Try 'poscli {args[0]}" in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("Error: ") and message in done.stderr
+    assert "Traceback" not in done.stderr and snapshot(results) == before
+
+
+def test_version_and_a_group_without_its_command_answer_plainly():
+    from poscli import __version__
+
+    assert poscli("--version").stdout.strip() == f"poscli {__version__}"
+    plot = poscli("plot")
+    assert plot.returncode == 0 and plot.stdout.startswith("Usage: poscli plot") and "decay" in plot.stdout and not plot.stderr
 
 
 @pytest.mark.parametrize("args, message", ERRORS, ids=[" ".join(a) for a, _ in ERRORS])
@@ -307,39 +346,45 @@ def test_random_positions_train_through_the_cli_and_evaluate_plainly(trained):
     assert extended.returncode == 0 and "rows for positions up to 512" in extended.stderr
 
 
-USER_ENCODING = '''
-import torch
-from poscli.encodings.base import PositionalEncoding, causal_distance
-
-
-class LogPenalty(PositionalEncoding):
-    citation = "a test"
-    summary = "a fixed per-head -s log(1 + distance) bias"
-    has_score_bias = True
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.register_buffer("slopes", torch.tensor([2.0 ** -h for h in range(config.n_head)]), persistent=False)
-
-    def score_bias(self, q, q_positions, k_positions, layer):
-        distance = causal_distance(q_positions, k_positions).to(torch.float32)
-        return (-self.slopes[:, None, None] * torch.log1p(distance)).to(q.dtype)
-'''
-
-
-def test_a_user_defined_encoding_trains_and_evaluates_through_the_cli(trained, tmp_path):
+def test_a_user_encoding_that_cannot_be_imported_or_is_no_encoding_is_one_line(trained, tmp_path):
+    """(A user encoding that works is trained, extended and evaluated in tests/test_new_encoding.py.)"""
     corpus, _ = trained
-    (tmp_path / "myencoding.py").write_text(USER_ENCODING)
+    (tmp_path / "myencoding.py").write_text("import torch\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    results = tmp_path / "results"
-    run = lambda *args: subprocess.run([sys.executable, "-m", "poscli", *args, "--results", str(results)], capture_output=True, text=True, env=env)  # noqa: E731
-    done = run("train", "--pe", "myencoding:LogPenalty", "--data", str(corpus), "--steps", "6", *TINY)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().endswith("runs/logpenalty")
-    evaluated = run("eval", "logpenalty", "--lengths", "32,128", "--max-tokens", "1k", "--no-reference", "--quiet")
-    assert evaluated.returncode == 0, evaluated.stderr
-    table = pd.read_csv(results / "ppl.csv")
-    assert set(table["pe"]) == {"myencoding:LogPenalty"} and table["ppl"].notna().all()
     for spec, message in [("nosuch.module:X", "cannot import 'nosuch.module'"), ("myencoding:torch", "is not a subclass of")]:
-        failed = run("train", "--pe", spec, "--data", str(corpus), "--steps", "1", *TINY)
+        failed = subprocess.run([sys.executable, "-m", "poscli", "train", "--pe", spec, "--data", str(corpus), "--steps", "1",
+                                 "--results", str(tmp_path / "results"), *TINY], capture_output=True, text=True, env=env)
         assert failed.returncode == 2 and message in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
+
+
+def test_the_options_recipes_and_resume_read_are_the_clis_own():
+    """poscli.options describes poscli train and extend as data (so the library never imports the
+    CLI); it must name the same options with the same defaults as the Typer commands."""
+    import typer.main
+
+    from poscli import cli, options
+
+    commands = typer.main.get_command(cli.app).commands
+    train = {p.name: p.default for p in commands["train"].params if p.param_type_name == "option"}
+    assert set(options.TRAIN_OPTIONS) == set(train) - options.RUNNER_OPTIONS
+    for option, (_, default) in options.TRAIN_OPTIONS.items():
+        assert getattr(train[option], "value", train[option]) in (default, None if default == [] else default), option
+    extend = {p.name: p.default for p in commands["extend"].params if p.param_type_name == "option"}
+    assert options.EXTEND_OPTIONS == {k: v for k, v in extend.items() if k not in options.RUNNER_OPTIONS}
+    assert tuple(task.value for task in cli.Task) == options.EVAL_TASKS
+
+
+def test_a_run_trained_on_a_relative_path_is_evaluated_from_any_folder(trained, tmp_path):
+    """--data is stored absolute, so the run's own held-out text is found from another folder."""
+    import json
+
+    corpus, _ = trained
+    results = tmp_path / "results"
+    done = poscli("train", "--pe", "alibi", "--data", corpus.name, "--steps", "2", "--results", str(results), *TINY, cwd=corpus.parent)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((results / "runs" / "alibi" / "config.json").read_text())
+    assert config["train"]["data"] == str(corpus)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    evaluated = poscli("eval", "alibi", "--lengths", "32", "--max-tokens", "1k", "--no-reference", "--results", str(results), "--quiet", cwd=elsewhere)
+    assert evaluated.returncode == 0, evaluated.stderr

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from poscli import passkey
+from poscli import passkey, stats
 from poscli.data import load_corpus
 from poscli.decay import attention_decay
 from poscli.errors import PoscliError
@@ -90,11 +90,11 @@ def test_passkey_training_sequences_end_with_the_answer():
 
 
 def test_wilson_interval_brackets_the_rate_and_narrows_with_trials():
-    low, high = passkey.wilson_interval(10, 20)
+    low, high = stats.wilson_interval(10, 20)
     assert low < 0.5 < high
-    narrow = passkey.wilson_interval(100, 200)
+    narrow = stats.wilson_interval(100, 200)
     assert narrow[1] - narrow[0] < high - low
-    assert passkey.wilson_interval(0, 20)[0] == 0 and passkey.wilson_interval(20, 20)[1] == 1
+    assert stats.wilson_interval(0, 20)[0] == 0 and stats.wilson_interval(20, 20)[1] == 1
 
 
 @pytest.mark.parametrize("text", ["passkey", "passkey:0", "passkey:1.5", "other:0.2", "passkey:x"])
@@ -166,7 +166,6 @@ def test_the_whole_suite_writes_every_table_and_plot(passkey_run):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["eval", "alibi", "--task", "qa"], "choose perplexity or passkey"),
     (["eval", "alibi", "--task", "passkey", "--depths", "0,150"], "between 0 and 100"),
     (["eval", "alibi", "--task", "passkey", "--lengths", "32"], "a passkey prompt needs at least"),
     (["eval", "alibi", "--stride", "500", "--lengths", "128"], "--stride 500 is longer than the length 128"),

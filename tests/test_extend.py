@@ -81,14 +81,13 @@ def test_dynamic_ntk_run_evaluates_at_several_lengths(rope_run):
 
 
 EXTEND_ERRORS = [
-    (["rope", "--method", "longrope", "--target", "1k"], "choose one of: default, pi, ntk, dynamic-ntk, yarn, llama3, base"),
+    (["rope", "--method", "longrope", "--target", "1k"], "does not apply to --pe rope; for run 'rope' use: pi, ntk, dynamic-ntk, yarn, llama3, base"),
     (["sinusoidal", "--method", "yarn", "--target", "1k"], "--method yarn does not apply to --pe sinusoidal; for run 'sinusoidal' use: pi"),
     (["learned", "--method", "pi", "--target", "1k"], "--method pi does not apply to --pe learned; for run 'learned' use: interpolate"),
     (["learned", "--method", "interpolate", "--target", "1k", "--beta-fast", "4"], "takes no options"),
     (["rope", "--method", "yarn", "--target", "16"], "is not longer than the run's train length 32"),
     (["rope", "--method", "pi", "--target", "1k", "--beta-fast", "8"], "--method pi does not take --beta-fast"),
     (["rope", "--method", "base", "--target", "1k", "--steps", "0"], "add e.g. --rope-base 500000"),
-    (["rope", "--method", "yarn", "--target", "1q"], "--target: '1q' is not a length"),
     (["rope", "--method", "yarn", "--target", "1k", "--factor", "0.5"], "--factor must be at least 1"),
     (["nope", "--method", "yarn", "--target", "1k"], "no run named 'nope'"),
     (["rope-pi0", "--method", "yarn", "--target", "1k"], "is already extended"),
@@ -117,7 +116,7 @@ def test_sinusoidal_pi_equals_the_parent_at_interpolated_positions():
 
 
 def test_interpolated_learned_table_keeps_its_rows_and_stretches_between_them():
-    from poscli.extend import interpolate_table
+    from poscli.encodings.learned import interpolate_table
 
     table = torch.randn(32, 8)
     stretched = interpolate_table(table, 125)  # 124 / 31 = 4: row 4i is the old row i

@@ -19,7 +19,7 @@ from tests.conftest import tiny_config
 
 def rope_scores(layout, q, k, q_position, k_position, base=10000.0):
     """<R(m) q, R(n) k> through the implementation. q, k: (hd,)."""
-    encoding = encodings.build(tiny_config("rope", rope_layout=layout, rope_base=base, d_model=4 * q.numel()))
+    encoding = encodings.build(tiny_config("rope", options=dict(layout=layout, base=base), d_model=4 * q.numel()))
     positions = torch.tensor([q_position, k_position])
     both = torch.stack([q, k])[None, None]  # (1, 1, 2, hd)
     rotated, _ = encoding.rotate(both, both, positions, layer=0)
@@ -131,7 +131,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
 
 
 def t5_bucket_by_hand(n, num_buckets=32, max_distance=128):
-    """PAPERS.md: n < 16 own bucket; else 16 + floor(log(n/16) / log(128/16) * 16), capped at 31."""
+    """Raffel et al. (2020) / the T5 code: n < 16 own bucket; else 16 + floor(log(n/16) / log(128/16) * 16), capped at 31."""
     exact = num_buckets // 2
     if n < exact:
         return n
@@ -161,7 +161,7 @@ def test_t5_bias_reads_the_bucket_table():
 
 def test_shaw_bias_is_q_dot_relative_key_clipped_beyond_k():
     clip = 4
-    encoding = encodings.build(tiny_config("shaw", shaw_clip=clip))
+    encoding = encodings.build(tiny_config("shaw", options=dict(clip=clip)))
     hd = encoding.config.head_dim
     q = torch.randn(1, 4, 12, hd)
     positions = torch.arange(12)
@@ -181,7 +181,7 @@ def test_xpos_score_is_rope_score_times_zeta_to_the_distance_over_gamma():
     zeta_i = (2i/d + 0.4)/1.4; so the score depends only on m - n."""
     from poscli.encodings import build
 
-    config = tiny_config("xpos", xpos_gamma=64.0)
+    config = tiny_config("xpos", options=dict(gamma=64.0))
     xpos, rope = build(config), build(tiny_config("rope"))
     hd = config.head_dim
     torch.manual_seed(0)
@@ -297,8 +297,8 @@ def test_p_rope_with_keep_1_is_rope_and_lower_keeps_leave_the_lowest_pairs_untur
     torch.manual_seed(0)
     config = tiny_config("rope")  # head dim 8: 4 pairs, halves layout
     x, positions = torch.randn(1, 1, 20, 8), torch.arange(20)
-    torch.testing.assert_close(rotate_once(tiny_config("rope", rope_keep=1.0), x, positions), rotate_once(config, x, positions))
-    half = rotate_once(tiny_config("rope", rope_keep=0.5), x, positions)
+    torch.testing.assert_close(rotate_once(tiny_config("rope", options=dict(keep=1.0)), x, positions), rotate_once(config, x, positions))
+    half = rotate_once(tiny_config("rope", options=dict(keep=0.5)), x, positions)
     dropped = [2, 3, 6, 7]  # the two lowest-frequency pairs: (2, 6) and (3, 7)
     torch.testing.assert_close(half[..., dropped], x[..., dropped])
     kept = [0, 1, 4, 5]
@@ -309,7 +309,7 @@ def test_rotary_fraction_rotates_only_the_first_dimensions_as_a_smaller_rope():
     """GPT-NeoX's rotary_pct: the first F x d dimensions are a RoPE of that size, the rest pass through."""
     torch.manual_seed(0)
     x, positions = torch.randn(1, 1, 20, 8), torch.arange(20)
-    partial = rotate_once(tiny_config("rope", rotary_fraction=0.5), x, positions)
+    partial = rotate_once(tiny_config("rope", options=dict(rotary_fraction=0.5)), x, positions)
     torch.testing.assert_close(partial[..., 4:], x[..., 4:])
     small = tiny_config("rope", d_model=16)  # head dim 4, same base: the RoPE of the rotated part
     torch.testing.assert_close(partial[..., :4], rotate_once(small, x[..., :4].contiguous(), positions))
@@ -318,10 +318,10 @@ def test_rotary_fraction_rotates_only_the_first_dimensions_as_a_smaller_rope():
 def test_extension_methods_apply_to_the_rotated_dimensions_of_the_variants():
     from poscli.encodings import build
 
-    config = tiny_config("rope", rotary_fraction=0.5, rope_keep=0.5,
+    config = tiny_config("rope", options=dict(rotary_fraction=0.5, keep=0.5),
                          rope_scaling={"method": "yarn", "factor": 4.0, "original_length": 32, "options": {}})
     encoding = build(config)
-    assert encoding.inv_freq.shape == (config.rotary_dim // 2,)
+    assert encoding.inv_freq.shape == (encoding.rotary_dim // 2,)
     assert encoding.inv_freq[-1] == 0 and encoding.inv_freq[0] > 0
     x = torch.randn(1, 1, 128, 8)
     assert torch.isfinite(encoding.rotate(x, x.clone(), torch.arange(128), layer=0)[0]).all()

@@ -1,4 +1,4 @@
-"""Context-extension recipes against the formulas in PAPERS.md (transformers' conventions),
+"""Context-extension recipes against the formulas of their papers (transformers' conventions),
 each computed here by hand in float64 Python, independently of poscli.scaling."""
 
 import math

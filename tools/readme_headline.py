@@ -1,9 +1,9 @@
-"""Copy the reference study's tables from results/ into the README, between the headline markers.
+"""Copy the reference study's tables from results/reference into the README and docs/, between markers.
 
-    python tools/readme_headline.py          # rewrite README.md's headline blocks from results/
-    python tools/readme_headline.py --check  # exit 1 if the README differs from results/
+    python tools/readme_headline.py          # rewrite the blocks of README.md and docs/*.md
+    python tools/readme_headline.py --check  # exit 1 if any differs from results/reference
 
-The README's headline numbers are never typed by hand: each block between
+The headline numbers are never typed by hand: each block between
 ``<!-- results/FILE -->`` and ``<!-- end -->`` is the file's content (for a -published.md file,
 only its sentences: the lines that start with "- "). tests/test_readme.py runs the check.
 """
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK = re.compile(r"(<!-- (results/[\w.+-]+) -->\n)(.*?)(<!-- end -->)", re.S)
+BLOCK = re.compile(r"(<!-- (results/[\w./+-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 
 
 def block_text(path: Path) -> str:
@@ -30,15 +30,17 @@ def render(readme: str, root: Path = ROOT) -> str:
 
 
 def main() -> int:
-    path = ROOT / "README.md"
-    readme = path.read_text(encoding="utf-8")
-    rendered = render(readme)
-    if "--check" in sys.argv:
-        if rendered != readme:
-            print("README.md's headline differs from results/; run: python tools/readme_headline.py", file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(rendered, encoding="utf-8")
+    stale = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        rendered = render(text)
+        if rendered != text:
+            stale.append(path.relative_to(ROOT))
+            if "--check" not in sys.argv:
+                path.write_text(rendered, encoding="utf-8")
+    if stale and "--check" in sys.argv:
+        print(f"{', '.join(map(str, stale))} differ from results/; run: python tools/readme_headline.py", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -2,9 +2,11 @@
 
 Adding an encoding means writing one file in this package that defines a subclass of
 :class:`~poscli.encodings.base.PositionalEncoding` decorated with ``@register("name")``;
-the module's file name is the encoding's name, so the list of names is known without
-importing anything (argument errors answer before torch loads), and a module is imported
-the first time its encoding is asked for. The registry-wide
+the module's file name is the encoding's name with ``-`` written ``_`` (``kerple_power.py``
+registers ``kerple-power``), so the list of names is known without importing anything
+(argument errors answer before torch loads), and a module is imported the first time its
+encoding is asked for. The class declares its options, the extension methods that apply
+and how it grows (see the base class), so no other file changes. The registry-wide
 tests in ``tests/test_encodings.py`` then hold the new encoding to causality, save/load and
 length-generalisation properties without new test code.
 """
@@ -40,9 +42,14 @@ ENTRY_POINT_GROUP = "poscli.encodings"
 USER_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
+def module_for(name: str) -> str:
+    """The module file (without .py) of a built-in encoding name: hyphens become underscores."""
+    return name.replace("-", "_")
+
+
 def builtin_names() -> list[str]:
-    """poscli's own encodings: one module per encoding, named after it."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "base" and not m.name.startswith("_"))
+    """poscli's own encodings: one module per encoding, named after it (``_`` read as ``-``)."""
+    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(__path__) if m.name != "base" and not m.name.startswith("_"))
 
 
 def plugin_names() -> dict[str, str]:
@@ -71,9 +78,9 @@ def check_name(name: str) -> str:
 def get(name: str) -> type:
     check_name(name)
     if name in builtin_names():
-        importlib.import_module(f"{__name__}.{name}")
+        importlib.import_module(f"{__name__}.{module_for(name)}")
         if name not in _REGISTRY:
-            raise ValueError(f"module poscli.encodings.{name} must register its encoding as @register({name!r})")
+            raise ValueError(f"module poscli.encodings.{module_for(name)} must register its encoding as @register({name!r})")
         return _REGISTRY[name]
     return _load_user_encoding(name, plugin_names().get(name, name))
 
@@ -106,3 +113,52 @@ def _load_user_encoding(name: str, spec: str) -> type:
 def build(config):
     """The encoding module named by ``config.pe``, built for ``config``."""
     return get(config.pe)(config)
+
+
+def resolve_options(config):
+    """``config`` with its encoding's options checked and written out in full (defaults
+    included, legacy keys renamed), as config.json records them."""
+    import dataclasses
+
+    options = get(config.pe).parse_options(config.pe_options)
+    return dataclasses.replace(config, pe_options=dataclasses.asdict(options))
+
+
+def parse_option_pairs(pairs: list[str]) -> dict[str, str]:
+    """``["base=500000", "layout=interleaved"]`` -> a dict of strings (converted by the encoding)."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise PoscliError(f"--pe-option {pair!r}: write KEY=VALUE, e.g. --pe-option base=500000 (poscli encodings lists each encoding's options)")
+        options[key.strip().replace("-", "_")] = value.strip()
+    return options
+
+
+def describe(name: str) -> dict:
+    """What ``poscli encodings`` shows for one encoding: summary, citation, options, extension methods."""
+    import dataclasses
+
+    cls = get(name)
+    methods = cls.extension_methods()
+    return {
+        "name": name,
+        "summary": cls.summary,
+        "citation": cls.citation,
+        "options": {f.name: f.default for f in dataclasses.fields(cls.Options)},
+        "extension": "needs no rescaling" if methods is None else ", ".join(methods) or "none",
+    }
+
+
+def check_random_positions(model_config: ModelConfig, train_config: TrainConfig) -> None:
+    """--random-positions MAX needs MAX >= the train length and an encoding that reads positions."""
+    maximum = train_config.random_positions
+    if not maximum:
+        return
+    if not get(model_config.pe).reads_positions:
+        raise PoscliError(f"--pe {model_config.pe} reads no positions, so --random-positions changes nothing; drop it or choose another --pe")
+    if maximum < model_config.train_length:
+        raise PoscliError(
+            f"--random-positions {maximum} is shorter than --train-length {model_config.train_length}; "
+            f"positions are drawn from [0, MAX), so use at least {model_config.train_length} (e.g. 16x: {16 * model_config.train_length})"
+        )

@@ -14,28 +14,98 @@ Tq query positions, Tk key positions. ``positions`` are integer token positions,
 
 from __future__ import annotations
 
-from typing import ClassVar
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from poscli.attention import RelativeBias
-from poscli.config import ModelConfig
+from poscli.config import LEGACY_OPTION_KEYS, ModelConfig
+from poscli.errors import PoscliError
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of an encoding that has none."""
 
 
 class PositionalEncoding(nn.Module):
-    """Base class: every hook is the identity, so an encoding overrides only what it uses."""
+    """Base class: every hook is the identity, so an encoding overrides only what it uses.
+
+    An encoding also declares what the rest of poscli needs to know about it, so nothing outside
+    ``poscli/encodings/`` asks for its name:
+
+    - ``Options``: a frozen dataclass of its own options (``--pe-option key=value``, stored in
+      config.json under ``model.pe_options``); ``__post_init__`` checks them and raises
+      :class:`~poscli.errors.PoscliError`. The built instance is ``self.options``.
+    - ``extension_methods()``: the ``poscli extend`` methods that apply, or None when the encoding
+      runs at any length as it is ("needs no rescaling"); ``extended_config`` applies one.
+    - ``reads_positions``: False for an encoding that ignores positions (random positions are
+      then pointless); ``grown_for_positions`` says how its config grows to represent more positions.
+    """
 
     name: ClassVar[str] = ""
     citation: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    Options: ClassVar[type] = NoOptions
+    # Old config.json keys (before options belonged to encodings) -> option name, so old runs load.
+    legacy_options: ClassVar[dict[str, str]] = {}
     # True when score_bias returns a tensor; the model then uses blocked attention with an
     # explicit mask instead of the fused causal kernel.
     has_score_bias: ClassVar[bool] = False
+    reads_positions: ClassVar[bool] = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
+        self.options = self.parse_options(config.pe_options)
+
+    # ------------------------------------------------------------------ declarations
+
+    @classmethod
+    def parse_options(cls, values: dict[str, Any]) -> Any:
+        """``Options`` from a dict (config.json) or strings (``--pe-option key=value``); unknown keys
+        are one-line errors naming the options this encoding has."""
+        fields = {f.name: f for f in dataclasses.fields(cls.Options)}
+        known = ", ".join(f"{f.name}={f.default}" for f in fields.values()) or "none"
+        given = {}
+        for key, value in values.items():
+            key = cls.legacy_options.get(key, key)
+            if key not in fields and key in LEGACY_OPTION_KEYS:  # an old config's field for another encoding
+                continue
+            if key not in fields:
+                raise PoscliError(f"--pe {cls.name} has no option {key!r}; its options (with defaults): {known}")
+            given[key] = _convert(value, fields[key], cls.name)
+        return cls.Options(**given)
+
+    @classmethod
+    def extension_methods(cls) -> dict[str, str] | None:
+        """``poscli extend`` methods that apply (name -> one line), or None: the encoding needs no
+        rescaling and is evaluated at any length as it is."""
+        return None
+
+    @classmethod
+    def extended_config(cls, config: ModelConfig, method: str, factor: float, target: int,
+                        options: dict[str, float], weights: dict[str, Tensor]) -> dict[str, Any]:
+        """The config changes (and, in place, weight changes) that extend ``config`` to ``target``
+        tokens with ``method``. ``options`` were checked by ``check_extension_options``."""
+        raise NotImplementedError(f"{cls.name} declares no extension methods")
+
+    @classmethod
+    def check_extension_options(cls, method: str, options: dict[str, float]) -> dict[str, float]:
+        """The method's options with defaults filled in (none, unless an encoding says otherwise)."""
+        if options:
+            flags = ", ".join("--" + o.replace("_", "-") for o in options)
+            raise PoscliError(f"--method {method} for --pe {cls.name} takes no options; drop {flags}")
+        return {}
+
+    @classmethod
+    def grown_for_positions(cls, config: ModelConfig, positions: int) -> dict[str, Any]:
+        """Config changes so the encoding represents positions 0..positions-1 (random positions,
+        benchmarks at long lengths); none for an encoding without a table."""
+        return {}
 
     @property
     def max_length(self) -> int | None:
@@ -66,6 +136,19 @@ class PositionalEncoding(nn.Module):
         The model calls this only when positions are consecutive (0..T-1 or an offset of it).
         """
         return None
+
+
+def _convert(value: Any, field: dataclasses.Field, encoding: str) -> Any:
+    """An option value as its declared type (``--pe-option`` gives strings)."""
+    kind = field.type if isinstance(field.type, type) else {"int": int, "float": float, "str": str, "bool": bool}.get(str(field.type), str)
+    if not isinstance(value, str) or kind is str:
+        return float(value) if kind is float and isinstance(value, int) and not isinstance(value, bool) else value
+    try:
+        if kind is bool:
+            return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}[value.lower()]
+        return kind(value)
+    except (KeyError, ValueError):
+        raise PoscliError(f"--pe-option {field.name}={value}: {encoding}'s {field.name} is a {kind.__name__}, e.g. {field.name}={field.default}") from None
 
 
 def causal_distance(q_positions: Tensor, k_positions: Tensor) -> Tensor:

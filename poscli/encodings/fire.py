@@ -6,7 +6,7 @@ from torch import Tensor, nn
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
 
-MLP_WIDTH = 32  # the paper's f is an MLP with one hidden layer of width 32 (PAPERS.md)
+MLP_WIDTH = 32  # the paper's f is an MLP with one hidden layer of width 32 (Li et al., 2023, section 3)
 C_START = 0.1  # psi(x) = log(c x + 1) starts with c = 0.1
 # The MLP runs on at most this many (query, key) pairs at once: its hidden layer holds
 # MLP_WIDTH floats per pair, so one chunk is 2^21 * 32 * 4 B = 256 MiB whatever the length.
@@ -16,7 +16,7 @@ PAIRS_PER_CHUNK = 2**21
 @register("fire")
 class Fire(PositionalEncoding):
     """b(i, j) = f(psi(i - j) / psi(max(L, i))), psi(x) = log(c x + 1), added to the scores in
-    every layer (Li et al., 2023; PAPERS.md). f: 1 -> 32 -> H, ReLU, one output per head.
+    every layer (Li et al., 2023). f: 1 -> 32 -> H, ReLU, one output per head.
 
     Dividing by psi(max(L, i)) keeps the input in [0, 1] at every length ("progressive
     interpolation"), so a model evaluated past its train length sees only inputs it was

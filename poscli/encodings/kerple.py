@@ -11,7 +11,7 @@ from poscli.encodings.base import PositionalEncoding, causal_distance
 @register("kerple")
 class Kerple(PositionalEncoding):
     """b(i, j) = -r1_h log(1 + r2_h |i - j|) added to the scores in every layer, with r1, r2 > 0
-    learned per head (Chi et al., 2022, the "log" kernel; PAPERS.md).
+    learned per head (Chi et al., 2022, the "log" kernel).
 
     Positivity comes from a softplus of unconstrained parameters. poscli starts r1 at 1 and
     spreads r2 over heads geometrically from 1 down to 2^-7, so heads start with different

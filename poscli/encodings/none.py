@@ -12,3 +12,4 @@ class NoPE(PositionalEncoding):
 
     citation = "Kazemnejad et al., 2023"
     summary = "no position signal; causal masking alone orders tokens"
+    reads_positions = False

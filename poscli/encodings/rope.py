@@ -2,12 +2,48 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
+from poscli import scaling
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding
+from poscli.errors import PoscliError
 from poscli.scaling import rope_parameters
+
+LAYOUTS = ("halves", "interleaved")
+
+
+@dataclass(frozen=True)
+class RopeOptions:
+    """Args:
+        base: theta_i = base^(-2i/d) (10000 as in RoFormer; Llama 3 trains at 500000).
+        layout: which dimensions form a pair: "halves" (GPT-NeoX, transformers) or "interleaved"
+            (RoFormer, Meta's Llama). A checkpoint only works with the layout it was trained with.
+        rotary_fraction: rotate only this fraction of each head's dimensions (GPT-NeoX's rotary_pct).
+        keep: p-RoPE: keep this highest fraction of frequencies, zero the rest (Barbero et al., 2025).
+    """
+
+    base: float = 10000.0
+    layout: str = "halves"
+    rotary_fraction: float = 1.0
+    keep: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.base <= 1:
+            raise PoscliError(f"--pe-option base must be greater than 1, got {self.base:g}")
+        if self.layout not in LAYOUTS:
+            raise PoscliError(f"--pe-option layout must be {' or '.join(LAYOUTS)}, got {self.layout!r}")
+        if not 0 < self.rotary_fraction <= 1:
+            raise PoscliError(f"--pe-option rotary_fraction must be in (0, 1], got {self.rotary_fraction:g}")
+        if not 0 <= self.keep <= 1:
+            raise PoscliError(f"--pe-option keep must be between 0 and 1, got {self.keep:g}")
+
+    def rotary_dim(self, head_dim: int) -> int:
+        """Dimensions of each head that are rotated: ``rotary_fraction`` of them, rounded down to even."""
+        return int(head_dim * self.rotary_fraction) // 2 * 2
 
 
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
@@ -69,15 +105,20 @@ class RoPE(PositionalEncoding):
 
     citation = "Su et al., 2021"
     summary = "rotates query/key pairs by position-proportional angles in every layer"
+    Options = RopeOptions
+    legacy_options = {"rope_base": "base", "rope_layout": "layout", "rotary_fraction": "rotary_fraction", "rope_keep": "keep"}
 
     def __init__(self, config):
         super().__init__(config)
-        scaling = dict(config.rope_scaling)
-        self.method = scaling.pop("method", "default")
+        self.rotary_dim = self.options.rotary_dim(config.head_dim)
+        if self.rotary_dim < 2:
+            raise PoscliError(f"--pe-option rotary_fraction {self.options.rotary_fraction:g} leaves no pair of the {config.head_dim} head dimensions to rotate")
+        rescaled = dict(config.rope_scaling)
+        self.method = scaling.get_method(rescaled.pop("method", "default"))
         self._scaling = {
-            "factor": scaling.get("factor", 1.0),
-            "original_length": scaling.get("original_length", config.train_length),
-            **scaling.get("options", {}),
+            "factor": rescaled.get("factor", 1.0),
+            "original_length": rescaled.get("original_length", config.train_length),
+            **rescaled.get("options", {}),
         }
         inv_freq, self.attention_scale = self._frequencies_for(seq_len=None)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (hd/2,)
@@ -89,9 +130,9 @@ class RoPE(PositionalEncoding):
         """Frequencies of the rotated dimensions (any extension method applies to them), then p-RoPE:
         keep the highest ``rope_keep`` fraction, set the lowest to 0 so those pairs never turn."""
         inv_freq, attention_scale = rope_parameters(
-            self.method, self.config.rotary_dim, self.config.rope_base, seq_len=seq_len, **self._scaling
+            self.method.name, self.rotary_dim, self.options.base, seq_len=seq_len, **self._scaling
         )  # (rotary_dim/2,), highest frequency first
-        kept = round(self.config.rope_keep * len(inv_freq))
+        kept = round(self.options.keep * len(inv_freq))
         if kept < len(inv_freq):
             inv_freq = torch.cat((inv_freq[:kept], torch.zeros(len(inv_freq) - kept, dtype=inv_freq.dtype)))
         return inv_freq, attention_scale
@@ -99,9 +140,10 @@ class RoPE(PositionalEncoding):
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
         """The inverse frequencies and attention scale used for a sequence of ``seq_len`` tokens.
 
-        Static methods computed them once; dynamic NTK recomputes them for every length.
+        Static methods computed them once; a method that depends on the length (dynamic NTK)
+        recomputes them for every length.
         """
-        if self.method == "dynamic-ntk":
+        if self.method.per_length:
             return self._frequencies_for(seq_len)
         return self.inv_freq, self.attention_scale
 
@@ -111,7 +153,7 @@ class RoPE(PositionalEncoding):
             return self._table[1], self._table[2]
         inv_freq, attention_scale = self.frequencies(int(positions.max()) + 1)
         angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]  # (T, hd/2)
-        layout = self.config.rope_layout
+        layout = self.options.layout
         cos = _per_element(angles.cos() * attention_scale, layout)  # (T, hd)
         sin = _per_element(angles.sin() * attention_scale, layout)  # (T, hd)
         self._table = (positions, cos, sin)
@@ -119,7 +161,7 @@ class RoPE(PositionalEncoding):
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:
         cos, sin = self.cos_sin(positions)  # (T, rd) each, float32; rd = rotary_dim
-        layout, rotary = self.config.rope_layout, self.config.rotary_dim
+        layout, rotary = self.options.layout, self.rotary_dim
         if rotary == self.config.head_dim:
             q_rot = _Rotation.apply(q.to(torch.float32), cos, sin, layout).to(q.dtype)  # (B, H, T, hd)
             k_rot = _Rotation.apply(k.to(torch.float32), cos, sin, layout).to(k.dtype)  # (B, H, T, hd)
@@ -133,3 +175,22 @@ class RoPE(PositionalEncoding):
             return torch.cat((turned, x[..., rotary:].to(torch.float32) * scale), dim=-1).to(x.dtype)  # (B, H, T, hd)
 
         return partly(q), partly(k)
+
+    # ------------------------------------------------------------------ context extension
+
+    @classmethod
+    def extension_methods(cls) -> dict[str, str]:
+        """Every frequency recipe of :mod:`poscli.scaling` applies."""
+        return {name: method.description for name, method in scaling.METHODS.items() if name != "default"}
+
+    @classmethod
+    def check_extension_options(cls, method: str, options: dict[str, float]) -> dict[str, float]:
+        return scaling.check_options(method, options)
+
+    @classmethod
+    def extended_config(cls, config, method, factor, target, options, weights):
+        """The weights stay; the frequencies change (checked for sanity now)."""
+        original_length = config.train_length
+        rotary_dim = cls.parse_options(config.pe_options).rotary_dim(config.head_dim)
+        rope_parameters(method, rotary_dim, cls.parse_options(config.pe_options).base, factor, original_length, target, **options)
+        return {"rope_scaling": {"method": method, "factor": factor, "original_length": original_length, "options": options}}

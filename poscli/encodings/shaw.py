@@ -1,6 +1,7 @@
 """Relative position representations (Shaw, Uszkoreit and Vaswani, 2018)."""
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -8,6 +9,19 @@ from torch import Tensor, nn
 from poscli.attention import RelativeBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
+from poscli.errors import PoscliError
+
+
+@dataclass(frozen=True)
+class ShawOptions:
+    """Args:
+        clip: relative distances are clipped to [-clip, clip] (the paper's k)."""
+
+    clip: int = 16
+
+    def __post_init__(self) -> None:
+        if self.clip < 1:
+            raise PoscliError(f"--pe-option clip must be at least 1, got {self.clip}")
 
 
 @register("shaw")
@@ -24,10 +38,13 @@ class Shaw(PositionalEncoding):
     citation = "Shaw et al., 2018"
     summary = "learned relative key vectors, distance clipped at k, in every layer"
     has_score_bias = True
+    Options = ShawOptions
+    legacy_options = {"shaw_clip": "clip"}
 
     def __init__(self, config):
         super().__init__(config)
-        self.relative_keys = nn.Parameter(torch.randn(config.n_layer, config.shaw_clip + 1, config.head_dim) * 0.02)
+        self.clip = self.options.clip
+        self.relative_keys = nn.Parameter(torch.randn(config.n_layer, self.clip + 1, config.head_dim) * 0.02)
 
     def query_dot_relative(self, q: Tensor, layer: int) -> Tensor:
         """q_i . a_K[r] / sqrt(d) for r = 0 .. k. q: (B, H, Tq, hd) -> (B, H, Tq, k + 1)."""
@@ -35,7 +52,7 @@ class Shaw(PositionalEncoding):
         return q @ table.T / math.sqrt(self.config.head_dim)
 
     def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
-        clipped = causal_distance(q_positions, k_positions).clamp(max=self.config.shaw_clip)  # (Tq, Tk)
+        clipped = causal_distance(q_positions, k_positions).clamp(max=self.clip)  # (Tq, Tk)
         q_dot_rel = self.query_dot_relative(q, layer)  # (B, H, Tq, k + 1)
         B, H, Tq, _ = q_dot_rel.shape
         # bias[b, h, i, j] = q_dot_rel[b, h, i, clipped[i, j]]; gather (not fancy indexing) keeps the backward fast.

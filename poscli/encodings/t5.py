@@ -1,6 +1,7 @@
 """T5 relative position bias (Raffel et al., 2020)."""
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -8,6 +9,7 @@ from torch import Tensor, nn
 from poscli.attention import RelativeBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
+from poscli.errors import PoscliError
 
 
 def t5_causal_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
@@ -26,10 +28,24 @@ def t5_causal_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int 
     return torch.where(n < max_exact, n, large)
 
 
+@dataclass(frozen=True)
+class T5Options:
+    """Args:
+        num_buckets: distance buckets (32 in T5), half of them exact distances.
+        max_distance: distances from here on share the last bucket (128 in T5)."""
+
+    num_buckets: int = 32
+    max_distance: int = 128
+
+    def __post_init__(self) -> None:
+        if self.num_buckets < 2 or self.max_distance <= self.num_buckets // 2:
+            raise PoscliError("T5 bias needs --pe-option num_buckets of at least 2 and a max_distance above half the buckets")
+
+
 @register("t5")
 class T5Bias(PositionalEncoding):
     """A learned scalar per head and distance bucket, added to the attention scores in every
-    layer (one table shared by all layers, as in T5). Distances past ``t5_max_distance`` share
+    layer (one table shared by all layers, as in T5). Distances past ``max_distance`` share
     the last bucket, which is what lets it run at any length."""
 
     citation = "Raffel et al., 2020"
@@ -41,14 +57,17 @@ class T5Bias(PositionalEncoding):
     bias_scale = 10.0
     summary = "a learned per-head scalar for each log-spaced distance bucket, added to scores"
     has_score_bias = True
+    Options = T5Options
+    legacy_options = {"t5_num_buckets": "num_buckets", "t5_max_distance": "max_distance"}
 
     def __init__(self, config):
         super().__init__(config)
-        self.bucket_bias = nn.Embedding(config.t5_num_buckets, config.n_head)  # (buckets, H)
+        self.max_distance = self.options.max_distance
+        self.bucket_bias = nn.Embedding(self.options.num_buckets, config.n_head)  # (buckets, H)
         nn.init.zeros_(self.bucket_bias.weight)
         # Every distance >= max_distance is in the last bucket, so a lookup table over
         # 0..max_distance covers any length.
-        buckets = t5_causal_bucket(torch.arange(config.t5_max_distance + 1), config.t5_num_buckets, config.t5_max_distance)
+        buckets = t5_causal_bucket(torch.arange(self.max_distance + 1), self.options.num_buckets, self.max_distance)
         self.register_buffer("bucket_of_distance", buckets, persistent=False)  # (max_distance + 1,)
 
     def bias_by_distance(self) -> Tensor:
@@ -56,7 +75,7 @@ class T5Bias(PositionalEncoding):
         return self.bias_scale * self.bucket_bias(self.bucket_of_distance).T
 
     def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
-        distance = causal_distance(q_positions, k_positions).clamp(max=self.config.t5_max_distance)  # (Tq, Tk)
+        distance = causal_distance(q_positions, k_positions).clamp(max=self.max_distance)  # (Tq, Tk)
         return self.bias_by_distance()[:, distance].to(q.dtype)  # (H, Tq, Tk)
 
     def relative_bias(self, q: Tensor, layer: int) -> RelativeBias:

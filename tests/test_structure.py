@@ -1,0 +1,113 @@
+"""The shape of the code: no import circles, a library that never imports its CLI, no encoding
+named outside poscli/encodings/, and a thin CLI."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "poscli"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports() -> dict[str, set[str]]:
+    """poscli module -> the poscli modules it imports, at the top or inside a function."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("poscli"):
+                for alias in node.names:  # `from poscli import runs` imports the module poscli.runs
+                    found.add(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module)
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names if alias.name.startswith("poscli")}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan)."""
+    index, low, stack, on_stack, groups, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return groups
+
+
+# A package's __init__ and the modules it registers are one unit: poscli.encodings imports its
+# encoding modules by name at run time, and each registers itself with the package.
+def collapsed(graph):
+    unit = lambda m: "poscli.encodings" if m.startswith("poscli.encodings") else m  # noqa: E731
+    merged = {}
+    for v, targets in graph.items():
+        merged.setdefault(unit(v), set()).update(unit(t) for t in targets if unit(t) != unit(v))
+    return merged
+
+
+def test_no_two_modules_import_each_other_even_lazily():
+    assert cycles(collapsed(imports())) == []
+
+
+def test_the_library_never_imports_its_cli():
+    importers = sorted(m for m, targets in imports().items() if "poscli.cli" in targets and m not in ("poscli.__main__",))
+    assert importers == []
+
+
+NAME_TEST = re.compile(r"""(\bpe\b|\["pe"\]|\.pe\b|encoding)\s*(==|!=|\bin\b|\bnot in\b)\s*[("{\[]?\s*["'](none|sinusoidal|learned|shaw|t5|rope|alibi|xpos|kerple|fire)["']""")
+
+
+def test_no_code_outside_the_encodings_package_asks_an_encodings_name():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if "encodings" in path.parts:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if NAME_TEST.search(line) and not line.strip().startswith("for "):
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+def command_lengths() -> dict[str, int]:
+    tree = ast.parse((PACKAGE / "cli.py").read_text(encoding="utf-8"))
+    lengths = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any("command" in ast.unparse(d) for d in node.decorator_list):
+            body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body  # without the docstring
+            lengths[node.name] = body[-1].end_lineno - body[0].lineno + 1
+    return lengths
+
+
+@pytest.mark.parametrize("command", sorted(command_lengths()))
+def test_each_command_body_is_short(command):
+    """Parse, call one library function, print: no command's body (its signature and docstring
+    aside) runs past 30 lines."""
+    assert command_lengths()[command] <= 30
