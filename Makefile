@@ -35,7 +35,7 @@ demo: install
 # Two pytest workers (pytest-xdist), one thread each, so the suite fits in 10 minutes on 2 cores;
 # tests/test_smoke.py runs recipes/smoke.toml, so make smoke is part of it.
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # Both studies in miniature, in a scratch results folder (the pipeline, not the science).
 SMOKE_RESULTS ?= $(or $(TMPDIR),/tmp)/poscli-smoke

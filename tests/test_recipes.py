@@ -290,6 +290,8 @@ def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
 def test_ctrl_c_stops_the_recipe_with_checkpoints_and_the_next_run_resumes(tmp_path_factory):
     """SIGINT to `poscli run` (not its children) is passed on: the running training saves its
     checkpoint, the recipe exits 130 naming the command to continue, and the plan then resumes it."""
+    import contextlib
+    import os
     import signal
     import time
 
@@ -298,14 +300,21 @@ def test_ctrl_c_stops_the_recipe_with_checkpoints_and_the_next_run_resumes(tmp_p
     corpus, results = cli_workspace(tmp_path_factory, "recipe-interrupt")
     text = TINY.format(corpus=corpus).replace("steps = 4", "steps = 100000").replace('pe = ["rope", "alibi"]\nseed = [0, 1]', 'pe = "rope"\nseed = 0')
     recipe = write(tmp_path_factory.mktemp("long"), text)
+    # Its own session (so nothing outlives the test) and SIGINT at its default even where this
+    # test runs as a background job, which starts with SIGINT ignored (as a shell's `cmd &` does).
     process = subprocess.Popen([sys.executable, "-m", "poscli", "run", str(recipe), "--results", str(results)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    metrics = results / "runs" / "t-rope-s0" / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-        time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        metrics = results / "runs" / "t-rope-s0" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the recipe and its training, if anything is left
     assert process.returncode == 130, stderr
     assert "interrupted during the train phase" in stderr and f"poscli run {recipe}" in stderr
     config = json.loads((results / "runs" / "t-rope-s0" / "config.json").read_text())

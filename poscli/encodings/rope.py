@@ -190,7 +190,6 @@ class RoPE(PositionalEncoding):
     @classmethod
     def extended_config(cls, config, method, factor, target, options, weights):
         """The weights stay; the frequencies change (checked for sanity now)."""
-        original_length = config.train_length
-        rotary_dim = cls.parse_options(config.pe_options).rotary_dim(config.head_dim)
-        rope_parameters(method, rotary_dim, cls.parse_options(config.pe_options).base, factor, original_length, target, **options)
+        original_length, own = config.train_length, cls.parse_options(config.pe_options)
+        rope_parameters(method, own.rotary_dim(config.head_dim), own.base, factor, original_length, target, **options)
         return {"rope_scaling": {"method": method, "factor": factor, "original_length": original_length, "options": options}}
