@@ -65,7 +65,7 @@ class Plan:
     @classmethod
     def quick(cls) -> Plan:
         model = ModelConfig(n_layer=2, n_head=4, d_model=32, train_length=32, attention_block=16)
-        return cls(model, batch_size=2, train_steps=2, train_repeats=2, eval_lengths=(64, 128), eval_repeats=1, matmul_size=64, startup_repeats=1)
+        return cls(model, batch_size=2, train_steps=2, train_repeats=2, eval_lengths=(64,), eval_repeats=1, matmul_size=64, startup_repeats=1)
 
 
 def summarise(values: list[float]) -> tuple[float, float]:

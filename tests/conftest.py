@@ -18,8 +18,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 @pytest.fixture(autouse=True)
 def isolated_caches(tmp_path_factory, monkeypatch):
-    """Keep every test's corpus cache and datasets cache out of the user's home."""
-    cache = tmp_path_factory.getbasetemp() / "cache"
+    """Keep every test's corpus cache and datasets cache out of the user's home. Under xdist the
+    workers share one cache (corpus files are written atomically), so the built-in corpus is
+    tokenized once per session, not once per worker."""
+    base = tmp_path_factory.getbasetemp()
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
     monkeypatch.setenv("POSCLI_CACHE", str(cache / "poscli"))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(cache / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
