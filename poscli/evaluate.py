@@ -330,7 +330,6 @@ def markdown_pivot(table) -> str:
     protocol and mode, headed by the sample behind it."""
     lines = []
     for (corpus, protocol, mode), part in table.groupby(["corpus", "protocol", "mode"], sort=True):
-        lengths = sorted(part["length"].unique())
         scored = part[part["tokens"] > 0]
         lines.append(f"Perplexity (bits per byte = log2 of perplexity) with its 95% bootstrap interval over the evaluation sample; "
                      + (describe_set(scored.iloc[0], protocol, mode) if len(scored) else f"corpus {corpus}") + ". "

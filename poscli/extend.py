@@ -23,13 +23,6 @@ DEFAULT_LR = 3e-4
 FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
 
 
-def applicable_methods(pe: str) -> dict[str, str] | None:
-    """The ``poscli extend`` methods for an encoding (name -> one line), or None: it needs no rescaling."""
-    from poscli import encodings
-
-    return encodings.get(pe).extension_methods()
-
-
 def extension_label(parent_label: str, method: str, factor: float, steps: int, finetune_length: int) -> str:
     """e.g. ``rope +yarn x128, 400 steps at 1k`` or ``rope +pi x8, no fine-tuning``."""
     tuning = f"{steps} steps at {format_length(finetune_length)}" if steps else "no fine-tuning"

@@ -94,4 +94,4 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     for config in configs:
         encodings.check_random_positions(config, train_config)
     parse_mix(train_config.mix)
-    return names, ModelConfig(**model, pe=names[0], pe_options=options), train_config
+    return names, configs[0], train_config

@@ -513,7 +513,6 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
 def seed_markdown(summary) -> str:
     from poscli.tables import format_interval, format_ppl, pivot_markdown
 
-    lengths = sorted(summary["length"].unique())
     scored = summary[summary["tokens"] > 0]
     first = scored.iloc[0] if len(scored) else None
     sample = (f" Every length scores the same {int(first['tokens']):,} tokens ({int(first['spans'])} spans from "

@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import random
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from dataclasses import dataclass

@@ -16,9 +16,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from poscli.errors import PoscliError
+
+if TYPE_CHECKING:
+    from poscli.config import ModelConfig, TrainConfig
 
 _REGISTRY: dict[str, type] = {}
 
