@@ -8,7 +8,7 @@ REFERENCE := results/reference
 # override with e.g. `make install TORCH="torch==2.13.0"`.
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 
-.PHONY: help install demo test smoke reproduce bench clean
+.PHONY: help install demo test smoke reproduce passkey bench clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
@@ -16,6 +16,7 @@ help:
 	@echo "make test        install and run the test suite (two workers; recipes/smoke.toml included)"
 	@echo "make smoke       both reference studies in miniature (recipes/smoke.toml, ~2 min)"
 	@echo "make reproduce   the reference study in $(REFERENCE): recipes/train-short-test-long.toml and extend-rope.toml"
+	@echo "make passkey     the passkey studies in $(REFERENCE): retrieval at the train length, after extension, across encodings"
 	@echo "make bench       speed and memory benchmarks -> $(REFERENCE)/bench/ (~13 min; NANOGPT=path adds nanoGPT)"
 
 install: $(VENV)/.installed
@@ -52,6 +53,14 @@ JOBS ?= 1
 reproduce: install
 	$(POSCLI) run recipes/train-short-test-long.toml --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/extend-rope.toml --jobs $(JOBS) --results $(REFERENCE)
+
+# The passkey studies: a RoPE model that retrieves at its train length (recipes/passkey-retrieval.toml,
+# about 25 min), extended by every method (passkey-extension.toml, 3 seeds) and five encodings'
+# perplexity beside their retrieval (passkey-encodings.toml). Resumable like reproduce.
+passkey: install
+	$(POSCLI) run recipes/passkey-retrieval.toml --jobs $(JOBS) --results $(REFERENCE)
+	$(POSCLI) run recipes/passkey-extension.toml --jobs $(JOBS) --results $(REFERENCE)
+	$(POSCLI) run recipes/passkey-encodings.toml --jobs $(JOBS) --results $(REFERENCE)
 
 # Speed and memory (python -m poscli.bench --help): training tokens/s per encoding and dtype, eval
 # time and peak memory at 4k-64k, matmul peak and MFU, start-up. NANOGPT=path/to/nanoGPT adds

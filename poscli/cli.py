@@ -62,6 +62,16 @@ class DType(str, Enum):
     bf16 = "bf16"
 
 
+class PasskeyTemplate(str, Enum):
+    compact = "compact"
+    paper = "paper"
+
+
+class PasskeyLengths(str, Enum):
+    random = "random"
+    full = "full"
+
+
 class Task(str, Enum):
     perplexity = "perplexity"
     passkey = "passkey"
@@ -164,6 +174,10 @@ def train(
     train_length: Annotated[int, typer.Option("--train-length", parser=_length, metavar="LENGTH", help="Tokens per training sequence, e.g. 256 or 1k.")] = 256,
     data: Annotated[str, typer.Option(metavar="CORPUS", help="stdlib, passkey, a text file / folder / glob, or hf:NAME[:CONFIG].")] = "stdlib",
     mix: Annotated[Optional[str], typer.Option(metavar="passkey:F", help="Mix whole passkey examples into training, e.g. passkey:0.2.")] = None,
+    passkey_template: Annotated[PasskeyTemplate, typer.Option("--passkey-template", help="Passkey prompt format, trained on and evaluated on.")] = PasskeyTemplate.compact,
+    passkey_keys: Annotated[int, typer.Option("--passkey-keys", metavar="K", help="Keys per passkey prompt; K > 1 adds distractors with other names.")] = 1,
+    passkey_lengths: Annotated[PasskeyLengths, typer.Option("--passkey-lengths", help="random: each passkey example ends its sequence at a random length, corpus text before it; full: it fills the sequence.")] = PasskeyLengths.random,
+    answer_loss: Annotated[float, typer.Option("--answer-loss", metavar="W", help="Add W x the mean loss of passkey answers' tokens to the loss (0: off).")] = 0.0,
     batch_size: Annotated[int, typer.Option("--batch-size", metavar="N", help="Sequences per step.")] = 16,
     steps: Annotated[int, typer.Option(metavar="N", help="Optimizer steps (training stops at steps or --minutes, whichever first).")] = 1000,
     minutes: Annotated[Optional[float], typer.Option(metavar="M", help="Time budget in minutes.")] = None,
@@ -352,7 +366,8 @@ def evaluate(
     table: Annotated[Optional[str], typer.Option(metavar="NAME", help="Table name: writes RESULTS/NAME.csv, .md and .png (default: ppl, or passkey for --task passkey).")] = None,
     task: Annotated[Task, typer.Option(help="What to measure.")] = Task.perplexity,
     depths: Annotated[str, typer.Option(metavar="D,D...", help="passkey: key depths in percent of the filler.")] = "0,25,50,75,100",
-    trials: Annotated[int, typer.Option(metavar="N", help="passkey: prompts per (length, depth) cell.")] = 20,
+    trials: Annotated[int, typer.Option(metavar="N", help="passkey: prompts per (length, depth) cell.")] = 50,
+    keys: Annotated[Optional[int], typer.Option(metavar="K", help="passkey: keys per prompt (default: the run's training format; K > 1: distractors).")] = None,
     device: Device = "auto",
     results: Results = None,
     quiet: Quiet = False,
@@ -370,7 +385,7 @@ def evaluate(
 
         depth_values = parse_depths(depths)
         with _progress(console, quiet) as progress:
-            rows = evaluate_passkey(run_names, lengths, depth_values, trials, results, device, progress)
+            rows = evaluate_passkey(run_names, lengths, depth_values, trials, results, device, progress, keys)
         written = write_passkey_tables(rows, results, table)
         _print_table(console_table(rows, trials))
     else:

@@ -98,6 +98,10 @@ class TrainConfig(FlatConfig):
     # --- data ---
     data: str = "stdlib"  # "stdlib", "passkey", a path / folder / glob of text files, or "hf:NAME[:CONFIG]"
     mix: str | None = None  # "passkey:F": a fraction F of training sequences are passkey examples
+    passkey_template: str = "compact"  # the passkey format of training examples and of evaluation (poscli.passkey)
+    passkey_keys: int = 1  # keys per passkey prompt; more than 1: distractors with other names (RULER's multi-key)
+    passkey_lengths: str = "random"  # passkey examples fill the sequence ("full") or end it at a random length ("random")
+    answer_loss: float = 0.0  # W > 0: the loss adds W times the mean loss of the passkey answers' tokens
     heldout_fraction: float = 0.1
     # --- optimisation ---
     batch_size: int = 16
@@ -119,6 +123,14 @@ class TrainConfig(FlatConfig):
     checkpoint_every: int = 200
     eval_tokens: int = 65536  # held-out tokens scored at the train length at the end of training
 
+    @classmethod
+    def migrate(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Runs made before passkey formats were recorded trained on examples that filled the
+        sequence (the compact sentence then had no key name)."""
+        if "passkey_lengths" in values or "data" not in values:
+            return values
+        return {**values, "passkey_lengths": "full"}
+
     def validate(self, min_steps: int = 1) -> None:
         if self.batch_size < 1:
             raise PoscliError(f"--batch-size must be at least 1, got {self.batch_size}")
@@ -134,6 +146,13 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
         if self.dtype not in DTYPES:
             raise PoscliError(f"--dtype {self.dtype!r} is not supported; choose {' or '.join(DTYPES)}")
+        if self.answer_loss < 0:
+            raise PoscliError(f"--answer-loss must be 0 (off) or a positive weight, got {self.answer_loss}")
+        from poscli.passkey import PASSKEY_LENGTHS, check_format
+
+        check_format(self.passkey_template, self.passkey_keys)
+        if self.passkey_lengths not in PASSKEY_LENGTHS:
+            raise PoscliError(f"--passkey-lengths {self.passkey_lengths!r} is not one of {', '.join(PASSKEY_LENGTHS)}")
         if self.random_positions < 0:
             raise PoscliError(f"--random-positions must be 0 (off) or a length, got {self.random_positions}")
         if not (0 < self.heldout_fraction < 0.5):

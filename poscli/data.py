@@ -346,7 +346,7 @@ def _documents_and_key(spec: str) -> tuple[callable, str]:
     if spec == "passkey":
         from poscli.passkey import synthetic_documents
 
-        return synthetic_documents, _hash(["passkey", CACHE_VERSION])
+        return synthetic_documents, _hash(["passkey", "named-keys", CACHE_VERSION])  # the documents of the compact template
     if spec.startswith("hf:"):
         name, _, config = spec[3:].partition(":")
         if not name:

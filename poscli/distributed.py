@@ -105,8 +105,9 @@ class LossModule(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        return self.model.loss(tokens, targets, positions)
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor | None = None,
+                weights: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model.loss(tokens, targets, positions, weights)
 
 
 def data_parallel_loss(model: nn.Module, group: Group):

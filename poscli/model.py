@@ -104,7 +104,11 @@ class GPT(nn.Module):
         x = self.norm_out(x)
         return x @ self.token_embedding.weight.T  # (B, T, V), tied output embedding
 
-    def loss(self, tokens: Tensor, targets: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Mean next-token cross-entropy in nats. tokens, targets: (B, T)."""
+    def loss(self, tokens: Tensor, targets: Tensor, positions: Tensor | None = None, weights: Tensor | None = None) -> Tensor:
+        """Mean next-token cross-entropy in nats. tokens, targets: (B, T). ``weights`` (B, T), if
+        given, weigh each target's loss (the mean is still over all B * T targets)."""
         logits = self(tokens, positions)  # (B, T, V)
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        if weights is None:
+            return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")  # (B * T,)
+        return (losses * weights.flatten()).mean()

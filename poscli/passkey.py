@@ -1,10 +1,18 @@
-"""Passkey retrieval (Mohtashami & Jaggi, 2023, "Landmark Attention"; reused by PI and YaRN),
-sized for tiny byte-level models.
+"""Passkey retrieval prompts (Mohtashami & Jaggi, 2023, "Landmark Attention"; reused by PI and
+YaRN), with RULER's multi-key needles (Hsieh et al., 2024), sized for tiny byte-level models.
 
-A prompt hides a random key (1..50000) once in filler text at a chosen depth and asks for it
-at the end; the answer is right when the first number the model generates equals the key.
-Below 1024 tokens a compact template (no introduction, a one-sentence key) leaves room for
-filler; from 1024 on, the template is the paper's.
+A prompt hides a random key (1..50000) in filler text at a chosen depth and asks for it at the
+end; the answer is right when the model continues the prompt with exactly the key's digits.
+A *format* is a template and a number of keys, and is the same at every length: a run records
+the format it was trained on (``train.passkey_template``, ``train.passkey_keys``) and is
+evaluated on it.
+
+- ``compact`` (default): ``The <name> pass key is <key>.`` and the question ``What is the <name>
+  pass key? The <name> pass key is``, where the name is a colour word. With ``keys`` = K > 1
+  the filler holds K named keys at different depths and one is asked for (RULER's
+  niah_multikey), so a model that copies the first number it sees fails.
+- ``paper``: the paper's wording (introduction, ``The pass key is <key>. Remember it. <key> is
+  the pass key.``, ``What is the pass key? The pass key is``), one key; it needs 280 tokens.
 """
 
 from __future__ import annotations
@@ -12,79 +20,169 @@ from __future__ import annotations
 import math
 import random
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
-from poscli.tokens import encode
 from poscli.errors import PoscliError
+from poscli.tokens import encode
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-INTRODUCTION = (
-    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
-    "I will quiz you about the important information there.\n"
-)
-KEY_SENTENCE = "The pass key is {key}. Remember it. {key} is the pass key. "
-COMPACT_KEY_SENTENCE = "The pass key is {key}. "
-QUESTION = "What is the pass key? The pass key is "
-FULL_TEMPLATE_FROM = 1024  # shorter prompts use the compact template
+# Key names: colour words, none of them in the filler, none a prefix of another.
+NAMES = ("red", "gold", "pink", "gray", "teal", "navy", "plum", "jade", "ruby", "mint", "sand", "rust")
 MAX_KEY = 50000
 ANSWER_BUDGET = 6  # tokens kept free after the prompt for the answer (5 digits and a stop)
 
 
-def make_prompt(length: int, depth: float, key: int) -> str:
-    """A prompt of exactly ``length`` bytes ending in the question, with the key sentence at
-    ``depth`` percent (0: right after the introduction, 100: just before the question) of the
+@dataclass(frozen=True)
+class Template:
+    """A prompt format: ``{name}`` is the key's name, ``{key}`` the number."""
+
+    introduction: str
+    key_sentence: str
+    question: str
+    max_keys: int
+
+
+TEMPLATES = {
+    "compact": Template("", "The {name} pass key is {key}. ", "What is the {name} pass key? The {name} pass key is ", len(NAMES)),
+    "paper": Template(
+        "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
+        "I will quiz you about the important information there.\n",
+        "The pass key is {key}. Remember it. {key} is the pass key. ",
+        "What is the pass key? The pass key is ",
+        1,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Needle:
+    """One key hidden in the filler: its name, its number and its depth in percent."""
+
+    name: str
+    key: int
+    depth: float
+
+
+def check_format(template: str, keys: int) -> Template:
+    """The template called ``template``, after checking it can hold ``keys`` keys."""
+    if template not in TEMPLATES:
+        raise PoscliError(f"passkey template {template!r} is unknown; choose {' or '.join(TEMPLATES)}")
+    chosen = TEMPLATES[template]
+    if not isinstance(keys, int) or not 1 <= keys <= chosen.max_keys:
+        hint = "use --passkey-template compact for several keys" if chosen.max_keys == 1 else f"choose 1 to {chosen.max_keys}"
+        raise PoscliError(f"the {template} passkey template holds 1 to {chosen.max_keys} keys, got {keys}; {hint}")
+    return chosen
+
+
+def shortest_prompt(template: str = "compact", keys: int = 1) -> int:
+    """The fewest tokens a prompt of this format takes (keys of 5 digits, no filler)."""
+    chosen = check_format(template, keys)
+    longest_name = max(NAMES, key=len)
+    sentence = len(chosen.key_sentence.format(name=longest_name, key=MAX_KEY))
+    return len(chosen.introduction) + keys * sentence + len(chosen.question.format(name=longest_name))
+
+
+def draw_needles(rng: random.Random, depth: float, keys: int = 1) -> list[Needle]:
+    """The asked needle first (a random name and key at ``depth``), then ``keys - 1`` distractors
+    with other names and keys at uniformly random depths."""
+    names = rng.sample(NAMES, keys)
+    return [Needle(name, rng.randint(1, MAX_KEY), depth if index == 0 else rng.uniform(0, 100)) for index, name in enumerate(names)]
+
+
+def make_prompt(length: int, needles: list[Needle], template: str = "compact") -> str:
+    """A prompt of exactly ``length`` bytes ending in the question for ``needles[0]``, each needle's
+    sentence at its depth (0: right after the introduction, 100: just before the question) of the
     filler, moved back to the nearest sentence boundary."""
-    if not 0 <= depth <= 100:
-        raise PoscliError(f"passkey depth must be between 0 and 100, got {depth:g}")
-    compact = length < FULL_TEMPLATE_FROM
-    intro = "" if compact else INTRODUCTION
-    key_text = (COMPACT_KEY_SENTENCE if compact else KEY_SENTENCE).format(key=key)
-    filler_length = length - len(intro) - len(key_text) - len(QUESTION)
+    chosen = check_format(template, len(needles))
+    for needle in needles:
+        if not 0 <= needle.depth <= 100:
+            raise PoscliError(f"passkey depth must be between 0 and 100, got {needle.depth:g}")
+    sentences = [chosen.key_sentence.format(name=n.name, key=n.key) for n in needles]
+    question = chosen.question.format(name=needles[0].name)
+    filler_length = length - len(chosen.introduction) - sum(map(len, sentences)) - len(question)
     if filler_length < 0:
-        shortest = len(COMPACT_KEY_SENTENCE.format(key=MAX_KEY)) + len(QUESTION) + ANSWER_BUDGET
-        raise PoscliError(f"a passkey prompt needs at least {shortest} tokens; got length {length}")
+        raise PoscliError(
+            f"a {template} passkey prompt with {len(needles)} key(s) needs at least {shortest_prompt(template, len(needles)) + ANSWER_BUDGET} "
+            f"tokens; got length {length + ANSWER_BUDGET}"
+        )
     filler = (FILLER * (filler_length // len(FILLER) + 1))[:filler_length]
-    cut = round(filler_length * depth / 100)
-    boundary = filler.rfind(". ", 0, cut + 1)
-    cut = 0 if boundary < 0 or cut == 0 else boundary + 2
-    prompt = intro + filler[:cut] + key_text + filler[cut:] + QUESTION
+    cuts = []
+    for needle in needles:
+        cut = round(filler_length * needle.depth / 100)
+        boundary = filler.rfind(". ", 0, cut + 1)
+        cuts.append(0 if boundary < 0 or cut == 0 else boundary + 2)
+    prompt, previous = chosen.introduction, 0
+    for index in sorted(range(len(needles)), key=lambda i: (cuts[i], i)):  # the asked needle first at a tie
+        prompt += filler[previous : cuts[index]] + sentences[index]
+        previous = cuts[index]
+    prompt += filler[previous:] + question
     assert len(prompt) == length, (len(prompt), length)
     return prompt
 
 
-def key_position(prompt: str, key: int) -> float:
-    """Where the key sentence starts, as a fraction of the prompt (for checking depths)."""
-    return prompt.index(f"The pass key is {key}.") / len(prompt)
+def key_position(prompt: str, needle: Needle, template: str = "compact") -> float:
+    """Where a needle's sentence starts, as a fraction of the prompt (for checking depths)."""
+    return prompt.index(TEMPLATES[template].key_sentence.format(name=needle.name, key=needle.key)) / len(prompt)
 
 
-def training_sequence(length: int, rng: random.Random) -> np.ndarray:
-    """A passkey example of exactly ``length`` tokens, the answer and a full stop at the end,
-    with a random key and depth: what ``--data passkey`` and ``--mix passkey:F`` train on."""
-    key = rng.randint(1, MAX_KEY)
-    answer = f"{key}."
-    prompt = make_prompt(length - len(answer), rng.uniform(0, 100), key)
-    return encode(prompt + answer)
+def training_sequence(length: int, rng: random.Random, template: str = "compact", keys: int = 1) -> tuple[np.ndarray, int]:
+    """A passkey example of exactly ``length`` tokens with a random depth and key(s), ending in
+    the answer and a full stop, and the index of the answer's first token: what ``--data
+    passkey`` and ``--mix passkey:F`` train on."""
+    needles = draw_needles(rng, rng.uniform(0, 100), keys)
+    answer = f"{needles[0].key}."
+    prompt = make_prompt(length - len(answer), needles, template)
+    return encode(prompt + answer), len(prompt)
 
 
-def synthetic_documents(count: int = 300, seed: int = 1234) -> list[str]:
+PASSKEY_LENGTHS = ("random", "full")
+
+
+@dataclass(frozen=True)
+class PasskeyTraining:
+    """How training sequences carry passkey examples: a ``fraction`` of them end in one, of the
+    format (``template``, ``keys``), filling the sequence (``lengths`` "full") or of a length drawn
+    uniformly from the shortest the format allows to the sequence's, after corpus text ("random":
+    keys at every distance, the near ones easy to learn first); ``answer_weight`` W adds W times
+    the answers' mean loss to the loss."""
+
+    fraction: float = 0.0
+    template: str = "compact"
+    keys: int = 1
+    lengths: str = "random"
+    answer_weight: float = 0.0
+
+    @property
+    def shortest(self) -> int:
+        """The shortest example: the shortest prompt and a five-digit answer with its stop."""
+        return shortest_prompt(self.template, self.keys) + len(f"{MAX_KEY}.")
+
+    def example(self, length: int, rng: random.Random) -> tuple[np.ndarray, int]:
+        """An example of at most ``length`` tokens and the index of its answer's first token."""
+        size = length if self.lengths == "full" else rng.randint(min(self.shortest, length), length)
+        return training_sequence(size, rng, self.template, self.keys)
+
+
+def synthetic_documents(count: int = 300, seed: int = 1234, template: str = "compact", keys: int = 1) -> list[str]:
     """Documents for ``--data passkey`` held-out perplexity: lengths log-uniform in 128..64k."""
     rng = random.Random(seed)
     documents = []
     for _ in range(count):
         length = int(math.exp(rng.uniform(math.log(128), math.log(65536))))
-        key = rng.randint(1, MAX_KEY)
-        documents.append(make_prompt(length, rng.uniform(0, 100), key) + f"{key}.\n")
+        needles = draw_needles(rng, rng.uniform(0, 100), keys)
+        documents.append(make_prompt(length, needles, template) + f"{needles[0].key}.\n")
     return documents
 
 
 def first_number(text: str) -> str | None:
-    match = re.match(r"\s*(\d+)", text)
+    match = re.match(r"(\d+)", text)
     return match.group(1) if match else None
 
 
 def is_correct(generated: str, key: int) -> bool:
-    """Exact match: the first number generated equals the key."""
+    """Exact match: the continuation starts with the key's digits, and no further digit."""
     return first_number(generated) == str(key)
 
 

@@ -233,3 +233,135 @@ def peng2023(summary, meta: dict) -> str:
 
 
 PUBLISHED = {"press2022": press2022, "peng2023": peng2023}
+
+
+# YaRN repository (Peng et al., 2023), data/passkey-32k.csv: Llama-2-7B extended from 4096 to 32k
+# by each method and fine-tuned; passkey accuracy per context length (trial counts not published).
+YARN_PASSKEY_ORIGINAL = 4096
+YARN_PASSKEY = {  # method -> {length: accuracy}
+    "pi": {2048: 0.54, 4096: 0.52, 8192: 0.44, 16384: 0.50, 32768: 0.76},
+    "ntk": {2048: 0.84, 4096: 0.80, 8192: 0.90, 16384: 0.92, 32768: 0.00},
+    "ntk-by-parts": {2048: 0.96, 4096: 0.90, 8192: 0.80, 16384: 0.66, 32768: 0.12},
+    "yarn": {2048: 1.00, 4096: 1.00, 8192: 0.98, 16384: 1.00, 32768: 0.68},
+}
+YARN_PASSKEY_NAMES = {"pi": "PI", "ntk": "NTK", "ntk-by-parts": "NTK-by-parts", "yarn": "YaRN"}
+
+
+def _descending(rows: dict[str, object]) -> str:
+    """Items ranked by accuracy, highest first: ">" between neighbours whose intervals separate,
+    "≈" where they overlap."""
+    flipped = {k: {"mean": -r["accuracy"], "ci_low": -r["ci_high"], "ci_high": -r["ci_low"]} for k, r in rows.items()}
+    return ranked(flipped)[1].replace(" < ", " > ")
+
+
+def _accuracy(row) -> str:
+    return "n/a" if row is None else f"{row['accuracy']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+
+
+def _pooled_cell(summary, group: str, length: int):
+    from poscli.retrieval import ALL_DEPTHS
+
+    row = summary[(summary["group"] == group) & (summary["length"] == length) & (summary["depth"] == ALL_DEPTHS)]
+    return None if row.empty else row.iloc[0]
+
+
+def yarn2023_passkey(summary, meta: dict) -> str:
+    """YaRN's published passkey table beside poscli's extended models, lengths as multiples of the
+    original context; a method is called best only where its interval separates from the rest."""
+    lines = [
+        "### Passkey retrieval beside the YaRN repository\n",
+        "Published: Llama-2-7B (original context 4096) extended to 32k by each method and fine-tuned; passkey "
+        "accuracy by context length (the YaRN repository's passkey table; trials per cell not published).\n",
+        "| method | " + " | ".join(f"{n // 1024}k ({n / YARN_PASSKEY_ORIGINAL:g}x)" for n in YARN_PASSKEY["yarn"]) + " |",
+        "|---|" + "---|" * len(YARN_PASSKEY["yarn"]),
+    ]
+    for method, values in YARN_PASSKEY.items():
+        lines.append(f"| {YARN_PASSKEY_NAMES[method]} | " + " | ".join(f"{v:.2f}" for v in values.values()) + " |")
+    published_order = lambda length: " > ".join(  # noqa: E731
+        f"{YARN_PASSKEY_NAMES[m]} {YARN_PASSKEY[m][length]:.2f}" for m in sorted(YARN_PASSKEY, key=lambda m: -YARN_PASSKEY[m][length]))
+    lines += ["", f"Published order at 4x (16k): {published_order(16384)}; at 8x, the target (32k): {published_order(32768)}.", "",
+              "poscli: exact match over every depth, mean over seeds with its 95% interval; `>` where neighbouring intervals "
+              "separate, `≈` where they overlap (tied). NTK-by-parts is not a poscli method yet.", ""]
+
+    extensions = {group: options for group, options in meta.items() if "method" in options and group in set(summary["group"])}
+    bases = [g for g, o in meta.items() if "method" not in o and g in set(summary["group"])]
+    base_rows = summary[summary["group"].isin(bases)]
+    train_length = int(base_rows["train_length"].min()) if len(base_rows) else 0  # the base's, not a fine-tuning length
+    settings = sorted({(str(o["target"]), int(o.get("steps", 400))) for o in extensions.values()}, key=lambda s: (s[1], s[0]))
+    for target_text, steps in settings:
+        members = {g: o for g, o in extensions.items() if str(o["target"]) == target_text and int(o.get("steps", 400)) == steps}
+        part = summary[summary["group"].isin(list(members))]
+        tuning = "no fine-tuning" if steps == 0 else f"{steps} fine-tuning steps at the target"
+        for length in sorted(part["length"].unique()):
+            rows = {o["method"]: _pooled_cell(summary, g, int(length)) for g, o in members.items()}
+            rows = {m: r for m, r in rows.items() if r is not None and not math.isnan(r["accuracy"])}
+            if not rows:
+                continue
+            order = sorted(rows, key=lambda m: -rows[m]["accuracy"])
+            best, rest = order[0], order[1:]
+            tied = [m for m in rest if not rows[m]["ci_high"] < rows[best]["ci_low"]]
+            line = f"- target {target_text}, {tuning}, at {length}"
+            line += f" ({int(length) / train_length:g}x the base's train length)" if train_length else ""
+            line += f": {_descending(rows)} ({', '.join(f'{m} {_accuracy(rows[m])}' for m in order)})"
+            if "yarn" in rows:
+                if best == "yarn" and not tied:
+                    line += ". YaRN retrieves best, as published"
+                elif best == "yarn" or "yarn" in tied:
+                    line += f". YaRN is tied for best with {', '.join(m for m in [best, *tied] if m != 'yarn')}: the data do not decide"
+                else:
+                    line += f". {best} retrieves best and YaRN's interval lies below it: **differs from the published table**"
+            lines.append(line + ".")
+    for group in bases:
+        cells = [f"{length}: {_accuracy(_pooled_cell(summary, group, int(length)))}"
+                 for length in sorted(summary[summary["group"] == group]["length"].unique())]
+        lines.append(f"- unextended base {group}: " + ", ".join(cells) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def retrieval_vs_perplexity(summary, meta: dict, perplexity=None) -> str:
+    """Perplexity is not retrieval: for each trained group in both tables, the perplexity class at
+    each length (from the ratio's interval) beside the passkey accuracy there."""
+    from poscli.retrieval import EFFECTIVE_THRESHOLD
+
+    def retrieval_class(row) -> str:
+        if row is None or math.isnan(row["accuracy"]):
+            return "n/a"
+        if row["ci_low"] >= EFFECTIVE_THRESHOLD:
+            return "retrieves"
+        return "fails to retrieve" if row["ci_high"] < EFFECTIVE_THRESHOLD else "retrieval undecided"
+
+    lines = [
+        "### Perplexity is not retrieval\n",
+        "Each encoding trained with passkey examples, evaluated on the same perplexity protocol and the same passkey "
+        "prompts at every length. Perplexity class from the ratio to the train length's perplexity (95% interval: "
+        f"keeps <= {KEEPS}, blows up >= {BLOWS_UP}); retrieval class from the passkey interval against {EFFECTIVE_THRESHOLD}: "
+        "retrieves (the whole interval at or above), fails (the whole interval below), undecided.\n",
+    ]
+    if perplexity is None:
+        return "\n".join(lines + ["(no perplexity table to set beside the passkey table)"]) + "\n"
+    groups = [g for g, o in meta.items() if "method" not in o and g in set(summary["group"]) and g in set(perplexity["group"])]
+    for group in groups:
+        train_length = int(summary[summary["group"] == group]["train_length"].iloc[0])
+        cells = []
+        for length in sorted(summary[summary["group"] == group]["length"].unique()):
+            ppl = _cell(perplexity, group, int(length))
+            ratio = "n/a" if ppl is None or math.isnan(ppl.get("ratio_low", float("nan"))) else \
+                f"{ppl['ratio']:.2f}x [{ppl['ratio_low']:.2f}, {ppl['ratio_high']:.2f}], {interval_class(ppl['ratio_low'], ppl['ratio_high'])}"
+            row = _pooled_cell(summary, group, int(length))
+            cells.append(f"{int(length) // train_length}x: perplexity {ratio}; passkey {_accuracy(row)}, {retrieval_class(row)}")
+        lines.append(f"- {group} ({summary[summary['group'] == group]['pe'].iloc[0]}): " + "; ".join(cells) + ".")
+    contrast = []
+    for group in groups:
+        longest = int(summary[summary["group"] == group]["length"].max())
+        ppl, row = _cell(perplexity, group, longest), _pooled_cell(summary, group, longest)
+        if ppl is None or row is None or math.isnan(ppl.get("ratio_high", float("nan"))):
+            continue
+        keeps = interval_class(ppl["ratio_low"], ppl["ratio_high"]) == "keeps"
+        if keeps and retrieval_class(row) == "fails to retrieve":
+            contrast.append(f"{group} keeps its perplexity at {longest} but fails to retrieve there")
+    lines += ["", ("Computed: " + "; ".join(contrast) + ": perplexity is not retrieval.") if contrast else
+              "Computed: no encoding both keeps its perplexity and fails to retrieve at the longest length."]
+    return "\n".join(lines) + "\n"
+
+
+PUBLISHED.update({"yarn2023-passkey": yarn2023_passkey, "retrieval-vs-perplexity": retrieval_vs_perplexity})

@@ -29,7 +29,7 @@ EVERY_ENCODING = "all"
 
 SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare"}
 # Options a recipe may not set: the runner sets them, or they would break the plan.
-EVAL_KEYS = {"runs", "table", "lengths", "max_tokens", "stride", "protocol", "reference", "data", "task", "depths", "trials", "device"}
+EVAL_KEYS = {"runs", "table", "lengths", "max_tokens", "stride", "protocol", "reference", "data", "task", "depths", "trials", "keys", "device"}
 EXTEND_KEYS = {"runs", "name", "method_options"}
 
 
@@ -218,8 +218,9 @@ def load_recipe(path: str | Path) -> Recipe:
     for index, entry in enumerate(compare):
         if entry.get("published") not in PUBLISHED:
             fail(f"published must be one of: {', '.join(PUBLISHED)}", "published", "compare", index)
-        if entry.get("table") not in tables:
-            fail(f"table {entry.get('table')!r} is not one of this recipe's [[eval]] tables ({', '.join(sorted(tables))})", "table", "compare", index)
+        for key in ("table", "perplexity"):
+            if (key == "table" or key in entry) and entry.get(key) not in tables:
+                fail(f"{key} {entry.get(key)!r} is not one of this recipe's [[eval]] tables ({', '.join(sorted(tables))})", key, "compare", index)
     return Recipe(path, data["name"], data.get("description", ""), train_steps, extend_steps, eval_steps, compare)
 
 
@@ -328,6 +329,8 @@ def _evaluated(rows, name: str, step: Step) -> bool:
         return False
     if options.get("task", "perplexity") == "passkey":
         depths = [float(d) for d in str(options.get("depths", "0,25,50,75,100")).split(",")]
+        if "keys" in options and "keys" in mine.columns:
+            mine = mine[mine["keys"] == int(options["keys"])]
         present = set(zip(mine["length"], mine["depth"]))
         return lengths is not None and all((length, depth) in present for length in lengths for depth in depths)
     if "protocol" in mine.columns:
@@ -417,23 +420,33 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
     summaries = {}
     for step in recipe.evals:
         table = folder / f"{step.name}.csv"
-        if step.options.get("task", "perplexity") != "perplexity" or not table.exists():
+        if not table.exists():
             continue
         rows = pd.read_csv(table, keep_default_na=False, na_values=["nan", "NaN", ""])
-        spans_path = folder / f"{step.name}_spans.csv"
-        spans = pd.read_csv(spans_path) if spans_path.exists() else None
-        summary = seed_summary(rows, spans, step.groups, step.options.get("stride"), step.options.get("protocol", "stream"))
+        if step.options.get("task", "perplexity") == "passkey":
+            from poscli.retrieval import passkey_seed_markdown, passkey_seed_summary
+
+            summary = passkey_seed_summary(rows, step.groups)
+            markdown = passkey_seed_markdown
+        else:
+            spans_path = folder / f"{step.name}_spans.csv"
+            spans = pd.read_csv(spans_path) if spans_path.exists() else None
+            compared = any(entry.get("perplexity") == step.name for entry in recipe.compare)  # one seed is enough to compare
+            summary = seed_summary(rows, spans, step.groups, step.options.get("stride"), step.options.get("protocol", "stream"),
+                                   min_runs=1 if compared else 2)
+            markdown = seed_markdown
         if summary is None:
             continue
         summaries[step.name] = summary
         with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.csv") as handle:
             summary.to_csv(handle, index=False)
         with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.md") as handle:
-            handle.write(seed_markdown(summary))
-        from poscli.plots import plot_seed_summary
+            handle.write(markdown(summary))
+        written += [folder / f"{step.name}{SEEDS_SUFFIX}.csv", folder / f"{step.name}{SEEDS_SUFFIX}.md"]
+        if markdown is seed_markdown:
+            from poscli.plots import plot_seed_summary
 
-        plot = plot_seed_summary(summary, folder / f"{step.name}{SEEDS_SUFFIX}.png", f"perplexity versus length over seeds ({step.name})")
-        written += [folder / f"{step.name}{SEEDS_SUFFIX}.csv", folder / f"{step.name}{SEEDS_SUFFIX}.md", plot]
+            written.append(plot_seed_summary(summary, folder / f"{step.name}{SEEDS_SUFFIX}.png", f"perplexity versus length over seeds ({step.name})"))
     meta = {}  # group -> the options that made it (an extension's include its parent's)
     for step in [*recipe.train, *recipe.extend]:
         meta.setdefault(step.group, step.options)
@@ -441,7 +454,8 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
         summary = summaries.get(entry["table"])
         if summary is None:
             continue
-        text = PUBLISHED[entry["published"]](summary, meta)
+        extra = {"perplexity": summaries.get(entry["perplexity"])} if "perplexity" in entry else {}
+        text = PUBLISHED[entry["published"]](summary, meta, **extra)
         with atomic_write(folder / f"{entry['table']}{PUBLISHED_SUFFIX}.md") as handle:
             handle.write(text)
         written.append(folder / f"{entry['table']}{PUBLISHED_SUFFIX}.md")
@@ -451,14 +465,14 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
 REFERENCE_GROUP = "3-gram (no positions)"
 
 
-def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str = "stream"):
+def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str = "stream", min_runs: int = 2):
     """Per group of runs (runs that differ only in seed) and length: mean, sd, min, max of
     perplexity over the runs; ci_low / ci_high, the 95% interval of the mean from a two-level
     bootstrap (runs, then evaluation units, ``poscli.stats``); ratio / ratio_low / ratio_high,
     the mean at the length over the mean at the group's train length (or its shortest length),
     bootstrapped with the same draws, so the ratio's interval is paired. The reference row of
     the table (if any) is a group of its own. rows / spans: a perplexity table and its
-    TABLE_spans.csv (None: intervals are left empty). None when no group has two runs."""
+    TABLE_spans.csv (None: intervals are left empty). None when no group has ``min_runs`` runs."""
     import numpy as np
     import pandas as pd
 
@@ -468,7 +482,7 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
     keep = (rows["mode"] == _mode(stride)) & (rows["protocol"] == protocol if "protocol" in rows.columns else True)
     rows = rows[keep & (rows["run"].isin(list(groups)) | (rows["run"] == REFERENCE_RUN))].copy()
     rows["group"] = rows["run"].map({**groups, REFERENCE_RUN: REFERENCE_GROUP})
-    if rows.empty or rows.groupby("group")["run"].nunique().max() < 2:
+    if rows.empty or rows.groupby("group")["run"].nunique().max() < min_runs:
         return None
     if spans is not None:
         spans = spans[(spans["mode"] == _mode(stride)) & (spans["protocol"] == protocol)]

@@ -33,7 +33,7 @@ from poscli.errors import Answer, PoscliError
 from poscli.evaluate import perplexity
 from poscli.io import atomic_write
 from poscli.model import GPT
-from poscli.passkey import parse_mix, training_sequence
+from poscli.passkey import PasskeyTraining, parse_mix
 
 
 class TrainingInterrupted(PoscliError):
@@ -63,21 +63,35 @@ def learning_rate(step: int, progress: float, config: TrainConfig) -> float:
 
 
 def sample_batch(
-    stream: torch.Tensor, batch_size: int, length: int, generator: torch.Generator, device: torch.device, passkey_fraction: float = 0.0
+    stream: torch.Tensor, batch_size: int, length: int, generator: torch.Generator, device: torch.device,
+    passkey: PasskeyTraining | None = None,
 ):
-    """Random windows of the training stream, each replaced with probability ``passkey_fraction``
-    by a whole passkey example (so the question and its key are in one sequence).
-    stream: (N,) uint8 -> tokens, targets: (B, T) int64."""
+    """Random windows of the training stream, each ending with probability ``passkey.fraction``
+    in a whole passkey example (so the question and its key are in one sequence): of the full
+    window's length, or (``passkey.lengths == "random"``) of a length drawn uniformly from the
+    format's shortest to the window's, the corpus text before it. With ``passkey.answer_weight``
+    W > 0 the loss adds W times the mean loss of the batch's answer tokens (the key's digits and
+    the stop after them) to the mean loss of all tokens, given as per-token weights (None when
+    W = 0 or the batch holds no example).
+    stream: (N,) uint8 -> tokens, targets: (B, T) int64, weights: (B, T) float32 or None."""
     starts = torch.randint(0, len(stream) - length - 1, (batch_size,), generator=generator)  # (B,)
     index = starts[:, None] + torch.arange(length + 1)[None, :]  # (B, T + 1)
     window = stream[index]  # (B, T + 1) uint8
-    if passkey_fraction > 0:
-        chosen = (torch.rand(batch_size, generator=generator) < passkey_fraction).nonzero().flatten().tolist()
+    answers = torch.zeros(batch_size, length, dtype=torch.bool)  # (B, T): targets that are answer tokens
+    if passkey is not None and passkey.fraction > 0:
+        chosen = (torch.rand(batch_size, generator=generator) < passkey.fraction).nonzero().flatten().tolist()
         for row in chosen:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-            window[row] = torch.from_numpy(training_sequence(length + 1, random.Random(seed)))
+            example, answer_start = passkey.example(length + 1, random.Random(seed))
+            offset = length + 1 - len(example)  # (T + 1 - E) corpus tokens, then the example
+            window[row, offset:] = torch.from_numpy(example)
+            answers[row, offset + answer_start - 1 :] = True  # targets answer_start.. are predicted from answer_start - 1..
+    weights = None
+    if passkey is not None and passkey.answer_weight > 0 and answers.any():
+        weights = torch.ones(batch_size, length) + answers * (passkey.answer_weight * answers.numel() / answers.sum())  # (B, T)
+        weights = weights.to(device)
     window = window.to(device=device, dtype=torch.long)
-    return window[:, :-1], window[:, 1:]
+    return window[:, :-1], window[:, 1:], weights
 
 
 def sample_positions(batch_size: int, length: int, max_position: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
@@ -116,7 +130,7 @@ def autocast(device: torch.device, dtype: str):
 
 def training_step(
     model, optimizer, tokens: torch.Tensor, targets: torch.Tensor, grad_clip: float, dtype: str = "fp32",
-    loss_fn=None, group: Group | None = None, positions: torch.Tensor | None = None,
+    loss_fn=None, group: Group | None = None, positions: torch.Tensor | None = None, weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One optimizer step on a batch; returns the loss before the step (a 0-d tensor).
 
@@ -124,10 +138,11 @@ def training_step(
     loop and ``make bench`` both call this, so the benchmark measures the step users run.
     Data-parallel: ``loss_fn`` is the DDP-wrapped loss and ``group`` averages the reported loss
     over the processes, so they all see the same value and all skip a non-finite step together.
-    ``positions`` (B, T), if given, are each sequence's positions (``--random-positions``).
+    ``positions`` (B, T), if given, are each sequence's positions (``--random-positions``);
+    ``weights`` (B, T), each target's weight in the loss (``--answer-loss``).
     """
     with autocast(tokens.device, dtype):
-        loss = (loss_fn or model.loss)(tokens, targets, positions)
+        loss = (loss_fn or model.loss)(tokens, targets, positions, weights)
     reported = group.mean(loss.detach()) if group is not None else loss.detach()
     if not torch.isfinite(reported):
         return reported
@@ -194,7 +209,7 @@ def train(
     train_config = TrainConfig.from_dict({**train_config.to_dict(), "data": absolute_spec(train_config.data)})
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
-    passkey_fraction(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
+    passkey_training(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
     encodings.check_random_positions(model_config, train_config)
     model_config = encodings.resolve_options(model_config)  # config.json records every option
     if train_config.random_positions:  # e.g. a learned table needs a row for every position it may draw
@@ -301,11 +316,18 @@ def _select_device(group: Group, requested: str) -> torch.device:
     return start_group(group, requested) if group.active else select_device(requested)
 
 
-def passkey_fraction(train_config: TrainConfig, model_config: ModelConfig) -> float:
+def passkey_training(train_config: TrainConfig, model_config: ModelConfig) -> PasskeyTraining:
+    """How a run trains on passkey examples (fraction 0: not at all), after checking that the
+    format fits the train length and that --answer-loss has answers to weigh."""
     fraction = 1.0 if train_config.data == "passkey" else parse_mix(train_config.mix)
-    if fraction:
-        training_sequence(model_config.train_length + 1, random.Random(0))  # raises if the train length is too short
-    return fraction
+    if train_config.answer_loss and not fraction:
+        raise PoscliError("--answer-loss weighs the answers of passkey examples; add them with --mix passkey:F or --data passkey")
+    plan = PasskeyTraining(fraction, train_config.passkey_template, train_config.passkey_keys, train_config.passkey_lengths,
+                           train_config.answer_loss)
+    if fraction and model_config.train_length + 1 < plan.shortest:
+        raise PoscliError(f"a {plan.template} passkey example with {plan.keys} key(s) needs a train length of at least {plan.shortest - 1}, "
+                          f"got {model_config.train_length}; use a longer --train-length or fewer --passkey-keys")
+    return plan
 
 
 def _create_run_folder(name: str, results, replace: bool) -> Path:
@@ -370,7 +392,7 @@ def _train_loop(
     loss_fn = data_parallel_loss(model, group)
     model_config = ModelConfig.from_dict(config["model"])
     train_config = TrainConfig.from_dict(config["train"])
-    fraction = passkey_fraction(train_config, model_config)
+    passkey = passkey_training(train_config, model_config)
     stream = torch.from_numpy(corpus.train_tokens())  # (N_train,) uint8
     tokens_per_step = train_config.batch_size * model_config.train_length
     budget_seconds = train_config.minutes * 60 if train_config.minutes else None
@@ -416,15 +438,15 @@ def _train_loop(
                 lr = learning_rate(step, fraction_done, train_config)
                 for param_group in optimizer.param_groups:
                     param_group["lr"] = lr
-                tokens, targets = sample_batch(stream, train_config.batch_size, model_config.train_length, generator, device, fraction)
+                tokens, targets, weights = sample_batch(stream, train_config.batch_size, model_config.train_length, generator, device, passkey)
                 positions = None
                 if train_config.random_positions:
                     positions = sample_positions(train_config.batch_size, model_config.train_length, train_config.random_positions, generator, device)
-                tokens, targets, positions = group.shard(tokens, targets, positions)  # the global batch, this process's rows
+                tokens, targets, positions, weights = group.shard(tokens, targets, positions, weights)  # the global batch, this process's rows
                 if step == start_step:
                     config["first_step_at"] = time.time()  # with the launch time, how long start-up took
                 loss = training_step(model, optimizer, tokens, targets, train_config.grad_clip, train_config.dtype,
-                                     loss_fn=loss_fn, group=group if group.active else None, positions=positions)
+                                     loss_fn=loss_fn, group=group if group.active else None, positions=positions, weights=weights)
                 if not torch.isfinite(loss):
                     if main:
                         runs.write_config(run, {**config, "status": "failed", "steps_done": step})

@@ -2,7 +2,6 @@
 
 import json
 import math
-import random
 
 import pandas as pd
 import pytest
@@ -55,38 +54,6 @@ def test_position_buckets_are_log_spaced_and_cover_every_position():
     assert all(a[1] == b[0] for a, b in zip(buckets, buckets[1:]))
     widths = [end - start for start, end in buckets]
     assert widths[-1] > 8 * widths[0]
-
-
-@pytest.mark.parametrize("length", [120, 700, 1024, 5000])
-@pytest.mark.parametrize("depth", [0, 25, 50, 75, 100])
-def test_passkey_prompt_has_the_exact_length_and_the_key_at_the_requested_depth(length, depth):
-    key = 31337
-    prompt = passkey.make_prompt(length, depth, key)
-    assert len(prompt.encode()) == length and prompt.endswith(passkey.QUESTION)
-    assert prompt.count(str(key)) == (1 if length < passkey.FULL_TEMPLATE_FROM else 2)
-    intro = 0 if length < passkey.FULL_TEMPLATE_FROM else len(passkey.INTRODUCTION)
-    key_text = (passkey.COMPACT_KEY_SENTENCE if length < passkey.FULL_TEMPLATE_FROM else passkey.KEY_SENTENCE).format(key=key)
-    filler = length - intro - len(key_text) - len(passkey.QUESTION)
-    where = prompt.index("The pass key is") - intro  # offset into the filler
-    # at the requested depth, moved back by at most one filler sentence
-    assert filler * depth / 100 - 25 <= where <= filler * depth / 100 + 1
-
-
-def test_passkey_scorer_accepts_the_right_answer_and_rejects_wrong_ones():
-    assert passkey.is_correct("4242. Remember", 4242)
-    assert passkey.is_correct(" 4242.", 4242)
-    assert not passkey.is_correct("42424", 4242)
-    assert not passkey.is_correct("4241.", 4242)
-    assert not passkey.is_correct("The pass", 4242)
-
-
-def test_passkey_training_sequences_end_with_the_answer():
-    rng = random.Random(0)
-    for length in (129, 257, 2049):
-        text = bytes(passkey.training_sequence(length, rng)).decode()
-        assert len(text) == length
-        key = int(text.rsplit("The pass key is ", 1)[1].rstrip("."))
-        assert text.count(f"The pass key is {key}.") == 2  # stated once, answered once
 
 
 def test_wilson_interval_brackets_the_rate_and_narrows_with_trials():
@@ -158,16 +125,23 @@ def test_the_whole_suite_writes_every_table_and_plot(passkey_run):
     assert set(table["mode"]) == {"nonoverlapping", "sliding-32"}
     cells = pd.read_csv(results / "passkey.csv")
     assert len(cells) == 6 and cells["accuracy"].between(0, 1).all() and (cells["ci_low"] <= cells["accuracy"]).all()
+    assert cells["digit_accuracy"].between(0, 1).all() and (cells["answer_logprob"] <= 0).all()
+    assert set(cells["template"]) == {"compact"} and set(cells["keys"]) == {1}  # the format the run trained on
     report = (results / "REPORT.md").read_text()
     assert "poscli eval alibi --lengths 128,256 --stride 32" in report and "![passkey-alibi](passkey-alibi.png)" in report
     assert "torch" in report and "## Runs" in report
     config = json.loads((results / "runs" / "alibi" / "config.json").read_text())
     assert config["train"]["mix"] == "passkey:0.5"
+    assert (config["train"]["passkey_template"], config["train"]["passkey_keys"], config["train"]["passkey_lengths"]) == ("compact", 1, "random")
 
 
 @pytest.mark.parametrize("args, message", [
     (["eval", "alibi", "--task", "passkey", "--depths", "0,150"], "between 0 and 100"),
-    (["eval", "alibi", "--task", "passkey", "--lengths", "32"], "a passkey prompt needs at least"),
+    (["eval", "alibi", "--task", "passkey", "--lengths", "32"], "passkey prompt with 1 key(s) needs at least 82 tokens"),
+    (["eval", "alibi", "--task", "passkey", "--lengths", "256", "--keys", "13"], "holds 1 to 12 keys"),
+    (["train", "--mix", "passkey:0.5", "--passkey-template", "paper", "--passkey-keys", "2"], "holds 1 to 1 keys"),
+    (["train", "--answer-loss", "1"], "--answer-loss weighs the answers of passkey examples"),
+    (["train", "--mix", "passkey:0.5", "--passkey-keys", "4", "--train-length", "128"], "needs a train length of at least"),
     (["eval", "alibi", "--stride", "500", "--lengths", "128"], "--stride 500 is longer than the length 128"),
     (["plot", "decay", "--dim", "7"], "--dim must be an even number"),
     (["train", "--mix", "passkey:2"], "--mix 'passkey:2'"),
