@@ -381,11 +381,12 @@ def evaluate(
         find_run(run_name, results)
     console = _console()
     if task is Task.passkey:
-        from poscli.retrieval import console_table, evaluate_passkey, parse_depths, write_passkey_tables
+        from poscli.retrieval import console_table, evaluate_passkey, parse_depths, save_rows, write_passkey_tables
 
         depth_values = parse_depths(depths)
         with _progress(console, quiet) as progress:
-            rows = evaluate_passkey(run_names, lengths, depth_values, trials, results, device, progress, keys)
+            rows = evaluate_passkey(run_names, lengths, depth_values, trials, results, device, progress, keys,
+                                    save=lambda done: save_rows(done, results, table))
         written = write_passkey_tables(rows, results, table)
         _print_table(console_table(rows, trials))
     else:

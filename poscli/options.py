@@ -85,7 +85,7 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     encodings asked for (a sweep when more than one), the model config of the first, and the
     training config. Every encoding's options are checked before any run starts."""
     from poscli import encodings
-    from poscli.passkey import parse_mix
+    from poscli.passkey import PasskeyTraining
 
     names = [encodings.check_name(each) for each in values["pe"].split(",")]
     options = encodings.parse_option_pairs(values.get("pe_option") or [])
@@ -97,5 +97,5 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     configs = [encodings.resolve_options(ModelConfig(**model, pe=name, pe_options=options)) for name in names]
     for config in configs:
         encodings.check_random_positions(config, train_config)
-    parse_mix(train_config.mix)
+    PasskeyTraining.plan(train_config, configs[0])  # a bad --mix, or a passkey format the train length cannot hold
     return names, configs[0], train_config

@@ -154,6 +154,20 @@ class PasskeyTraining:
     lengths: str = "random"
     answer_weight: float = 0.0
 
+    @classmethod
+    def plan(cls, train_config, model_config) -> PasskeyTraining:
+        """How a run (its TrainConfig and ModelConfig) trains on passkey examples (fraction 0: not
+        at all), after checking that the format fits the train length and that --answer-loss has
+        answers to weigh."""
+        fraction = 1.0 if train_config.data == "passkey" else parse_mix(train_config.mix)
+        if train_config.answer_loss and not fraction:
+            raise PoscliError("--answer-loss weighs the answers of passkey examples; add them with --mix passkey:F or --data passkey")
+        plan = cls(fraction, train_config.passkey_template, train_config.passkey_keys, train_config.passkey_lengths, train_config.answer_loss)
+        if fraction and model_config.train_length + 1 < plan.shortest:
+            raise PoscliError(f"a {plan.template} passkey example with {plan.keys} key(s) needs a train length of at least "
+                              f"{plan.shortest - 1}, got {model_config.train_length}; use a longer --train-length or fewer --passkey-keys")
+        return plan
+
     @property
     def shortest(self) -> int:
         """The shortest example: the shortest prompt and a five-digit answer with its stop."""

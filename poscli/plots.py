@@ -161,8 +161,17 @@ def draw_plots(folder: Path, table: str) -> list[Path]:
                 title = f"loss by position ({table}, non-overlapping windows)"
                 written.append(plot_loss_by_position(nonoverlapping, folder / f"{table}_by_position.png", title))
     if "accuracy" in data.columns:
-        for run, part in data.groupby("run"):
+        for name, part in heatmap_parts(data, table):
             if part["accuracy"].notna().any():
-                title = f"passkey accuracy: {part['label'].iloc[0]} ({int(part['trials'].iloc[0])} trials per cell)"
-                written.append(plot_passkey_heatmap(part, folder / f"{table}-{run}.png", title))
+                keys = int(part["keys"].iloc[0]) if "keys" in part else 1
+                title = f"passkey accuracy: {part['label'].iloc[0]}{f', {keys} keys' if keys > 1 else ''} ({int(part['trials'].iloc[0])} trials per cell)"
+                written.append(plot_passkey_heatmap(part, folder / name, title))
     return written
+
+
+def heatmap_parts(data, table: str) -> list[tuple[str, object]]:
+    """A passkey table's heatmaps: (file name, rows) per run, TABLE-RUN.png, and per number of
+    keys when a run was scored with more than one (TABLE-RUN-Kkeys.png for K > 1)."""
+    if "keys" not in data.columns:
+        return [(f"{table}-{run}.png", part) for run, part in data.groupby("run")]
+    return [(f"{table}-{run}{f'-{int(keys)}keys' if int(keys) > 1 else ''}.png", part) for (run, keys), part in data.groupby(["run", "keys"])]

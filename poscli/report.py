@@ -94,10 +94,12 @@ def _heatmaps(folder: Path, table: str) -> list[Path]:
     """A passkey table's per-run heatmaps, TABLE-RUN.png (not another table's TABLE-x.png)."""
     import pandas as pd
 
+    from poscli.plots import heatmap_parts
+
     data = pd.read_csv(folder / f"{table}.csv")
     if "accuracy" not in data.columns:
         return []
-    return [folder / f"{table}-{run}.png" for run in sorted(data["run"].unique())]
+    return [folder / name for name, _ in heatmap_parts(data, table)]
 
 
 def write_report(results=None) -> Path:

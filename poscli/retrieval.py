@@ -95,12 +95,15 @@ def evaluate_passkey(
     device: str = "auto",
     progress=None,
     keys: int | None = None,
+    save=None,
 ) -> list[dict]:
     """Passkey scores of each run for every (length, depth) cell, on the format the run was trained
     on (``keys`` overrides its number of keys, e.g. to add distractors).
 
     ``length`` is the whole context: a prompt of ``length - 6`` tokens and room for the answer.
-    Every run with the same format sees the same prompts, so runs are comparable.
+    Every run with the same format sees the same prompts, so runs are comparable. ``save``, if
+    given, is called with each run's rows as soon as they are scored (so an interrupted
+    evaluation of many runs keeps the runs it finished).
     """
     from poscli import runs
     from poscli.device import select_device
@@ -126,6 +129,7 @@ def evaluate_passkey(
 
     rows = []
     for folder, run_lengths, template, run_keys in plans:
+        done_before = len(rows)
         model, config = runs.load_model(folder, str(device))
         for length in run_lengths:
             task = progress.add_task(f"passkey {runs.run_label(config)} @ {length}", total=len(depths) * trials) if progress else None
@@ -147,6 +151,8 @@ def evaluate_passkey(
                 rows.append(row)
                 if progress:
                     progress.advance(task, trials)
+        if save is not None:
+            save(rows[done_before:])
     return rows
 
 
@@ -189,6 +195,17 @@ def run_effective_lengths(table, threshold: float = EFFECTIVE_THRESHOLD) -> dict
             by_length[int(length)] = correct / trials if trials else float("nan")
         lengths[run] = effective_length(by_length, threshold)
     return lengths
+
+
+def save_rows(rows: list[dict], results=None, table: str = "passkey") -> None:
+    """Merge rows into RESULTS/TABLE.csv only (the Markdown and plots come at the end)."""
+    from poscli import runs
+    from poscli.io import locked
+
+    folder = runs.results_dir(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    with locked(folder / table):
+        merge_rows(folder / f"{table}.csv", rows, PASSKEY_COLUMNS, ["run", "keys", "length", "depth"])
 
 
 def write_passkey_tables(rows: list[dict], results=None, table: str = "passkey") -> list:

@@ -33,7 +33,7 @@ from poscli.errors import Answer, PoscliError
 from poscli.evaluate import perplexity
 from poscli.io import atomic_write
 from poscli.model import GPT
-from poscli.passkey import PasskeyTraining, parse_mix
+from poscli.passkey import PasskeyTraining
 
 
 class TrainingInterrupted(PoscliError):
@@ -209,7 +209,7 @@ def train(
     train_config = TrainConfig.from_dict({**train_config.to_dict(), "data": absolute_spec(train_config.data)})
     corpus = load_corpus(train_config.data, train_config.heldout_fraction)
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
-    passkey_training(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
+    PasskeyTraining.plan(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
     encodings.check_random_positions(model_config, train_config)
     model_config = encodings.resolve_options(model_config)  # config.json records every option
     if train_config.random_positions:  # e.g. a learned table needs a row for every position it may draw
@@ -316,20 +316,6 @@ def _select_device(group: Group, requested: str) -> torch.device:
     return start_group(group, requested) if group.active else select_device(requested)
 
 
-def passkey_training(train_config: TrainConfig, model_config: ModelConfig) -> PasskeyTraining:
-    """How a run trains on passkey examples (fraction 0: not at all), after checking that the
-    format fits the train length and that --answer-loss has answers to weigh."""
-    fraction = 1.0 if train_config.data == "passkey" else parse_mix(train_config.mix)
-    if train_config.answer_loss and not fraction:
-        raise PoscliError("--answer-loss weighs the answers of passkey examples; add them with --mix passkey:F or --data passkey")
-    plan = PasskeyTraining(fraction, train_config.passkey_template, train_config.passkey_keys, train_config.passkey_lengths,
-                           train_config.answer_loss)
-    if fraction and model_config.train_length + 1 < plan.shortest:
-        raise PoscliError(f"a {plan.template} passkey example with {plan.keys} key(s) needs a train length of at least {plan.shortest - 1}, "
-                          f"got {model_config.train_length}; use a longer --train-length or fewer --passkey-keys")
-    return plan
-
-
 def _create_run_folder(name: str, results, replace: bool) -> Path:
     """Make RESULTS/runs/NAME atomically, so two processes can never take the same name;
     ``replace`` first removes a run of that name (and only a run folder)."""
@@ -392,7 +378,7 @@ def _train_loop(
     loss_fn = data_parallel_loss(model, group)
     model_config = ModelConfig.from_dict(config["model"])
     train_config = TrainConfig.from_dict(config["train"])
-    passkey = passkey_training(train_config, model_config)
+    passkey = PasskeyTraining.plan(train_config, model_config)
     stream = torch.from_numpy(corpus.train_tokens())  # (N_train,) uint8
     tokens_per_step = train_config.batch_size * model_config.train_length
     budget_seconds = train_config.minutes * 60 if train_config.minutes else None

@@ -151,3 +151,19 @@ def test_suite_errors_are_one_line_exit_2(passkey_run, args, message):
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_passkey_rows_reach_the_table_run_by_run(passkey_run):
+    """An evaluation of many runs stopped midway keeps the runs it finished (the recipe then scores only the rest)."""
+    from poscli.retrieval import evaluate_passkey, save_rows
+
+    saved = []
+
+    def save(rows):
+        saved.append(len(rows))
+        save_rows(rows, passkey_run, "partial")
+
+    evaluate_passkey(["alibi", "alibi"], [128], [0.0, 100.0], trials=2, results=passkey_run, save=save)
+    assert saved == [2, 2]
+    assert len(pd.read_csv(passkey_run / "partial.csv")) == 2  # the same run's rows replaced, not added
+    assert not (passkey_run / "partial.md").exists()  # the Markdown and plots come once, at the end

@@ -7,6 +7,7 @@ import random
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -232,12 +233,10 @@ def test_the_answer_loss_adds_w_times_the_mean_loss_of_the_answer_tokens():
 
 
 def test_answer_loss_without_passkey_examples_is_refused():
-    from poscli.train import passkey_training
-
     with pytest.raises(PoscliError, match="--answer-loss weighs the answers of passkey examples"):
-        passkey_training(TrainConfig(answer_loss=1.0), ModelConfig())
+        PasskeyTraining.plan(TrainConfig(answer_loss=1.0), ModelConfig())
     with pytest.raises(PoscliError, match="needs a train length of at least"):
-        passkey_training(TrainConfig(mix="passkey:0.5", passkey_keys=4), ModelConfig(train_length=128))
+        PasskeyTraining.plan(TrainConfig(mix="passkey:0.5", passkey_keys=4), ModelConfig(train_length=128))
 
 
 @pytest.mark.parametrize("lengths", ["random", "full"])
@@ -324,3 +323,13 @@ def test_perplexity_is_not_retrieval_is_said_only_where_both_intervals_decide():
     text = retrieval_vs_perplexity(passkey_summary, meta, perplexity=perplexity)
     assert "alibi keeps its perplexity at 4096 but fails to retrieve there" in text
     assert "rope keeps" not in text and "16x: perplexity 8.00x" in text
+
+
+def test_a_run_scored_with_one_and_four_keys_gets_a_heatmap_for_each():
+    from poscli.plots import heatmap_parts
+
+    one, _ = passkey_rows({"a": {256: [50]}})
+    four = one.assign(keys=4, correct=10, accuracy=0.2)
+    parts = dict(heatmap_parts(pd.concat([one, four]), "passkey"))
+    assert set(parts) == {"passkey-a-s0.png", "passkey-a-s0-4keys.png"}
+    assert parts["passkey-a-s0-4keys.png"]["accuracy"].eq(0.2).all() and parts["passkey-a-s0.png"]["accuracy"].eq(1.0).all()
