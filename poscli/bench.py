@@ -157,7 +157,8 @@ class NanoGPTAdapter(torch.nn.Module):
         with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
             self.gpt = module.GPT(nano_config)
 
-    def loss(self, tokens, targets, positions=None):  # positions: plain 0..T-1 only
+    def loss(self, tokens, targets, positions=None, weights=None):  # positions: plain 0..T-1 only; no per-token weights
+        assert weights is None, "nanoGPT's loss takes no per-token weights"
         return self.gpt(tokens, targets)[1]
 
 

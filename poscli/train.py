@@ -142,8 +142,7 @@ def training_step(
     ``weights`` (B, T), each target's weight in the loss (``--answer-loss``).
     """
     with autocast(tokens.device, dtype):
-        weighted = {} if weights is None else {"weights": weights}  # a model without weighted loss (nanoGPT in make bench) is called as before
-        loss = (loss_fn or model.loss)(tokens, targets, positions, **weighted)
+        loss = (loss_fn or model.loss)(tokens, targets, positions, weights)
     reported = group.mean(loss.detach()) if group is not None else loss.detach()
     if not torch.isfinite(reported):
         return reported
