@@ -331,7 +331,7 @@ def markdown_pivot(table) -> str:
     lines = []
     for (corpus, protocol, mode), part in table.groupby(["corpus", "protocol", "mode"], sort=True):
         scored = part[part["tokens"] > 0]
-        lines.append(f"Perplexity (bits per byte = log2 of perplexity) with its 95% bootstrap interval over the evaluation sample; "
+        lines.append("Perplexity (bits per byte = log2 of perplexity) with its 95% bootstrap interval over the evaluation sample; "
                      + (describe_set(scored.iloc[0], protocol, mode) if len(scored) else f"corpus {corpus}") + ". "
                      "`n/a`: the encoding has no representation at that length.\n")
         if scored["eval_set"].nunique() > 1:

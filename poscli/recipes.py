@@ -293,12 +293,21 @@ def check_state(recipe: Recipe, results=None) -> None:
         if asked != have or (steps_asked is not None and int(steps_asked) != extension.get("finetune", {}).get("steps")):
             raise RecipeError(f"run {step.name!r} exists but is not {step.detail}; remove {folder / step.name} or rename it in {recipe.path}")
         _set_status(step, config, ["extend", step.name, "--resume", "--quiet"])
+    # A run still to train, or trained after the table was last written, has no valid rows in it:
+    # its old rows (from an earlier run of the same name) are replaced when it is evaluated again.
+    pending = {step.name for step in [*recipe.train, *recipe.extend] if step.status != "done"}
     for step in recipe.evals:
         table = runs.results_dir(results) / f"{step.name}.csv"
         if not table.exists():
             continue
         rows = pd.read_csv(table)
-        missing = [name for name in step.runs if not _evaluated(rows, name, step)]
+        written = table.stat().st_mtime
+
+        def stale(name: str) -> bool:
+            weights = folder / name / runs.WEIGHTS_FILE
+            return name in pending or (weights.exists() and weights.stat().st_mtime > written)
+
+        missing = [name for name in step.runs if stale(name) or not _evaluated(rows, name, step)]
         if not missing:
             step.status, step.detail = "done", f"{len(step.runs)} runs in {table.name}"
         elif len(missing) < len(step.runs):

@@ -246,9 +246,7 @@ def passkey_markdown(table) -> str:
             return "n/a" if len(values) == 0 else f"{values.mean():.{digits}f}"
         return cell_text
 
-    effective = {}
-    for row, part in table.groupby("row", sort=False):
-        effective[row] = run_effective_lengths(part.assign(run=row))[row]
+    effective = run_effective_lengths(table.assign(run=table["row"]))  # per run and number of keys
     lead = {
         "run": lambda first: first["label"], "pe": lambda first: first["pe"], "train length": lambda first: first["train_length"],
         "keys": lambda first: first["keys"],

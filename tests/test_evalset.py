@@ -1,7 +1,6 @@
 """The measurement protocol: the same scored tokens at every length, intervals, the reference
 row, a clean held-out split and its check."""
 
-import json
 import math
 
 import numpy as np

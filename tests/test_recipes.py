@@ -4,6 +4,7 @@ and the comparisons with published numbers."""
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -167,10 +168,19 @@ def test_a_recipe_runs_then_skips_what_is_done_resumes_what_was_interrupted_and_
     config = json.loads(config_path.read_text())
     config_path.write_text(json.dumps({**config, "status": "interrupted"}))  # as a Ctrl-C leaves it
     again = poscli("run", str(recipe), "--results", str(results), "--dry-run")
-    assert "1 steps to do, 6 already done" in again.stderr and "poscli train --resume t-rope-s1" in again.stderr
+    # the resumed run's rows in the table are from before: it is evaluated again, the others are not
+    assert "2 steps to do, 5 already done" in again.stderr and "poscli train --resume t-rope-s1" in again.stderr
+    assert "1 of 6 runs still to evaluate" in again.stderr
     second = poscli("run", str(recipe), "--results", str(results))
     assert second.returncode == 0, second.stderr
     assert "started train-t-rope-s1" in second.stderr and "started train-t-alibi" not in second.stderr
+    assert "started eval-tiny" in second.stderr
+
+    # a run removed and trained again (a changed recipe: the old one is refused, so it was removed) is
+    # evaluated again, though the table still holds rows of the old run under its name
+    shutil.rmtree(results / "runs" / "t-alibi-s1")
+    plan = poscli("run", str(recipe), "--results", str(results), "--dry-run")
+    assert "2 steps to do, 5 already done" in plan.stderr and "1 of 6 runs still to evaluate" in plan.stderr
     assert json.loads(config_path.read_text())["status"] == "finished"
     assert weights.stat().st_mtime_ns == written, "a finished run is not retrained"
 
