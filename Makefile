@@ -55,7 +55,7 @@ reproduce: install
 	$(POSCLI) run recipes/extend-rope.toml --jobs $(JOBS) --results $(REFERENCE)
 
 # The passkey studies: a RoPE model that retrieves at its train length (recipes/passkey-retrieval.toml,
-# about 35 min), extended by every method (passkey-extension.toml, 3 seeds) and five encodings'
+# about 30 min), extended by every method (passkey-extension.toml, 3 seeds) and five encodings'
 # perplexity beside their retrieval (passkey-encodings.toml). Resumable like reproduce.
 passkey: install
 	$(POSCLI) run recipes/passkey-retrieval.toml --jobs $(JOBS) --results $(REFERENCE)

@@ -175,14 +175,14 @@ def test_a_recipe_runs_then_skips_what_is_done_resumes_what_was_interrupted_and_
     assert second.returncode == 0, second.stderr
     assert "started train-t-rope-s1" in second.stderr and "started train-t-alibi" not in second.stderr
     assert "started eval-tiny" in second.stderr
+    assert json.loads(config_path.read_text())["status"] == "finished"
+    assert weights.stat().st_mtime_ns == written, "a finished run is not retrained"
 
     # a run removed and trained again (a changed recipe: the old one is refused, so it was removed) is
     # evaluated again, though the table still holds rows of the old run under its name
     shutil.rmtree(results / "runs" / "t-alibi-s1")
     plan = poscli("run", str(recipe), "--results", str(results), "--dry-run")
     assert "2 steps to do, 5 already done" in plan.stderr and "1 of 6 runs still to evaluate" in plan.stderr
-    assert json.loads(config_path.read_text())["status"] == "finished"
-    assert weights.stat().st_mtime_ns == written, "a finished run is not retrained"
 
     changed = write(tmp_path_factory.mktemp("changed"), TINY.format(corpus=corpus).replace("steps = 4", "steps = 5"))
     refused = poscli("run", str(changed), "--results", str(results))
