@@ -243,6 +243,62 @@ def stratified_split(lengths: np.ndarray, doc_hashes: list[str], fraction: float
     return heldout
 
 
+SPLITS = ("auto", "documents", "tail", "blocks:K")
+
+
+def parse_split(text: str) -> tuple[str, int]:
+    """``--split``: ``auto`` (by document when there are at least 2, else ``tail``), ``documents``,
+    ``tail`` (the last fraction of the text held out, nanoGPT's train/val split) or ``blocks:K``
+    (K held-out blocks spread evenly through the text). Returns (kind, blocks)."""
+    if text in ("auto", "documents", "tail"):
+        return text, 1
+    if text.startswith("blocks:"):
+        try:
+            blocks = int(text[7:])
+        except ValueError:
+            blocks = 0
+        if blocks >= 1:
+            return "blocks", blocks
+    raise PoscliError(f"--split {text!r}: use auto, documents, tail or blocks:K (K held-out blocks, e.g. --split blocks:10)")
+
+
+def cut_near(tokens: np.ndarray, target: int, reach: int = 4096) -> int:
+    """A cut at or after ``target`` that starts a line (within ``reach`` bytes), else the first
+    UTF-8 character boundary: a split never cuts a character, and rarely a line."""
+    target = min(max(target, 1), len(tokens) - 1)
+    window = tokens[target - 1 : target - 1 + reach]
+    newlines = np.flatnonzero(window == ord("\n"))
+    if len(newlines) and target + int(newlines[0]) < len(tokens):
+        return target + int(newlines[0])
+    while target < len(tokens) - 1 and 0x80 <= int(tokens[target]) < 0xC0:  # a continuation byte
+        target += 1
+    return target
+
+
+def position_split(tokens: np.ndarray, fraction: float, blocks: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Split one text by position: (offsets (S + 1,), heldout (S,)) over consecutive segments.
+
+    The text is cut into ``blocks * round(1 / fraction)`` equal units; the last unit of every run
+    of round(1 / fraction) is held out, so ``blocks`` = 1 holds out the tail and more spread the
+    held-out text through the file. Consecutive training units are one segment (no separator is
+    invented inside running text). Cuts move forward to the next line start (``cut_near``)."""
+    run = max(2, round(1 / fraction))
+    units = blocks * run
+    if len(tokens) < 2 * units:
+        raise PoscliError(f"the text has {len(tokens)} tokens, too few to hold out {blocks} block(s) of 1/{run} of it; use a longer text or --split blocks:1")
+    bounds, heldout = [0], []
+    for block in range(blocks):
+        held_from = cut_near(tokens, (block * run + run - 1) * len(tokens) // units)
+        held_to = len(tokens) if block == blocks - 1 else cut_near(tokens, (block + 1) * run * len(tokens) // units)
+        if held_from > bounds[-1]:  # the training text before this held-out block
+            bounds.append(held_from)
+            heldout.append(False)
+        if held_to > bounds[-1]:
+            bounds.append(held_to)
+            heldout.append(True)
+    return np.array(bounds, dtype=np.int64), np.array(heldout, dtype=bool)
+
+
 # --------------------------------------------------------------------------- sources
 
 
