@@ -24,7 +24,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -35,6 +35,40 @@ FORMAT = 1
 META_FILE = "meta.json"
 BATCH_DOCUMENTS = 256
 HASH_RANGE = 1 << 32
+CHUNK_BYTES = 1 << 20  # a text file longer than this is cut at line ends into documents of about this size
+
+
+def file_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+    """A text file as documents of about ``chunk_bytes``, each ending at a line end (a line longer
+    than that is cut as it is): one big file still has documents on both sides of the split."""
+    with open(path, "rb") as handle:
+        rest = b""
+        while True:
+            block = handle.read(chunk_bytes)
+            if not block:
+                break
+            block = rest + block
+            end = block.rfind(b"\n") + 1 or len(block)
+            rest = block[end:]
+            yield block[:end].decode("utf-8", errors="replace")
+        if rest:
+            yield rest.decode("utf-8", errors="replace")
+
+
+def source_documents(spec: str, rows=None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+    """The documents of a corpus, one at a time: ``stdlib`` (a file each), text files (cut into
+    chunks), dataset files or ``hf:NAME`` (rows joined as ``rows``, a ``sources.RowOptions``)."""
+    from poscli import data, sources
+
+    if spec == "stdlib":
+        for path in data.stdlib_files():
+            yield path.read_text(encoding="utf-8", errors="replace")
+        return
+    if spec.startswith("hf:") or sources.dataset_files(spec) is not None:
+        yield from sources.documents(spec, rows or sources.RowOptions())
+        return
+    for path in data.local_files(spec):
+        yield from file_chunks(path, chunk_bytes)
 
 
 def heldout_by_hash(digest: str, fraction: float) -> bool:

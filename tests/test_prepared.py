@@ -68,3 +68,16 @@ def test_a_corpus_with_nothing_held_out_is_refused_and_leaves_no_files(tmp_path)
 def test_a_folder_that_is_not_prepared_says_how_to_prepare_it(tmp_path):
     with pytest.raises(PoscliError, match="poscli data prepare"):
         open_prepared(tmp_path)
+
+
+def test_a_big_text_file_is_cut_at_line_ends_into_documents_that_join_back(tmp_path):
+    from poscli.prepared import file_chunks
+
+    text = "".join(f"line {i} ünï\n" for i in range(20_000))
+    path = tmp_path / "big.txt"
+    path.write_text(text)
+    chunks = list(file_chunks(path, 4096))
+    assert "".join(chunks) == text and all(c.endswith("\n") for c in chunks)
+    assert all(len(c.encode()) <= 4096 + 20 for c in chunks) and len(chunks) > 50
+    corpus = prepare(file_chunks(path, 4096), tmp_path / "p", ByteTokenizer(), 0.1, str(path))
+    assert 0 < corpus.heldout.sum() < len(chunks)
