@@ -23,6 +23,7 @@ the corpus and the files' sizes and modification times, so a second run starts i
 
 from __future__ import annotations
 
+import dataclasses
 import glob as globlib
 import hashlib
 import json
@@ -72,6 +73,7 @@ class Corpus:
     heldout: np.ndarray
     groups: np.ndarray | None = None
     shingles: tuple[np.ndarray, np.ndarray] | None = None  # ``shingle_hashes`` of the corpus, computed once
+    split: str | None = None  # how the held-out text was chosen, when not by document (the summary says)
 
     @property
     def num_documents(self) -> int:
@@ -107,7 +109,7 @@ class Corpus:
             "train_tokens": int(lengths[~self.heldout].sum()),
             "heldout_tokens": int(lengths[self.heldout].sum()),
             "longest_heldout_document": int(lengths[self.heldout].max()),
-            "split": "near-duplicate groups (documents sharing >= 50% of sampled 32-byte shingles) kept whole, "
+            "split": self.split or "near-duplicate groups (documents sharing >= 50% of sampled 32-byte shingles) kept whole, "
             "stratified by length: groups sorted by (longest document, sha1); in each run of round(1/fraction) "
             "the one with the smallest sha1 is held out (groups of more than round(1/fraction) documents always train)",
             "near_duplicate_groups": int(len(np.unique(self.groups))) if self.groups is not None else self.num_documents,
@@ -393,8 +395,10 @@ def _load_hub(name: str, config: str | None) -> list[str]:
     return [row for row in dataset[column] if row]
 
 
-def _documents_and_key(spec: str) -> tuple[callable, str]:
+def _documents_and_key(spec: str, rows=None) -> tuple[callable, str]:
     """A loader for the corpus' documents and a cache key that changes when its sources do."""
+    from poscli import sources
+
     if spec == "stdlib":
         files = stdlib_files()
         key_source = ["stdlib", sys.version, _fingerprint(files)]
@@ -403,11 +407,15 @@ def _documents_and_key(spec: str) -> tuple[callable, str]:
         from poscli.passkey import synthetic_documents
 
         return synthetic_documents, _hash(["passkey", "named-keys", CACHE_VERSION])  # the documents of the compact template
+    rows = rows or sources.RowOptions()
+    row_key = [rows.split, rows.text_column, rows.join_rows, rows.max_bytes]  # streaming reads the same rows
     if spec.startswith("hf:"):
-        name, _, config = spec[3:].partition(":")
-        if not name:
-            raise PoscliError("--data hf: needs a dataset name, e.g. --data hf:wikitext:wikitext-103-raw-v1")
-        return (lambda: _load_hub(name, config or None)), _hash(["hf", name, config])
+        if not spec[3:].partition(":")[0]:
+            raise PoscliError("--data hf: needs a dataset name, e.g. --data hf:Salesforce/wikitext:wikitext-103-raw-v1")
+        return (lambda: list(sources.documents(spec, rows))), _hash(["hf", spec, *row_key])
+    found = sources.dataset_files(spec)
+    if found is not None:
+        return (lambda: list(sources.documents(spec, rows))), _hash(["dataset", _fingerprint([Path(f) for f in found[1]]), *row_key])
     files = local_files(spec)
     return (lambda: _load_text_files(files)), _hash(["files", _fingerprint(files)])
 
@@ -416,37 +424,86 @@ def _hash(value) -> str:
     return hashlib.sha256(json.dumps(value, default=str).encode()).hexdigest()[:24]
 
 
-def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1) -> Corpus:
-    """Tokenize (or read from cache) the corpus ``spec`` and split it into train / held-out."""
-    load_documents, key = _documents_and_key(spec)
+@dataclass(frozen=True)
+class CorpusOptions:
+    """How a corpus is read and split beyond its spec (``TrainConfig``'s data fields)."""
+
+    split: str = "auto"
+    rows: object = None  # poscli.sources.RowOptions; None: its defaults
+    heldout_split: str | None = None
+
+    @classmethod
+    def of(cls, train_config) -> "CorpusOptions":
+        return cls(split=train_config.split, rows=train_config.row_options(), heldout_split=train_config.heldout_split)
+
+
+def _cached_documents(spec: str, rows=None):
+    """(tokens, offsets, doc_hashes, groups, shingles) of the corpus' documents, from the cache
+    when its sources have not changed."""
+    load_documents, key = _documents_and_key(spec, rows)
     cache_file = cache_dir() / f"corpus-{key}-v{CACHE_VERSION}.npz"
-    tokens = offsets = doc_hashes = groups = shingles = None
     if cache_file.exists():
         try:
             with np.load(cache_file, allow_pickle=False) as cached:
-                tokens, offsets, doc_hashes = cached["tokens"], cached["offsets"], [str(h) for h in cached["doc_hashes"]]
-                groups, shingles = cached["groups"], (cached["shingle_hashes"], cached["shingle_documents"])
+                return (cached["tokens"], cached["offsets"], [str(h) for h in cached["doc_hashes"]], cached["groups"],
+                        (cached["shingle_hashes"], cached["shingle_documents"]))
         except (OSError, ValueError, KeyError):
-            tokens = None  # a damaged cache is rebuilt, not trusted
-    if tokens is None:
-        documents = [encode(text) for text in load_documents()]
-        documents = [d for d in documents if len(d) > 0]
-        if not documents:
-            raise PoscliError(f"--data {spec!r} has no text")
-        tokens = np.concatenate(documents)
-        offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])]).astype(np.int64)
-        doc_hashes = [hashlib.sha1(d.tobytes()).hexdigest() for d in documents]
-        shingles = shingle_hashes(tokens, offsets)
-        groups = near_duplicate_groups(offsets, shingles)
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_write(cache_file, "wb") as handle:
-                np.savez(handle, tokens=tokens, offsets=offsets, doc_hashes=np.array(doc_hashes), groups=groups,
-                         shingle_hashes=shingles[0], shingle_documents=shingles[1])
-        except OSError:
-            pass  # the cache is an optimisation; a read-only home must not stop training
+            pass  # a damaged cache is rebuilt, not trusted
+    documents = [encode(text) for text in load_documents()]
+    documents = [d for d in documents if len(d) > 0]
+    if not documents:
+        raise PoscliError(f"--data {spec!r} has no text")
+    tokens = np.concatenate(documents)
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])]).astype(np.int64)
+    doc_hashes = [hashlib.sha1(d.tobytes()).hexdigest() for d in documents]
+    shingles = shingle_hashes(tokens, offsets)
+    groups = near_duplicate_groups(offsets, shingles)
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(cache_file, "wb") as handle:
+            np.savez(handle, tokens=tokens, offsets=offsets, doc_hashes=np.array(doc_hashes), groups=groups,
+                     shingle_hashes=shingles[0], shingle_documents=shingles[1])
+    except OSError:
+        pass  # the cache is an optimisation; a read-only home must not stop training
+    return tokens, offsets, doc_hashes, groups, shingles
+
+
+def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1, options: CorpusOptions | None = None):
+    """Tokenize (or read from cache) the corpus ``spec`` and split it into train / held-out: by
+    document (near-duplicates kept together), by position (``--split tail`` / ``blocks:K``; a
+    single document by default), or a dataset split held out whole (``--heldout-split``). A
+    prepared folder (``poscli data prepare``) is opened as it is (its split was made when prepared)."""
+    from poscli import prepared
+
+    options = options or CorpusOptions()
+    if spec not in ("stdlib", "passkey") and not spec.startswith("hf:") and prepared.is_prepared(spec):
+        return prepared.open_prepared(spec)
+    kind, blocks = parse_split(options.split)
+    tokens, offsets, doc_hashes, groups, shingles = _cached_documents(spec, options.rows)
+    if options.heldout_split:
+        if kind in ("tail", "blocks"):
+            raise PoscliError(f"--heldout-split {options.heldout_split} holds out a whole split; it does not combine with --split {options.split}")
+        from poscli import sources
+
+        rows = options.rows or sources.RowOptions()
+        held = _cached_documents(spec, dataclasses.replace(rows, split=options.heldout_split))
+        tokens = np.concatenate([tokens, held[0]])
+        offsets = np.concatenate([offsets, offsets[-1] + held[1][1:]])
+        heldout = np.r_[np.zeros(len(doc_hashes), dtype=bool), np.ones(len(held[2]), dtype=bool)]
+        doc_hashes = doc_hashes + held[2]
+        groups, shingles = np.arange(len(doc_hashes)), None  # the summary recomputes the overlap of the two splits
+        return Corpus(spec=spec, tokens=tokens, offsets=offsets, doc_hashes=doc_hashes, heldout=heldout, groups=groups, shingles=shingles,
+                      split=f"the dataset split {options.heldout_split!r} held out whole, {rows.split!r} trained on")
+    if kind in ("tail", "blocks") or (kind == "auto" and len(offsets) - 1 < 2):
+        stream = join_documents([tokens[offsets[d] : offsets[d + 1]] for d in range(len(offsets) - 1)])[0]
+        offsets, heldout = position_split(stream, heldout_fraction, blocks)
+        doc_hashes = [hashlib.sha1(stream[offsets[d] : offsets[d + 1]].tobytes()).hexdigest() for d in range(len(offsets) - 1)]
+        how = "the last" if blocks == 1 else f"{blocks} blocks spread through the text, together"
+        return Corpus(spec=spec, tokens=stream, offsets=offsets, doc_hashes=doc_hashes, heldout=heldout, groups=np.arange(len(doc_hashes)),
+                      split=f"by position: the documents joined into one text and {how} {heldout_fraction:g} of it held out, "
+                      "cut at line starts")
     if len(offsets) - 1 < 2:
-        raise PoscliError(f"--data {spec!r} has only one document; it needs at least 2 to hold one out for evaluation")
+        raise PoscliError(f"--data {spec!r} has only one document; split it by position with --split tail (or --split blocks:10)")
     heldout = stratified_split(np.diff(offsets), doc_hashes, heldout_fraction, groups)
     if heldout.all():
         raise PoscliError(

@@ -135,9 +135,10 @@ def load_rows(spec: str, options: RowOptions, split: str | None = None) -> Itera
             raise PoscliError(f"--data {spec!r} is not a dataset file or folder (.parquet, .jsonl, .json, .arrow, .csv)")
         builder, files = found
         source = spec
-        args, kwargs = (builder,), {"data_files": {options.split: files}}
-        if split != options.split:
-            raise PoscliError(f"{spec}: local files are one split; use --heldout-fraction, not --heldout-split")
+        if Path(spec).expanduser().is_dir():  # splits from the file names (train*, validation*, test*), as datasets infers them
+            args, kwargs = (builder,), {"data_dir": str(Path(spec).expanduser())}
+        else:
+            args, kwargs = (builder,), {"data_files": {"train": files}}
     import datasets
 
     datasets.disable_progress_bars()

@@ -94,3 +94,12 @@ def test_offline_a_hub_name_fails_at_once_in_one_line(monkeypatch):
     with pytest.raises(EnvironmentFailure) as caught:
         list(load_rows("hf:someone/no-such-dataset", RowOptions()))
     assert time.perf_counter() - started < 10 and "\n" not in str(caught.value) and "hf:someone/no-such-dataset" in str(caught.value)
+
+
+def test_a_folder_with_train_and_test_files_has_both_splits(tmp_path):
+    write(tmp_path, "parquet", ["train row\n"] * 3).rename(tmp_path / "train.parquet")
+    write(tmp_path, "parquet", ["test row\n"] * 2).rename(tmp_path / "test.parquet")
+    assert list(load_rows(str(tmp_path), RowOptions())) == ["train row\n"] * 3
+    assert list(load_rows(str(tmp_path), RowOptions(), split="test")) == ["test row\n"] * 2
+    with pytest.raises(PoscliError, match="split 'validation'"):
+        list(load_rows(str(tmp_path), RowOptions(), split="validation"))

@@ -1,0 +1,75 @@
+"""Your own corpus: one text file, local datasets with splits and joined rows (issue: bring your own data)."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from poscli.data import CorpusOptions, load_corpus
+from poscli.errors import PoscliError
+from poscli.sources import RowOptions
+
+TEXT = "".join(f"Line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(4000))
+
+
+def test_a_single_text_file_is_split_by_position_holding_out_its_tail(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_text(TEXT)
+    corpus = load_corpus(str(path), 0.1)
+    assert corpus.num_documents == 2 and corpus.heldout.tolist() == [False, True]
+    held = corpus.document(1).tobytes().decode()
+    assert TEXT.endswith(held) and abs(len(held) / len(TEXT) - 0.1) < 0.01 and held.startswith("Line ")
+    assert "last 0.1" in corpus.summary()["split"]
+
+
+def test_blocks_hold_out_text_spread_through_the_file(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_text(TEXT)
+    corpus = load_corpus(str(path), 0.1, CorpusOptions(split="blocks:5"))
+    assert corpus.heldout.sum() == 5 and "5 blocks" in corpus.summary()["split"]
+    assert b"".join(corpus.document(d).tobytes() for d in range(corpus.num_documents)).decode() == TEXT
+
+
+def test_split_by_documents_of_a_single_document_says_what_to_type(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_text(TEXT)
+    with pytest.raises(PoscliError, match="--split tail"):
+        load_corpus(str(path), 0.1, CorpusOptions(split="documents"))
+
+
+def wikitext_parquet(path, articles: int):
+    rows = []
+    for a in range(articles):
+        rows += [f" = Article {a} = \n", "\n"] + [f" Paragraph {p} of article {a} , with words . \n" for p in range(30)]
+        rows += [f" = = Section of {a} = = \n", " More text . \n"]
+    pq.write_table(pa.table({"text": rows}), path)
+    return rows
+
+
+def test_wikitext_style_rows_become_one_document_per_article(tmp_path):
+    rows = wikitext_parquet(tmp_path / "train.parquet", 40)
+    corpus = load_corpus(str(tmp_path / "train.parquet"), 0.1, CorpusOptions(rows=RowOptions(join_rows="heading")))
+    assert corpus.num_documents == 40 and 0 < corpus.heldout.sum() < 40
+    assert sorted(corpus.document(d).tobytes().decode().splitlines()[0] for d in range(40)) == sorted(f" = Article {a} = " for a in range(40))
+    assert corpus.document_lengths().sum() == len("".join(rows).encode())
+    plain = load_corpus(str(tmp_path / "train.parquet"), 0.1)  # a row per document, as before
+    assert plain.num_documents == len([r for r in rows if r])
+
+
+def test_a_held_out_split_is_held_out_whole(tmp_path):
+    wikitext_parquet(tmp_path / "train.parquet", 20)
+    wikitext_parquet(tmp_path / "test.parquet", 3)
+    options = CorpusOptions(rows=RowOptions(join_rows="heading"), heldout_split="test")
+    corpus = load_corpus(str(tmp_path), 0.1, options)
+    assert corpus.heldout.tolist() == [False] * 20 + [True] * 3 and "'test' held out whole" in corpus.summary()["split"]
+    with pytest.raises(PoscliError, match="does not combine"):
+        load_corpus(str(tmp_path), 0.1, CorpusOptions(split="tail", heldout_split="test"))
+
+
+def test_the_same_files_read_with_other_row_options_are_another_corpus(tmp_path):
+    wikitext_parquet(tmp_path / "train.parquet", 10)
+    joined = load_corpus(str(tmp_path / "train.parquet"), 0.2, CorpusOptions(rows=RowOptions(join_rows="5")))
+    rows = load_corpus(str(tmp_path / "train.parquet"), 0.2)
+    assert joined.num_documents < rows.num_documents and np.array_equal(
+        np.concatenate([joined.document(d) for d in range(joined.num_documents)]),
+        np.concatenate([rows.document(d) for d in range(rows.num_documents)]))
