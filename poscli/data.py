@@ -30,7 +30,7 @@ import json
 import os
 import sys
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +74,8 @@ class Corpus:
     groups: np.ndarray | None = None
     shingles: tuple[np.ndarray, np.ndarray] | None = None  # ``shingle_hashes`` of the corpus, computed once
     split: str | None = None  # how the held-out text was chosen, when not by document (the summary says)
+    separator: np.ndarray = field(default_factory=lambda: DOCUMENT_SEPARATOR)  # between documents in a stream, in this corpus' tokens
+    tokenizer: str = "bytes"  # the tokens' tokenizer (``poscli.tokenizer``)
 
     @property
     def num_documents(self) -> int:
@@ -86,8 +88,43 @@ class Corpus:
         return np.diff(self.offsets)
 
     def train_tokens(self) -> np.ndarray:
-        """Every training document, joined by DOCUMENT_SEPARATOR. (N_train,) uint8."""
-        return join_documents([self.document(d) for d in range(self.num_documents) if not self.heldout[d]])[0]
+        """Every training document, joined by the separator. (N_train,) uint8 (bytes) or wider."""
+        return join_documents([self.document(d) for d in range(self.num_documents) if not self.heldout[d]], self.separator)[0]
+
+    def texts(self, heldout: bool | None = None) -> list[str]:
+        """The documents' text (a byte corpus only): all, or the held-out (True) or training (False) ones."""
+        if self.tokenizer != "bytes":
+            raise ValueError("texts() reads a byte corpus; this one is tokenized")
+        return [self.document(d).tobytes().decode("utf-8", errors="replace")
+                for d in range(self.num_documents) if heldout is None or bool(self.heldout[d]) == heldout]
+
+    def tokenized(self, tokenizer) -> "Corpus":
+        """The same documents and split in ``tokenizer``'s tokens (each document encoded on its own),
+        cached by the documents and the tokenizer. The byte corpus' near-duplicate statistics stay."""
+        if tokenizer.spec == "bytes" or self.tokenizer != "bytes":
+            return self
+        key = _hash(["tokenized", hashlib.sha1("".join(self.doc_hashes).encode()).hexdigest(), tokenizer.fingerprint()])
+        cache_file = cache_dir() / f"corpus-{key}-v{CACHE_VERSION}.npz"
+        tokens = offsets = None
+        if cache_file.exists():
+            try:
+                with np.load(cache_file, allow_pickle=False) as cached:
+                    tokens, offsets = cached["tokens"], cached["offsets"]
+            except (OSError, ValueError, KeyError):
+                tokens = None
+        if tokens is None:
+            documents = tokenizer.encode_batch(self.texts())
+            tokens = np.concatenate(documents)
+            offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])]).astype(np.int64)
+            try:
+                cache_file.parent.mkdir(parents=True, exist_ok=True)
+                with atomic_write(cache_file, "wb") as handle:
+                    np.savez(handle, tokens=tokens, offsets=offsets)
+            except OSError:
+                pass
+        shingles = self.shingles or shingle_hashes(self.tokens, self.offsets)  # of the bytes: the leak statistics stay comparable
+        return dataclasses.replace(self, tokens=tokens, offsets=offsets, shingles=shingles,
+                                   separator=tokenizer.encode("\n\n").astype(tokens.dtype), tokenizer=tokenizer.spec)
 
     def heldout_indices(self) -> list[int]:
         return [d for d in range(self.num_documents) if self.heldout[d]]
@@ -120,16 +157,16 @@ class Corpus:
         }
 
 
-def join_documents(documents: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Documents joined with DOCUMENT_SEPARATOR between them -> (stream (N,) uint8, starts (D,) int64),
+def join_documents(documents: list[np.ndarray], separator: np.ndarray = DOCUMENT_SEPARATOR) -> tuple[np.ndarray, np.ndarray]:
+    """Documents joined with ``separator`` between them -> (stream (N,), starts (D,) int64),
     starts[d] the position of document d's first token in the stream."""
     if not documents:
-        return np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=separator.dtype), np.zeros(0, dtype=np.int64)
     pieces, starts, position = [], [], 0
     for index, document in enumerate(documents):
         if index:
-            pieces.append(DOCUMENT_SEPARATOR)
-            position += len(DOCUMENT_SEPARATOR)
+            pieces.append(separator)
+            position += len(separator)
         starts.append(position)
         pieces.append(document)
         position += len(document)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poscli.data import Corpus, join_documents
+from poscli.data import DOCUMENT_SEPARATOR, Corpus, join_documents
 from poscli.errors import PoscliError
 
 PROTOCOLS = ("stream", "documents")
@@ -142,7 +142,7 @@ def build_eval_set(corpus: Corpus, span_length: int, max_tokens: int, protocol: 
     lengths = corpus.document_lengths()
     where = "documents" if all_documents else "held-out documents"
     if protocol == "stream":
-        stream, starts = join_documents([corpus.document(d) for d in indices])
+        stream, starts = join_documents([corpus.document(d) for d in indices], getattr(corpus, "separator", DOCUMENT_SEPARATOR))
         available = (len(stream) - 1) // span_length
         if available < 1:
             raise PoscliError(

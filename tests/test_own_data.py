@@ -73,3 +73,22 @@ def test_the_same_files_read_with_other_row_options_are_another_corpus(tmp_path)
     assert joined.num_documents < rows.num_documents and np.array_equal(
         np.concatenate([joined.document(d) for d in range(joined.num_documents)]),
         np.concatenate([rows.document(d) for d in range(rows.num_documents)]))
+
+
+def test_a_bpe_corpus_keeps_the_documents_and_split_in_fewer_tokens(tmp_path):
+    from poscli.tokenizer import train_bpe
+
+    path = tmp_path / "input.txt"
+    path.write_text(TEXT)
+    corpus = load_corpus(str(path), 0.1, CorpusOptions(split="blocks:4"))
+    bpe = train_bpe(corpus.texts(heldout=False), 400)
+    tokenized = corpus.tokenized(bpe)
+    assert tokenized.heldout.tolist() == corpus.heldout.tolist() and tokenized.heldout_sha1() == corpus.heldout_sha1()
+    assert tokenized.tokens.dtype == np.uint16 and len(tokenized.tokens) < len(corpus.tokens) / 2
+    for d in range(corpus.num_documents):
+        assert bpe.decode(tokenized.document(d)) == corpus.texts()[d]
+    stream = tokenized.train_tokens()
+    assert bpe.decode(stream) == "\n\n".join(corpus.texts(heldout=False))
+    assert tokenized.summary()["heldout_shingles_in_train"] == corpus.summary()["heldout_shingles_in_train"]
+    again = corpus.tokenized(bpe)  # from the cache
+    assert np.array_equal(again.tokens, tokenized.tokens)
