@@ -42,6 +42,21 @@ def _length(value) -> int:
         raise typer.BadParameter(f"{value!r} is not a length; use a whole number of tokens, optionally with k (x1024) or m (x1048576), e.g. 4k") from None
 
 
+def _bytes(value) -> int:
+    """A size in bytes: 1000000, 200M, 2G (powers of 1024: K, M, G)."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    try:
+        number = float(text[:-1] if scale > 1 else text)
+    except ValueError:
+        number = -1
+    if number <= 0:
+        raise typer.BadParameter(f"{value!r} is not a size; use a number of bytes, optionally with K, M or G, e.g. 200M")
+    return int(number * scale)
+
+
 def _length_or_zero(value) -> int:
     return 0 if str(value).strip() == "0" else _length(value)
 
@@ -172,7 +187,15 @@ def train(
     heads: Annotated[int, typer.Option(metavar="N", help="Attention heads.")] = 4,
     width: Annotated[int, typer.Option(metavar="N", help="Model width (d_model).")] = 128,
     train_length: Annotated[int, typer.Option("--train-length", parser=_length, metavar="LENGTH", help="Tokens per training sequence, e.g. 256 or 1k.")] = 256,
-    data: Annotated[str, typer.Option(metavar="CORPUS", help="stdlib, passkey, a text file / folder / glob, or hf:NAME[:CONFIG].")] = "stdlib",
+    data: Annotated[str, typer.Option(metavar="CORPUS", help="stdlib, passkey, a text file / folder / glob, dataset files (.parquet, .jsonl, .arrow, .csv), a prepared folder, or hf:NAME[:CONFIG].")] = "stdlib",
+    tokenizer: Annotated[str, typer.Option(metavar="bytes|bpe:N|PATH", help="bytes (default), bpe:N (a byte-level BPE of N tokens trained on the training split) or a tokenizer.json.")] = "bytes",
+    split: Annotated[str, typer.Option(metavar="auto|documents|tail|blocks:K", help="Held-out text: by document, the tail, or K blocks spread through the text (auto: tail for a single document).")] = "auto",
+    data_split: Annotated[str, typer.Option("--data-split", metavar="SPLIT", help="The dataset split(s) to train on, e.g. train or train+validation.")] = "train",
+    heldout_split: Annotated[Optional[str], typer.Option("--heldout-split", metavar="SPLIT", help="Hold out this dataset split whole (e.g. test) instead of a fraction of the training documents.")] = None,
+    text_column: Annotated[Optional[str], typer.Option("--text-column", metavar="COLUMN", help="The dataset column holding the text (default: text, or the only string column).")] = None,
+    join_rows: Annotated[str, typer.Option("--join-rows", metavar="none|heading|N", help="Join dataset rows into documents: heading (WikiText's article titles) or every N rows.")] = "none",
+    streaming: Annotated[bool, typer.Option("--streaming", help="Read the dataset row by row (use with --max-data-bytes).")] = False,
+    max_data_bytes: Annotated[Optional[int], typer.Option("--max-data-bytes", parser=_bytes, metavar="BYTES", help="Stop reading the dataset after this much text, e.g. 200M.")] = None,
     mix: Annotated[Optional[str], typer.Option(metavar="passkey:F", help="Mix whole passkey examples into training, e.g. passkey:0.2.")] = None,
     passkey_template: Annotated[PasskeyTemplate, typer.Option("--passkey-template", help="Passkey prompt format, trained on and evaluated on.")] = PasskeyTemplate.compact,
     passkey_keys: Annotated[int, typer.Option("--passkey-keys", metavar="K", help="Keys per passkey prompt; K > 1 adds distractors with other names.")] = 1,

@@ -22,7 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from poscli import runs
-from poscli.data import Corpus, absolute_spec, load_corpus
+from poscli.config import TrainConfig
+from poscli.data import Corpus, CorpusOptions, absolute_spec, load_corpus
+from poscli.tokenizer import run_tokenizer
 from poscli.errors import NotApplicable, PoscliError
 from poscli.evalset import EvalSet, build_eval_set
 from poscli.io import atomic_write, locked
@@ -68,6 +70,7 @@ def perplexity(
     width = min(length, eval_set.span_length)
     span_loss = np.zeros(eval_set.num_spans)
     span_tokens = np.zeros(eval_set.num_spans)
+    span_bytes = np.zeros(eval_set.num_spans)
     position_loss = np.zeros(width)
     position_tokens = np.zeros(width)
     by_length: dict[int, list] = {}
@@ -87,28 +90,33 @@ def perplexity(
             losses = np.where(scored, losses, 0.0)
             np.add.at(span_loss, [w.span for w in chunk], losses.sum(1))
             np.add.at(span_tokens, [w.span for w in chunk], scored.sum(1))
+            covered = scored if eval_set.token_bytes is None else scored * eval_set.token_bytes[batch[:, 1:].cpu().numpy()]
+            np.add.at(span_bytes, [w.span for w in chunk], covered.sum(1))
             position_loss[:window_length] += losses.sum(0)
             position_tokens[:window_length] += scored.sum(0)
             if on_window:
                 on_window(len(chunk))
-    return summarize(eval_set, span_loss, span_tokens) | {
+    return summarize(eval_set, span_loss, span_tokens, span_bytes) | {
         "windows": len(windows),
         "position_loss": position_loss,
         "position_tokens": position_tokens,
     }
 
 
-def summarize(eval_set: EvalSet, span_loss: np.ndarray, span_tokens: np.ndarray) -> dict:
-    """A cell's numbers from its per-span loss sums: point estimate, interval and counts."""
+def summarize(eval_set: EvalSet, span_loss: np.ndarray, span_tokens: np.ndarray, span_bytes: np.ndarray | None = None) -> dict:
+    """A cell's numbers from its per-span loss sums: point estimate, interval and counts. Bits per
+    byte divide the summed loss by the UTF-8 bytes the scored tokens stand for (``span_bytes``;
+    None: one byte per token), so runs with different tokenizers compare on the same text."""
     tokens = int(span_tokens.sum())
     loss = float(span_loss.sum()) / tokens
+    covered = tokens if span_bytes is None else float(span_bytes.sum())
     low, high = interval(bootstrap_perplexity(span_loss[None], span_tokens, eval_set.units))
     return {
         "loss": loss,
         "ppl": math.exp(loss),
         "ci_low": low,
         "ci_high": high,
-        "bpb": loss / math.log(2),
+        "bpb": float(span_loss.sum()) / covered / math.log(2),
         "spans": eval_set.num_spans,
         "documents": eval_set.num_documents,
         "tokens": tokens,
@@ -214,11 +222,12 @@ def evaluate_runs(
     device = select_device(device)
     data = absolute_spec(data) if data is not None else None
     corpora: dict[tuple, Corpus] = {}
+    tokenizers: dict[str, object] = {}  # fingerprint -> tokenizer
 
-    def corpus_for(spec: str, fraction: float) -> Corpus:
-        if (spec, fraction) not in corpora:
-            corpora[(spec, fraction)] = load_corpus(spec, fraction)
-        return corpora[(spec, fraction)]
+    def corpus_for(spec: str, fraction: float, options: CorpusOptions, fingerprint: str) -> Corpus:
+        if (spec, fraction, options, fingerprint) not in corpora:
+            corpora[(spec, fraction, options, fingerprint)] = load_corpus(spec, fraction, options).tokenized(tokenizers[fingerprint])
+        return corpora[(spec, fraction, options, fingerprint)]
 
     plans = []  # (folder, config, set key, lengths)
     span_lengths: dict[tuple, int] = {}
@@ -226,11 +235,16 @@ def evaluate_runs(
     for name in run_names:
         folder = runs.find_run(name, results)
         config = runs.read_config(folder)
-        trained_on = (config["train"]["data"], config["train"]["heldout_fraction"])
+        train_config = TrainConfig.from_dict(config["train"])
+        tokenizer = run_tokenizer(train_config.tokenizer, folder)
+        fingerprint = tokenizer.fingerprint()
+        tokenizers[fingerprint] = tokenizer
+        trained_on = (train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config), fingerprint)
         spec = data or trained_on[0]
         foreign = spec != trained_on[0]
-        key = (spec, trained_on[1] if not foreign else None, foreign)
-        corpus = corpus_for(spec, trained_on[1] if not foreign else 0.1)
+        # a set per corpus as read and tokenized: runs with other tokenizers score other spans
+        key = (spec, trained_on[1] if not foreign else 0.1, trained_on[2] if not foreign else CorpusOptions(), fingerprint, foreign)
+        corpus = corpus_for(*key[:4])
         if not foreign and not allow_split_mismatch:
             check_split(config, corpus)
         run_lengths = lengths or default_lengths(config)
@@ -240,7 +254,8 @@ def evaluate_runs(
         homes.setdefault(key, trained_on)
         plans.append((folder, config, key, run_lengths))
     eval_sets = {
-        key: build_eval_set(corpus_for(key[0], key[1] or 0.1), span_length, max_tokens, protocol, all_documents=key[2])
+        key: build_eval_set(corpus_for(*key[:4]), span_length, max_tokens, protocol, all_documents=key[4],
+                            token_bytes=None if tokenizers[key[3]].spec == "bytes" else tokenizers[key[3]].token_bytes())
         for key, span_length in span_lengths.items()
     }  # raises now, not after an hour of evaluation
 
@@ -278,6 +293,8 @@ def evaluate_runs(
         from poscli.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
 
         for key, eval_set in eval_sets.items():
+            if tokenizers[key[3]].spec != "bytes":
+                continue  # the 3-gram reference is over bytes (a dense 256^3 table)
             home = corpus_for(*homes[key])
             ngram = NGram.fit(home.train_tokens())
             span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])

@@ -150,6 +150,26 @@ class PreparedCorpus:
     def summary(self) -> dict:
         return dict(self.meta["summary"])
 
+    @property
+    def tokenizer(self) -> str:
+        return self.meta["tokenizer"]
+
+    def load_tokenizer(self):
+        """The tokenizer the corpus was prepared with."""
+        from poscli.tokenizer import ByteTokenizer, load_file
+
+        if self.meta["tokenizer"] == "bytes":
+            return ByteTokenizer()
+        loaded = load_file(self.folder)
+        loaded.spec = self.meta["tokenizer"]
+        return loaded
+
+    def tokenized(self, tokenizer) -> "PreparedCorpus":
+        """Itself: a prepared corpus is already in its tokenizer's tokens (checked)."""
+        if tokenizer.fingerprint() != self.load_tokenizer().fingerprint():
+            raise PoscliError(f"{self.folder} was prepared with --tokenizer {self.tokenizer}, not {tokenizer.spec}")
+        return self
+
 
 def prepare(documents: Iterable[str], out: Path, tokenizer, fraction: float, source: str,
             progress: Callable[[int, int], None] | None = None) -> PreparedCorpus:
