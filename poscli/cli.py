@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -443,6 +444,71 @@ def plot_decay_command(
     csv_path, png_path = write_decay(results, dim, base, max_distance, pairs, seed)
     print(f"wrote {csv_path} and {png_path}")
     _record(results, "decay")
+
+
+data_app = typer.Typer(help="Corpora: tokenize once into token files on disk.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("prepare", epilog="Examples: poscli data prepare big.txt --out data/big | "
+                  "poscli data prepare hf:pg19 --streaming --max-data-bytes 2G --tokenizer bpe:8192 --out data/pg19")
+def data_prepare(
+    source: Annotated[str, typer.Argument(metavar="CORPUS", help="stdlib, text files (a file, folder or glob), dataset files, or hf:NAME[:CONFIG].")],
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="The folder to write (train.bin, heldout.bin, meta.json, ...).")],
+    tokenizer: Annotated[str, typer.Option(metavar="bytes|bpe:N|PATH", help="bytes, bpe:N (trained on the first --tokenizer-sample bytes of training text) or a tokenizer.json.")] = "bytes",
+    tokenizer_sample: Annotated[int, typer.Option("--tokenizer-sample", parser=_bytes, metavar="BYTES", help="Text a BPE is trained on, e.g. 100M.")] = 100 << 20,
+    heldout_fraction: Annotated[float, typer.Option("--heldout-fraction", metavar="F", help="Share of documents held out (by their hash).")] = 0.01,
+    data_split: Annotated[str, typer.Option("--data-split", metavar="SPLIT", help="The dataset split(s) to read.")] = "train",
+    text_column: Annotated[Optional[str], typer.Option("--text-column", metavar="COLUMN", help="The dataset column holding the text.")] = None,
+    join_rows: Annotated[str, typer.Option("--join-rows", metavar="none|heading|N", help="Join dataset rows into documents.")] = "none",
+    streaming: Annotated[bool, typer.Option("--streaming", help="Read the dataset row by row.")] = False,
+    max_data_bytes: Annotated[Optional[int], typer.Option("--max-data-bytes", parser=_bytes, metavar="BYTES", help="Stop after this much text, e.g. 2G.")] = None,
+    quiet: Quiet = False,
+):
+    """Tokenize a corpus once into DIR, read window by window by train and eval (--data DIR): a
+    corpus larger than memory works. Documents are held out by their hash; a big text file is cut
+    into 1 MB documents at line ends."""
+    import hashlib
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from poscli import prepared, tokenizer as tokenizers
+    from poscli.sources import RowOptions
+
+    if not 0 < heldout_fraction < 0.5:
+        raise PoscliError(f"--heldout-fraction {heldout_fraction}: use a share between 0 and 0.5, e.g. 0.01")
+    if out.exists() and any(out.iterdir()):
+        raise PoscliError(f"{out} exists and is not empty; choose another --out or remove it")
+    rows = RowOptions(split=data_split, text_column=text_column, join_rows=join_rows, streaming=streaming, max_bytes=max_data_bytes)
+    rows.validate()
+    kind, size = tokenizers.parse_spec(tokenizer)
+    if kind == "bytes":
+        chosen = tokenizers.ByteTokenizer()
+    elif kind == "file":
+        chosen = tokenizers.load_file(tokenizer)
+    else:
+        def sample():
+            total = 0
+            for text in prepared.source_documents(source, rows):
+                digest = hashlib.sha1(text.encode("utf-8", errors="replace")).hexdigest()
+                if prepared.heldout_by_hash(digest, heldout_fraction):
+                    continue  # trained on training text only
+                yield text
+                total += len(text)
+                if total >= tokenizer_sample:
+                    return
+        chosen = tokenizers.train_bpe(sample(), size)
+    total = max_data_bytes
+    with Progress(TextColumn("[bold]prepare"), BarColumn(), TextColumn("{task.fields[done]} documents, {task.fields[size]}"),
+                  TimeElapsedColumn(), console=_console(), disable=quiet) as progress:
+        task = progress.add_task("prepare", total=total, done=0, size="0 MB")
+        corpus = prepared.prepare(
+            prepared.source_documents(source, rows), out, chosen, heldout_fraction, source,
+            progress=lambda documents, read: progress.update(task, completed=read, done=documents, size=f"{read / 2**20:,.0f} MB"),
+        )
+    summary = corpus.summary()
+    print(f"wrote {out}: {summary['documents']} documents, {summary['train_tokens']:,} train / {summary['heldout_tokens']:,} held-out tokens "
+          f"({corpus.tokenizer}); train with --data {out}")
 
 
 @app.command("run", epilog="Examples: poscli run recipes/train-short-test-long.toml | poscli run recipes/smoke.toml --dry-run")

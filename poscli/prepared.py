@@ -226,7 +226,8 @@ def prepare(documents: Iterable[str], out: Path, tokenizer, fraction: float, sou
         for path in partial.values():
             path.unlink(missing_ok=True)
         raise PoscliError(f"{source}: {len(lengths)} document(s), {sum(heldout)} held out at fraction {fraction}; "
-                          "a prepared corpus needs documents on both sides (more documents, or --heldout-fraction)")
+                          "a prepared corpus needs documents on both sides (a larger --heldout-fraction; a corpus this small needs no "
+                          "preparing: train on it directly with --data)")
     for name, path in partial.items():
         os.replace(path, out / f"{name}.bin")
     lengths_array, heldout_array = np.array(lengths, dtype=np.int64), np.array(heldout, dtype=bool)
