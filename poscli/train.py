@@ -242,7 +242,7 @@ def train(
     train_config = TrainConfig.from_dict({**train_config.to_dict(), "tokenizer": tokenizer.spec})
     model_config = ModelConfig.from_dict({**model_config.to_dict(), "vocab_size": tokenizer.vocab_size})
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
-    PasskeyTraining.plan(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
+    PasskeyTraining.plan(train_config, model_config, tokenizer)  # a bad --mix, a train length too short for passkeys, merged digits: now
     encodings.check_random_positions(model_config, train_config)
     model_config = encodings.resolve_options(model_config)  # config.json records every option
     if train_config.random_positions:  # e.g. a learned table needs a row for every position it may draw
@@ -272,7 +272,7 @@ def train(
         **(lineage or {}),
     }
     if not group.is_main:
-        return _train_loop(run, config, model, optimizer, generator, corpus, device, console, False, group=group)
+        return _train_loop(run, config, model, optimizer, generator, corpus, device, console, False, group=group, tokenizer=tokenizer)
     tokenizer.save(run)
     runs.write_config(run, config)
     runs.save_checkpoint(run, model, optimizer, generator, step=0, elapsed=0.0)
@@ -281,7 +281,7 @@ def train(
         f"train length {model_config.train_length}, on {device}{f' x {group.world_size} processes' if group.active else ''}; corpus {corpus.spec!r}: "
         f"{config['data']['train_tokens'] / 1e6:.1f}M train / {config['data']['heldout_tokens'] / 1e6:.2f}M held-out tokens"
     )
-    return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress, group=group)
+    return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress, group=group, tokenizer=tokenizer)
 
 
 # Options that may differ when a run is resumed: where it runs and how often it reports, not what it computes.
@@ -324,7 +324,8 @@ def resume(
     check_batch(group, train_config.batch_size)
     device = _select_device(group, train_config.device)
     corpus = load_corpus(train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config))
-    corpus = corpus.tokenized(run_tokenizer(train_config.tokenizer, run))
+    tokenizer = run_tokenizer(train_config.tokenizer, run)
+    corpus = corpus.tokenized(tokenizer)
     torch.manual_seed(train_config.seed)
     model = GPT(model_config)  # killed before its first checkpoint: the same seed gives the same start
     generator = torch.Generator().manual_seed(train_config.seed)
@@ -343,7 +344,7 @@ def resume(
         runs.write_config(run, config)
         console.print(f"resuming run [bold]{run.name}[/] at step {step} of {train_config.steps} on {device}")
     return _train_loop(run if group.is_main else None, config, model, optimizer, generator, corpus, device, console,
-                       show_progress and group.is_main, start_step=step, elapsed_before=elapsed, group=group)
+                       show_progress and group.is_main, start_step=step, elapsed_before=elapsed, group=group, tokenizer=tokenizer)
 
 
 def _select_device(group: Group, requested: str) -> torch.device:
@@ -406,6 +407,7 @@ class _StopRequest:
 def _train_loop(
     run: Path, config: dict, model, optimizer, generator: torch.Generator, corpus: Corpus, device: torch.device,
     console: Console, show_progress: bool, start_step: int = 0, elapsed_before: float = 0.0, group: Group = Group(),
+    tokenizer=None,
 ) -> TrainResult | None:
     """The steps from ``start_step`` to the end. Every process of a data-parallel group runs it;
     only rank 0 (the one with a ``run`` folder) writes, logs and evaluates."""
@@ -413,7 +415,7 @@ def _train_loop(
     loss_fn = data_parallel_loss(model, group)
     model_config = ModelConfig.from_dict(config["model"])
     train_config = TrainConfig.from_dict(config["train"])
-    passkey = PasskeyTraining.plan(train_config, model_config)
+    passkey = PasskeyTraining.plan(train_config, model_config, tokenizer)
     stream = corpus.train_tokens()  # (N_train,) uint8 or wider; a TokenFile for a prepared corpus
     if not isinstance(stream, TokenFile):
         stream = torch.from_numpy(stream if stream.dtype == np.uint8 else stream.astype(np.int32))
@@ -505,7 +507,7 @@ def _train_loop(
         return None
     checkpoint("evaluating")
     model.eval()
-    token_bytes = None if train_config.tokenizer == "bytes" else run_tokenizer(train_config.tokenizer, run).token_bytes()
+    token_bytes = None if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.token_bytes()
     eval_set = build_eval_set(corpus, model_config.train_length, train_config.eval_tokens, token_bytes=token_bytes)
     heldout = perplexity(model, eval_set, model_config.train_length, device)
     heldout = {key: heldout[key] for key in ("loss", "ppl", "ci_low", "ci_high", "bpb", "windows", "spans", "documents", "tokens")}

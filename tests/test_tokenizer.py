@@ -83,3 +83,36 @@ def test_a_missing_or_malformed_tokenizer_file_is_one_line(tmp_path):
 def test_ids_are_stored_in_the_smallest_type():
     assert token_dtype(256) == np.uint8 and token_dtype(257) == np.uint16 and token_dtype(65536) == np.uint16
     assert token_dtype(65537) == np.uint32
+
+
+def test_passkey_prompts_in_bpe_tokens_have_the_exact_length_and_the_key_at_its_depth(bpe):
+    import random
+
+    from poscli.passkey import draw_needles, make_prompt_tokens, training_sequence
+
+    for length, depth in [(200, 0), (300, 50), (500, 100)]:
+        needles = draw_needles(random.Random(length), depth, 1)
+        prompt = make_prompt_tokens(length, needles, "compact", bpe)
+        text = bpe.decode(prompt)
+        assert len(prompt) == length and text.endswith(f"What is the {needles[0].name} pass key? The {needles[0].name} pass key is ")
+        sentence = f"The {needles[0].name} pass key is {needles[0].key}. "
+        question = f"What is the {needles[0].name} pass key? The {needles[0].name} pass key is "
+        filler = len(text) - len(sentence) - len(question)
+        # at a filler sentence boundary (sentences are at most 22 characters) at or before the depth
+        assert 0 <= depth / 100 * filler - text.index(sentence) <= 22, (depth, text.index(sentence), filler)
+    tokens, answer_start = training_sequence(300, random.Random(0), "compact", 1, bpe)
+    assert len(tokens) == 300 and bpe.decode(tokens[answer_start:]).rstrip(".").isdigit()
+
+
+def test_a_tokenizer_that_merges_digits_cannot_score_a_passkey(tmp_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from poscli.passkey import check_tokenizer
+    from poscli.tokenizer import HFTokenizer
+
+    merging = Tokenizer(models.BPE())
+    merging.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    merging.decoder = decoders.ByteLevel()
+    merging.train_from_iterator(["12345 67890 " * 200], trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    with pytest.raises(PoscliError, match="merges digits"):
+        check_tokenizer(HFTokenizer(merging, "file"))
