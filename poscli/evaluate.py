@@ -348,7 +348,10 @@ def markdown_pivot(table) -> str:
     lines = []
     for (corpus, protocol, mode), part in table.groupby(["corpus", "protocol", "mode"], sort=True):
         scored = part[part["tokens"] > 0]
-        lines.append("Perplexity (bits per byte = log2 of perplexity) with its 95% bootstrap interval over the evaluation sample; "
+        bytes_per_token = not np.allclose(scored["bpb"], np.log2(scored["ppl"]), rtol=1e-6, equal_nan=True)  # a tokenizer other than bytes
+        measure = ("Perplexity per token (tokenizers differ; compare runs in bits per byte, the second table)" if bytes_per_token
+                   else "Perplexity (bits per byte = log2 of perplexity)")
+        lines.append(f"{measure} with its 95% bootstrap interval over the evaluation sample; "
                      + (describe_set(scored.iloc[0], protocol, mode) if len(scored) else f"corpus {corpus}") + ". "
                      "`n/a`: the encoding has no representation at that length.\n")
         if scored["eval_set"].nunique() > 1:
@@ -362,6 +365,10 @@ def markdown_pivot(table) -> str:
             "pe": lambda first: first["pe"],
             "train length": lambda first: "-" if first["pe"] == "reference" else first["train_length"],
         }, lambda cell: f"{format_ppl(cell['ppl'].iloc[0])} {format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip(), sort=False)
+        if bytes_per_token:
+            lines += ["", "Bits per byte: the summed loss over the UTF-8 bytes the scored tokens stand for.\n"]
+            lines += pivot_markdown(part, "run", {"run": lambda first: first["label"], "pe": lambda first: first["pe"]},
+                                    lambda cell: "n/a" if not np.isfinite(cell["bpb"].iloc[0]) else f"{cell['bpb'].iloc[0]:.3f}", sort=False)
         lines.append("")
     return "\n".join(lines)
 
