@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from poscli import runs
 from poscli.config import TrainConfig
 from poscli.data import Corpus, CorpusOptions, absolute_spec, load_corpus
+from poscli.prepared import TokenFile
 from poscli.tokenizer import run_tokenizer
 from poscli.errors import NotApplicable, PoscliError
 from poscli.evalset import EvalSet, build_eval_set
@@ -40,6 +41,7 @@ SPAN_COLUMNS = [*TABLE_KEY, "span", "unit", "loss", "tokens"]
 POSITION_COLUMNS = ["run", "label", "pe", "train_length", "corpus", "protocol", "length", "mode", "position_start", "position_end", "loss", "tokens"]
 # Tokens per forward pass when evaluating; long windows go one at a time.
 EVAL_BATCH_TOKENS = 16384
+REFERENCE_TOKENS = 1 << 24  # the 3-gram of a prepared corpus counts its first 16M training tokens
 
 
 class SplitMismatch(PoscliError):
@@ -296,7 +298,10 @@ def evaluate_runs(
             if tokenizers[key[3]].spec != "bytes":
                 continue  # the 3-gram reference is over bytes (a dense 256^3 table)
             home = corpus_for(*homes[key])
-            ngram = NGram.fit(home.train_tokens())
+            train = home.train_tokens()
+            if isinstance(train, TokenFile):  # a prepared corpus: its first REFERENCE_TOKENS tokens, read, not loaded whole
+                train = train.read(0, min(len(train), REFERENCE_TOKENS))
+            ngram = NGram.fit(train)
             span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])
             span_tokens = np.full(eval_set.num_spans, float(eval_set.span_length))
             config = {"name": REFERENCE_RUN, "model": {"pe": "reference", "train_length": 0}}
