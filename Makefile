@@ -8,7 +8,7 @@ REFERENCE := results/reference
 # override with e.g. `make install TORCH="torch==2.13.0"`.
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 
-.PHONY: help install demo test smoke reproduce passkey bench clean
+.PHONY: help install demo test smoke reproduce passkey bench bench-data clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
@@ -67,6 +67,10 @@ passkey: install
 # nanoGPT's model.py, measured side by side.
 bench: install
 	$(PY) -m poscli.bench --out $(REFERENCE)/bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
+
+# A 2 GB corpus prepared on disk and trained on: time and peak memory of each step (docs/data.md).
+bench-data: install
+	$(PY) tools/bench_data.py --size 2G --steps 200
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
