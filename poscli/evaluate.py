@@ -354,7 +354,7 @@ def markdown_pivot(table) -> str:
     for (corpus, protocol, mode), part in table.groupby(["corpus", "protocol", "mode"], sort=True):
         scored = part[part["tokens"] > 0]
         bytes_per_token = not np.allclose(scored["bpb"], np.log2(scored["ppl"]), rtol=1e-6, equal_nan=True)  # a tokenizer other than bytes
-        measure = ("Perplexity per token (tokenizers differ; compare runs in bits per byte, the second table)" if bytes_per_token
+        measure = ("Perplexity per token (the tokens are not bytes: compare tokenizers in bits per byte, the second table)" if bytes_per_token
                    else "Perplexity (bits per byte = log2 of perplexity)")
         lines.append(f"{measure} with its 95% bootstrap interval over the evaluation sample; "
                      + (describe_set(scored.iloc[0], protocol, mode) if len(scored) else f"corpus {corpus}") + ". "

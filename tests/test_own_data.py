@@ -92,3 +92,39 @@ def test_a_bpe_corpus_keeps_the_documents_and_split_in_fewer_tokens(tmp_path):
     assert tokenized.summary()["heldout_shingles_in_train"] == corpus.summary()["heldout_shingles_in_train"]
     again = corpus.tokenized(bpe)  # from the cache
     assert np.array_equal(again.tokens, tokenized.tokens)
+
+
+TINY = ["--layers", "1", "--heads", "2", "--width", "32", "--train-length", "64", "--batch-size", "4"]
+
+
+def poscli(*args, cwd=None):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy())
+
+
+def test_a_bpe_run_is_extended_resumed_and_evaluated_with_its_own_tokenizer(tmp_path):
+    import json
+
+    path = tmp_path / "input.txt"
+    path.write_text(TEXT)
+    results = str(tmp_path / "results")
+    trained = poscli("train", "--data", str(path), "--tokenizer", "bpe:300", "--steps", "3", "--name", "b", "--results", results, *TINY)
+    assert trained.returncode == 0, trained.stderr
+    run = tmp_path / "results" / "runs" / "b"
+    config = json.loads((run / "config.json").read_text())
+    vocabulary = json.loads((run / "tokenizer.json").read_text())["model"]["vocab"]
+    assert config["train"]["tokenizer"] == "bpe:300" and config["model"]["vocab_size"] == len(vocabulary) <= 300  # fewer when merges run out
+    (run / "config.json").write_text(json.dumps({**config, "status": "interrupted"}))  # as a Ctrl-C leaves it
+    resumed = poscli("train", "--resume", "b", "--results", results)
+    assert resumed.returncode == 0, resumed.stderr
+    extended = poscli("extend", "b", "--method", "yarn", "--target", "128", "--steps", "2", "--results", results)
+    assert extended.returncode == 0, extended.stderr
+    child = next(p for p in (tmp_path / "results" / "runs").iterdir() if p.name != "b")
+    assert (child / "tokenizer.json").read_text() == (run / "tokenizer.json").read_text()
+    evaluated = poscli("eval", "b", child.name, "--lengths", "64,128", "--results", results)
+    assert evaluated.returncode == 0, evaluated.stderr
+    table = (tmp_path / "results" / "ppl.md").read_text()
+    assert "Perplexity per token" in table and "Bits per byte" in table
