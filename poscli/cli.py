@@ -468,36 +468,15 @@ def data_prepare(
     """Tokenize a corpus once into DIR, read window by window by train and eval (--data DIR): a
     corpus larger than memory works. Documents are held out by their hash; a big text file is cut
     into 1 MB documents at line ends."""
-    import hashlib
-
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from poscli import prepared, tokenizer as tokenizers
+    from poscli import prepared
     from poscli.sources import RowOptions
 
-    if not 0 < heldout_fraction < 0.5:
-        raise PoscliError(f"--heldout-fraction {heldout_fraction}: use a share between 0 and 0.5, e.g. 0.01")
-    if out.exists() and any(out.iterdir()):
-        raise PoscliError(f"{out} exists and is not empty; choose another --out or remove it")
+    prepared.check_request(out, heldout_fraction)
     rows = RowOptions(split=data_split, text_column=text_column, join_rows=join_rows, streaming=streaming, max_bytes=max_data_bytes)
     rows.validate()
-    kind, size = tokenizers.parse_spec(tokenizer)
-    if kind == "bytes":
-        chosen = tokenizers.ByteTokenizer()
-    elif kind == "file":
-        chosen = tokenizers.load_file(tokenizer)
-    else:
-        def sample():
-            total = 0
-            for text in prepared.source_documents(source, rows):
-                digest = hashlib.sha1(text.encode("utf-8", errors="replace")).hexdigest()
-                if prepared.heldout_by_hash(digest, heldout_fraction):
-                    continue  # trained on training text only
-                yield text
-                total += len(text)
-                if total >= tokenizer_sample:
-                    return
-        chosen = tokenizers.train_bpe(sample(), size)
+    chosen = prepared.choose_tokenizer(tokenizer, source, rows, heldout_fraction, tokenizer_sample)
     total = max_data_bytes
     with Progress(TextColumn("[bold]prepare"), BarColumn(), TextColumn("{task.fields[done]} documents, {task.fields[size]}"),
                   TimeElapsedColumn(), console=_console(), disable=quiet) as progress:

@@ -24,12 +24,10 @@ the corpus and the files' sizes and modification times, so a second run starts i
 from __future__ import annotations
 
 import dataclasses
-import glob as globlib
 import hashlib
 import json
 import os
 import sys
-import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +35,7 @@ import numpy as np
 
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.io import atomic_write
+from poscli.sources import local_files, stdlib_files  # noqa: F401 (stdlib_files re-exported)
 from poscli.tokens import VOCAB_SIZE, decode, encode  # noqa: F401 (re-exported)
 
 CACHE_VERSION = 2
@@ -50,7 +49,6 @@ SHINGLE = 32
 SHINGLE_SAMPLE = 8
 DUPLICATE_OVERLAP = 0.5
 COMMON_SHINGLE_DOCUMENTS = 400
-TEST_DIRECTORY_NAMES = {"test", "tests", "idle_test"}
 
 
 def cache_dir() -> Path:
@@ -341,55 +339,12 @@ def position_split(tokens: np.ndarray, fraction: float, blocks: int = 1) -> tupl
 # --------------------------------------------------------------------------- sources
 
 
-def stdlib_files() -> list[Path]:
-    """The interpreter's standard library ``.py`` files, without test packages or site-packages."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = []
-    for path in root.rglob("*.py"):
-        parts = path.relative_to(root).parts
-        if parts[0] in ("site-packages", "dist-packages") or parts[0].startswith("config-"):
-            continue
-        if any(part in TEST_DIRECTORY_NAMES or part.startswith("test_") for part in parts):
-            continue
-        files.append(path)
-    return sorted(files)
-
-
-def _looks_binary(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return b"\0" in handle.read(8192)
-
-
 def absolute_spec(spec: str) -> str:
     """A corpus spec as a run records it: a path or glob made absolute, so the run can be evaluated
     and resumed from any folder; the built-in and hub names as they are."""
     if spec in ("stdlib", "passkey") or spec.startswith("hf:"):
         return spec
     return os.path.abspath(os.path.expanduser(spec))
-
-
-def local_files(spec: str) -> list[Path]:
-    """Text files named by a file path, a folder (recursive) or a glob pattern."""
-    path = Path(spec).expanduser()
-    if path.is_file():
-        candidates = [path]
-    elif path.is_dir():
-        candidates = sorted(p for p in path.rglob("*") if p.is_file() and not any(x.startswith(".") for x in p.relative_to(path).parts))
-    elif any(ch in spec for ch in "*?["):
-        candidates = sorted(Path(p) for p in globlib.glob(os.path.expanduser(spec), recursive=True) if Path(p).is_file())
-        if not candidates:
-            raise PoscliError(f"the pattern {spec!r} matches no files; check the path or quote the glob")
-    else:
-        raise PoscliError(
-            f"--data {spec!r} is not 'stdlib', 'passkey', an existing file or folder, a glob, or hf:NAME[:CONFIG]"
-        )
-    unreadable = [p for p in candidates if not os.access(p, os.R_OK)]
-    if unreadable:
-        raise PoscliError(f"cannot read {unreadable[0]}: check its permissions")
-    files = [p for p in candidates if p.stat().st_size > 0 and not _looks_binary(p)]
-    if not files:
-        raise PoscliError(f"--data {spec!r} has no non-empty text files (binary files are skipped)")
-    return files
 
 
 def _fingerprint(files: list[Path]) -> list:

@@ -58,16 +58,16 @@ def file_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
 def source_documents(spec: str, rows=None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
     """The documents of a corpus, one at a time: ``stdlib`` (a file each), text files (cut into
     chunks), dataset files or ``hf:NAME`` (rows joined as ``rows``, a ``sources.RowOptions``)."""
-    from poscli import data, sources
+    from poscli import sources
 
     if spec == "stdlib":
-        for path in data.stdlib_files():
+        for path in sources.stdlib_files():
             yield path.read_text(encoding="utf-8", errors="replace")
         return
     if spec.startswith("hf:") or sources.dataset_files(spec) is not None:
         yield from sources.documents(spec, rows or sources.RowOptions())
         return
-    for path in data.local_files(spec):
+    for path in sources.local_files(spec):
         yield from file_chunks(path, chunk_bytes)
 
 
@@ -169,6 +169,38 @@ class PreparedCorpus:
         if tokenizer.fingerprint() != self.load_tokenizer().fingerprint():
             raise PoscliError(f"{self.folder} was prepared with --tokenizer {self.tokenizer}, not {tokenizer.spec}")
         return self
+
+
+def check_request(out: Path, fraction: float) -> None:
+    """Refuse, in one line, a held-out share outside (0, 0.5) or an output folder already in use."""
+    if not 0 < fraction < 0.5:
+        raise PoscliError(f"--heldout-fraction {fraction}: use a share between 0 and 0.5, e.g. 0.01")
+    if Path(out).exists() and any(Path(out).iterdir()):
+        raise PoscliError(f"{out} exists and is not empty; choose another --out or remove it")
+
+
+def choose_tokenizer(spec: str, source: str, rows, fraction: float, sample_bytes: int):
+    """The tokenizer ``spec`` names (bytes, bpe:N, a tokenizer.json); a BPE is trained on the first
+    ``sample_bytes`` characters of training text (held-out documents, by their hash, skipped)."""
+    from poscli import tokenizer as tokenizers
+
+    kind, size = tokenizers.parse_spec(spec)
+    if kind == "bytes":
+        return tokenizers.ByteTokenizer()
+    if kind == "file":
+        return tokenizers.load_file(spec)
+
+    def training_sample() -> Iterator[str]:
+        total = 0
+        for text in source_documents(source, rows):
+            if heldout_by_hash(hashlib.sha1(text.encode("utf-8", errors="replace")).hexdigest(), fraction):
+                continue
+            yield text
+            total += len(text)
+            if total >= sample_bytes:
+                return
+
+    return tokenizers.train_bpe(training_sample(), size)
 
 
 def prepare(documents: Iterable[str], out: Path, tokenizer, fraction: float, source: str,

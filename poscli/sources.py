@@ -21,13 +21,17 @@ not answer within a few seconds, so ``datasets`` does not retry for minutes.
 
 from __future__ import annotations
 
+import glob as globlib
 import os
 import re
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from poscli.errors import EnvironmentFailure, PoscliError
+
+TEST_DIRECTORY_NAMES = {"test", "tests", "idle_test"}  # stdlib test packages, left out of the corpus
 
 DATASET_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".arrow": "arrow", ".csv": "csv"}
 WIKITEXT_TITLE = re.compile(r"^ = [^=].* = \s*$")  # " = Title = ", not " = = Section = = "
@@ -125,7 +129,7 @@ def load_rows(spec: str, options: RowOptions, split: str | None = None) -> Itera
         name, _, config = spec[3:].partition(":")
         if not name:
             raise PoscliError("--data hf: needs a dataset name, e.g. --data hf:Salesforce/wikitext:wikitext-103-raw-v1")
-        source = f"hf:{name}"
+        source = spec
         if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable():
             go_offline()  # fail now, from the cache or not at all, instead of minutes of retries
         args, kwargs = (name, config or None), {}
@@ -182,3 +186,49 @@ def documents(spec: str, options: RowOptions, split: str | None = None) -> Itera
         total += len(document.encode("utf-8"))
         if options.max_bytes is not None and total >= options.max_bytes:
             return
+
+
+# --------------------------------------------------------------------------- text files
+
+
+def stdlib_files() -> list[Path]:
+    """The interpreter's standard library ``.py`` files, without test packages or site-packages."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).parts
+        if parts[0] in ("site-packages", "dist-packages") or parts[0].startswith("config-"):
+            continue
+        if any(part in TEST_DIRECTORY_NAMES or part.startswith("test_") for part in parts):
+            continue
+        files.append(path)
+    return sorted(files)
+
+
+def _looks_binary(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return b"\0" in handle.read(8192)
+
+
+def local_files(spec: str) -> list[Path]:
+    """Text files named by a file path, a folder (recursive) or a glob pattern."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        candidates = [path]
+    elif path.is_dir():
+        candidates = sorted(p for p in path.rglob("*") if p.is_file() and not any(x.startswith(".") for x in p.relative_to(path).parts))
+    elif any(ch in spec for ch in "*?["):
+        candidates = sorted(Path(p) for p in globlib.glob(os.path.expanduser(spec), recursive=True) if Path(p).is_file())
+        if not candidates:
+            raise PoscliError(f"the pattern {spec!r} matches no files; check the path or quote the glob")
+    else:
+        raise PoscliError(
+            f"--data {spec!r} is not 'stdlib', 'passkey', an existing file or folder, a glob, or hf:NAME[:CONFIG]"
+        )
+    unreadable = [p for p in candidates if not os.access(p, os.R_OK)]
+    if unreadable:
+        raise PoscliError(f"cannot read {unreadable[0]}: check its permissions")
+    files = [p for p in candidates if p.stat().st_size > 0 and not _looks_binary(p)]
+    if not files:
+        raise PoscliError(f"--data {spec!r} has no non-empty text files (binary files are skipped)")
+    return files
