@@ -34,7 +34,7 @@ from poscli.tables import format_interval, format_ppl, merge_rows, pivot_markdow
 
 TABLE_COLUMNS = [
     "run", "label", "pe", "train_length", "corpus", "protocol", "length", "mode", "ppl", "ci_low", "ci_high", "bpb", "loss",
-    "windows", "spans", "documents", "tokens", "eval_set", "note", "evaluated",
+    "windows", "spans", "documents", "tokens", "eval_set", "note", "evaluated", "bpb_low", "bpb_high", "bytes",
 ]
 TABLE_KEY = ["run", "corpus", "protocol", "mode", "length"]
 SPAN_COLUMNS = [*TABLE_KEY, "span", "unit", "loss", "tokens"]
@@ -111,14 +111,19 @@ def summarize(eval_set: EvalSet, span_loss: np.ndarray, span_tokens: np.ndarray,
     None: one byte per token), so runs with different tokenizers compare on the same text."""
     tokens = int(span_tokens.sum())
     loss = float(span_loss.sum()) / tokens
-    covered = tokens if span_bytes is None else float(span_bytes.sum())
+    span_bytes = span_tokens if span_bytes is None else span_bytes
     low, high = interval(bootstrap_perplexity(span_loss[None], span_tokens, eval_set.units))
+    # the same resampled units, loss over bytes: exp(loss / bytes) is a perplexity per byte
+    bpb_low, bpb_high = (math.log2(value) for value in interval(bootstrap_perplexity(span_loss[None], span_bytes, eval_set.units)))
     return {
         "loss": loss,
         "ppl": math.exp(loss),
         "ci_low": low,
         "ci_high": high,
-        "bpb": float(span_loss.sum()) / covered / math.log(2),
+        "bpb": float(span_loss.sum()) / float(span_bytes.sum()) / math.log(2),
+        "bpb_low": bpb_low,
+        "bpb_high": bpb_high,
+        "bytes": int(span_bytes.sum()),
         "spans": eval_set.num_spans,
         "documents": eval_set.num_documents,
         "tokens": tokens,
@@ -281,7 +286,7 @@ def evaluate_runs(
             try:
                 result = perplexity(model, eval_set, length, device, stride, on_window=advance)
             except NotApplicable as reason:
-                rows.append({**identity, "ppl": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "bpb": float("nan"),
+                rows.append({**identity, "ppl": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "bpb": float("nan"), "bpb_low": float("nan"), "bpb_high": float("nan"), "bytes": 0,
                              "loss": float("nan"), "windows": 0, "spans": 0, "documents": 0, "tokens": 0, "eval_set": eval_set.fingerprint,
                              "note": f"n/a: {reason}", "evaluated": now})
                 if progress:
@@ -347,6 +352,15 @@ def describe_set(first, protocol: str, mode: str) -> str:
             f"{int(first['tokens']):,} tokens ({int(first['spans'])} spans from {int(first['documents'])} documents; evaluation set {first['eval_set']})")
 
 
+def format_bpb(cell) -> str:
+    """A bits-per-byte cell: the value and, when the row has one, its interval."""
+    row = cell.iloc[0]
+    if not np.isfinite(row["bpb"]):
+        return "n/a"
+    low, high = row.get("bpb_low", np.nan), row.get("bpb_high", np.nan)
+    return f"{row['bpb']:.3f}" + (f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) and np.isfinite(high) else "")
+
+
 def markdown_pivot(table) -> str:
     """Runs by lengths: perplexity and its 95% interval in each cell; one block per corpus,
     protocol and mode, headed by the sample behind it."""
@@ -361,7 +375,9 @@ def markdown_pivot(table) -> str:
                      "`n/a`: the encoding has no representation at that length.\n")
         if scored["eval_set"].nunique() > 1:
             lines.append(f"**These rows come from {scored['eval_set'].nunique()} different evaluation sets** (column eval_set of the CSV): "
-                         "compare only rows of the same set.\n")
+                         + ("runs with different tokenizers cut the same held-out text into different tokens; compare their perplexity "
+                            "only within a set and across sets in bits per byte, over the bytes each scores.\n" if bytes_per_token
+                            else "compare only rows of the same set.\n"))
         notes = sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")})
         for note in notes:
             lines.append(f"Note: {note}.\n")
@@ -371,9 +387,11 @@ def markdown_pivot(table) -> str:
             "train length": lambda first: "-" if first["pe"] == "reference" else first["train_length"],
         }, lambda cell: f"{format_ppl(cell['ppl'].iloc[0])} {format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip(), sort=False)
         if bytes_per_token:
-            lines += ["", "Bits per byte: the summed loss over the UTF-8 bytes the scored tokens stand for.\n"]
-            lines += pivot_markdown(part, "run", {"run": lambda first: first["label"], "pe": lambda first: first["pe"]},
-                                    lambda cell: "n/a" if not np.isfinite(cell["bpb"].iloc[0]) else f"{cell['bpb'].iloc[0]:.3f}", sort=False)
+            lines += ["", "Bits per byte with its 95% bootstrap interval: the summed loss over the UTF-8 bytes the scored tokens "
+                      "stand for, comparable across tokenizers; bytes: the text each run's cells score.\n"]
+            lines += pivot_markdown(part, "run", {"run": lambda first: first["label"], "pe": lambda first: first["pe"],
+                                                  "bytes": lambda first: f"{int(first['bytes']):,}" if np.isfinite(first.get("bytes", np.nan)) else "-"},
+                                    format_bpb, sort=False)
         lines.append("")
     return "\n".join(lines)
 

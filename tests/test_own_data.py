@@ -128,3 +128,10 @@ def test_a_bpe_run_is_extended_resumed_and_evaluated_with_its_own_tokenizer(tmp_
     assert evaluated.returncode == 0, evaluated.stderr
     table = (tmp_path / "results" / "ppl.md").read_text()
     assert "Perplexity per token" in table and "Bits per byte" in table
+    import pandas as pd
+
+    rows = pd.read_csv(tmp_path / "results" / "ppl.csv")
+    rows = rows[rows["run"] == "b"]
+    # a BPE token stands for one or more bytes; the interval brackets the estimate
+    assert (rows["bytes"] > rows["tokens"]).all() and (rows["bpb"] < rows["loss"] / 0.6931471805599453).all()
+    assert ((rows["bpb_low"] <= rows["bpb"]) & (rows["bpb"] <= rows["bpb_high"])).all()
