@@ -8,7 +8,7 @@ REFERENCE := results/reference
 # override with e.g. `make install TORCH="torch==2.13.0"`.
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 
-.PHONY: help install demo test smoke reproduce passkey bench clean
+.PHONY: help install demo test smoke reproduce passkey tokenizers bench bench-data clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
@@ -18,6 +18,8 @@ help:
 	@echo "make reproduce   the reference study in $(REFERENCE): recipes/train-short-test-long.toml and extend-rope.toml"
 	@echo "make passkey     the passkey studies in $(REFERENCE): retrieval at the train length, after extension, across encodings"
 	@echo "make bench       speed and memory benchmarks -> $(REFERENCE)/bench/ (~13 min; NANOGPT=path adds nanoGPT)"
+	@echo "make bench-data  a 2 GB corpus prepared on disk and trained on: time and peak memory (docs/data.md)"
+	@echo "make tokenizers  the default model on bytes and on a BPE, in bits per byte (recipes/bytes-vs-bpe.toml)"
 
 install: $(VENV)/.installed
 
@@ -62,11 +64,19 @@ passkey: install
 	$(POSCLI) run recipes/passkey-extension.toml --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/passkey-encodings.toml --jobs $(JOBS) --results $(REFERENCE)
 
+# Bytes against a trained BPE on the built-in corpus, compared in bits per byte (docs/data.md).
+tokenizers: install
+	$(POSCLI) run recipes/bytes-vs-bpe.toml --jobs $(JOBS) --results $(REFERENCE)
+
 # Speed and memory (python -m poscli.bench --help): training tokens/s per encoding and dtype, eval
 # time and peak memory at 4k-64k, matmul peak and MFU, start-up. NANOGPT=path/to/nanoGPT adds
 # nanoGPT's model.py, measured side by side.
 bench: install
 	$(PY) -m poscli.bench --out $(REFERENCE)/bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
+
+# A 2 GB corpus prepared on disk and trained on: time and peak memory of each step (docs/data.md).
+bench-data: install
+	$(PY) tools/bench_data.py --size 2G --steps 200
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

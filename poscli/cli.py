@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -40,6 +41,21 @@ def _length(value) -> int:
         return parse_length(str(value))
     except PoscliError:
         raise typer.BadParameter(f"{value!r} is not a length; use a whole number of tokens, optionally with k (x1024) or m (x1048576), e.g. 4k") from None
+
+
+def _bytes(value) -> int:
+    """A size in bytes: 1000000, 200M, 2G (powers of 1024: K, M, G)."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    try:
+        number = float(text[:-1] if scale > 1 else text)
+    except ValueError:
+        number = -1
+    if number <= 0:
+        raise typer.BadParameter(f"{value!r} is not a size; use a number of bytes, optionally with K, M or G, e.g. 200M")
+    return int(number * scale)
 
 
 def _length_or_zero(value) -> int:
@@ -172,7 +188,15 @@ def train(
     heads: Annotated[int, typer.Option(metavar="N", help="Attention heads.")] = 4,
     width: Annotated[int, typer.Option(metavar="N", help="Model width (d_model).")] = 128,
     train_length: Annotated[int, typer.Option("--train-length", parser=_length, metavar="LENGTH", help="Tokens per training sequence, e.g. 256 or 1k.")] = 256,
-    data: Annotated[str, typer.Option(metavar="CORPUS", help="stdlib, passkey, a text file / folder / glob, or hf:NAME[:CONFIG].")] = "stdlib",
+    data: Annotated[str, typer.Option(metavar="CORPUS", help="stdlib, passkey, a text file / folder / glob, dataset files (.parquet, .jsonl, .arrow, .csv), a prepared folder, or hf:NAME[:CONFIG].")] = "stdlib",
+    tokenizer: Annotated[str, typer.Option(metavar="bytes|bpe:N|PATH", help="bytes (default), bpe:N (a byte-level BPE of N tokens trained on the training split) or a tokenizer.json.")] = "bytes",
+    split: Annotated[str, typer.Option(metavar="auto|documents|tail|blocks:K", help="Held-out text: by document, the tail, or K blocks spread through the text (auto: tail for a single document).")] = "auto",
+    data_split: Annotated[str, typer.Option("--data-split", metavar="SPLIT", help="The dataset split(s) to train on, e.g. train or train+validation.")] = "train",
+    heldout_split: Annotated[Optional[str], typer.Option("--heldout-split", metavar="SPLIT", help="Hold out this dataset split whole (e.g. test) instead of a fraction of the training documents.")] = None,
+    text_column: Annotated[Optional[str], typer.Option("--text-column", metavar="COLUMN", help="The dataset column holding the text (default: text, or the only string column).")] = None,
+    join_rows: Annotated[str, typer.Option("--join-rows", metavar="none|heading|N", help="Join dataset rows into documents: heading (WikiText's article titles) or every N rows.")] = "none",
+    streaming: Annotated[bool, typer.Option("--streaming", help="Read the dataset row by row (use with --max-data-bytes).")] = False,
+    max_data_bytes: Annotated[Optional[int], typer.Option("--max-data-bytes", parser=_bytes, metavar="BYTES", help="Stop reading the dataset after this much text, e.g. 200M.")] = None,
     mix: Annotated[Optional[str], typer.Option(metavar="passkey:F", help="Mix whole passkey examples into training, e.g. passkey:0.2.")] = None,
     passkey_template: Annotated[PasskeyTemplate, typer.Option("--passkey-template", help="Passkey prompt format, trained on and evaluated on.")] = PasskeyTemplate.compact,
     passkey_keys: Annotated[int, typer.Option("--passkey-keys", metavar="K", help="Keys per passkey prompt; K > 1 adds distractors with other names.")] = 1,
@@ -420,6 +444,50 @@ def plot_decay_command(
     csv_path, png_path = write_decay(results, dim, base, max_distance, pairs, seed)
     print(f"wrote {csv_path} and {png_path}")
     _record(results, "decay")
+
+
+data_app = typer.Typer(help="Corpora: tokenize once into token files on disk.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("prepare", epilog="Examples: poscli data prepare big.txt --out data/big | "
+                  "poscli data prepare hf:pg19 --streaming --max-data-bytes 2G --tokenizer bpe:8192 --out data/pg19")
+def data_prepare(
+    source: Annotated[str, typer.Argument(metavar="CORPUS", help="stdlib, text files (a file, folder or glob), dataset files, or hf:NAME[:CONFIG].")],
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="The folder to write (train.bin, heldout.bin, meta.json, ...).")],
+    tokenizer: Annotated[str, typer.Option(metavar="bytes|bpe:N|PATH", help="bytes, bpe:N (trained on the first --tokenizer-sample bytes of training text) or a tokenizer.json.")] = "bytes",
+    tokenizer_sample: Annotated[int, typer.Option("--tokenizer-sample", parser=_bytes, metavar="BYTES", help="Text a BPE is trained on, e.g. 100M.")] = 100 << 20,
+    heldout_fraction: Annotated[float, typer.Option("--heldout-fraction", metavar="F", help="Share of documents held out (by their hash).")] = 0.01,
+    data_split: Annotated[str, typer.Option("--data-split", metavar="SPLIT", help="The dataset split(s) to read.")] = "train",
+    text_column: Annotated[Optional[str], typer.Option("--text-column", metavar="COLUMN", help="The dataset column holding the text.")] = None,
+    join_rows: Annotated[str, typer.Option("--join-rows", metavar="none|heading|N", help="Join dataset rows into documents.")] = "none",
+    streaming: Annotated[bool, typer.Option("--streaming", help="Read the dataset row by row.")] = False,
+    max_data_bytes: Annotated[Optional[int], typer.Option("--max-data-bytes", parser=_bytes, metavar="BYTES", help="Stop after this much text, e.g. 2G.")] = None,
+    quiet: Quiet = False,
+):
+    """Tokenize a corpus once into DIR, read window by window by train and eval (--data DIR): a
+    corpus larger than memory works. Documents are held out by their hash; a big text file is cut
+    into 1 MB documents at line ends."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from poscli import prepared
+    from poscli.sources import RowOptions
+
+    prepared.check_request(out, heldout_fraction)
+    rows = RowOptions(split=data_split, text_column=text_column, join_rows=join_rows, streaming=streaming, max_bytes=max_data_bytes)
+    rows.validate()
+    chosen = prepared.choose_tokenizer(tokenizer, source, rows, heldout_fraction, tokenizer_sample)
+    total = max_data_bytes
+    with Progress(TextColumn("[bold]prepare"), BarColumn(), TextColumn("{task.fields[done]} documents, {task.fields[size]}"),
+                  TimeElapsedColumn(), console=_console(), disable=quiet) as progress:
+        task = progress.add_task("prepare", total=total, done=0, size="0 MB")
+        corpus = prepared.prepare(
+            prepared.source_documents(source, rows), out, chosen, heldout_fraction, source,
+            progress=lambda documents, read: progress.update(task, completed=read, done=documents, size=f"{read / 2**20:,.0f} MB"),
+        )
+    summary = corpus.summary()
+    print(f"wrote {out}: {summary['documents']} documents, {summary['train_tokens']:,} train / {summary['heldout_tokens']:,} held-out tokens "
+          f"({corpus.tokenizer}); train with --data {out}")
 
 
 @app.command("run", epilog="Examples: poscli run recipes/train-short-test-long.toml | poscli run recipes/smoke.toml --dry-run")

@@ -96,7 +96,15 @@ DTYPES = ("fp32", "bf16")
 @dataclass
 class TrainConfig(FlatConfig):
     # --- data ---
-    data: str = "stdlib"  # "stdlib", "passkey", a path / folder / glob of text files, or "hf:NAME[:CONFIG]"
+    data: str = "stdlib"  # "stdlib", "passkey", text files, dataset files, a prepared folder, or "hf:NAME[:CONFIG]"
+    tokenizer: str = "bytes"  # "bytes", "bpe:N" (trained on the training split; tokenizer.json in the run) or a tokenizer.json
+    split: str = "auto"  # held-out text: "documents", by position ("tail", "blocks:K"), "auto" (tail for a single document)
+    data_split: str = "train"  # the dataset split(s) to train on (datasets' syntax: "train+validation")
+    heldout_split: str | None = None  # a dataset split to hold out instead of a fraction of the training documents
+    text_column: str | None = None  # a dataset's text column ("text", else its only string column)
+    join_rows: str = "none"  # dataset rows -> documents: "none", "heading" (WikiText titles) or N rows
+    streaming: bool = False  # read a dataset row by row (with max_data_bytes for a budget)
+    max_data_bytes: int | None = None  # stop reading a dataset after this much text
     mix: str | None = None  # "passkey:F": a fraction F of training sequences are passkey examples
     passkey_template: str = "compact"  # the passkey format of training examples and of evaluation (poscli.passkey)
     passkey_keys: int = 1  # keys per passkey prompt; more than 1: distractors with other names (RULER's multi-key)
@@ -157,3 +165,16 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--random-positions must be 0 (off) or a length, got {self.random_positions}")
         if not (0 < self.heldout_fraction < 0.5):
             raise PoscliError(f"the held-out fraction must be between 0 and 0.5, got {self.heldout_fraction}")
+        from poscli.data import parse_split
+        from poscli.tokenizer import parse_spec
+
+        parse_spec(self.tokenizer)
+        parse_split(self.split)
+        self.row_options().validate()
+
+    def row_options(self):
+        """How a dataset's rows become documents (``poscli.sources.RowOptions``)."""
+        from poscli.sources import RowOptions
+
+        return RowOptions(split=self.data_split, text_column=self.text_column, join_rows=self.join_rows,
+                          streaming=self.streaming, max_bytes=self.max_data_bytes)

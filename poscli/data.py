@@ -23,19 +23,19 @@ the corpus and the files' sizes and modification times, so a second run starts i
 
 from __future__ import annotations
 
-import glob as globlib
+import dataclasses
 import hashlib
 import json
 import os
 import sys
-import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.io import atomic_write
+from poscli.sources import local_files, stdlib_files  # noqa: F401 (stdlib_files re-exported)
 from poscli.tokens import VOCAB_SIZE, decode, encode  # noqa: F401 (re-exported)
 
 CACHE_VERSION = 2
@@ -49,7 +49,6 @@ SHINGLE = 32
 SHINGLE_SAMPLE = 8
 DUPLICATE_OVERLAP = 0.5
 COMMON_SHINGLE_DOCUMENTS = 400
-TEST_DIRECTORY_NAMES = {"test", "tests", "idle_test"}
 
 
 def cache_dir() -> Path:
@@ -72,6 +71,9 @@ class Corpus:
     heldout: np.ndarray
     groups: np.ndarray | None = None
     shingles: tuple[np.ndarray, np.ndarray] | None = None  # ``shingle_hashes`` of the corpus, computed once
+    split: str | None = None  # how the held-out text was chosen, when not by document (the summary says)
+    separator: np.ndarray = field(default_factory=lambda: DOCUMENT_SEPARATOR)  # between documents in a stream, in this corpus' tokens
+    tokenizer: str = "bytes"  # the tokens' tokenizer (``poscli.tokenizer``)
 
     @property
     def num_documents(self) -> int:
@@ -84,8 +86,43 @@ class Corpus:
         return np.diff(self.offsets)
 
     def train_tokens(self) -> np.ndarray:
-        """Every training document, joined by DOCUMENT_SEPARATOR. (N_train,) uint8."""
-        return join_documents([self.document(d) for d in range(self.num_documents) if not self.heldout[d]])[0]
+        """Every training document, joined by the separator. (N_train,) uint8 (bytes) or wider."""
+        return join_documents([self.document(d) for d in range(self.num_documents) if not self.heldout[d]], self.separator)[0]
+
+    def texts(self, heldout: bool | None = None) -> list[str]:
+        """The documents' text (a byte corpus only): all, or the held-out (True) or training (False) ones."""
+        if self.tokenizer != "bytes":
+            raise ValueError("texts() reads a byte corpus; this one is tokenized")
+        return [self.document(d).tobytes().decode("utf-8", errors="replace")
+                for d in range(self.num_documents) if heldout is None or bool(self.heldout[d]) == heldout]
+
+    def tokenized(self, tokenizer) -> "Corpus":
+        """The same documents and split in ``tokenizer``'s tokens (each document encoded on its own),
+        cached by the documents and the tokenizer. The byte corpus' near-duplicate statistics stay."""
+        if tokenizer.spec == "bytes" or self.tokenizer != "bytes":
+            return self
+        key = _hash(["tokenized", hashlib.sha1("".join(self.doc_hashes).encode()).hexdigest(), tokenizer.fingerprint()])
+        cache_file = cache_dir() / f"corpus-{key}-v{CACHE_VERSION}.npz"
+        tokens = offsets = None
+        if cache_file.exists():
+            try:
+                with np.load(cache_file, allow_pickle=False) as cached:
+                    tokens, offsets = cached["tokens"], cached["offsets"]
+            except (OSError, ValueError, KeyError):
+                tokens = None
+        if tokens is None:
+            documents = tokenizer.encode_batch(self.texts())
+            tokens = np.concatenate(documents)
+            offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])]).astype(np.int64)
+            try:
+                cache_file.parent.mkdir(parents=True, exist_ok=True)
+                with atomic_write(cache_file, "wb") as handle:
+                    np.savez(handle, tokens=tokens, offsets=offsets)
+            except OSError:
+                pass
+        shingles = self.shingles or shingle_hashes(self.tokens, self.offsets)  # of the bytes: the leak statistics stay comparable
+        return dataclasses.replace(self, tokens=tokens, offsets=offsets, shingles=shingles,
+                                   separator=tokenizer.encode("\n\n").astype(tokens.dtype), tokenizer=tokenizer.spec)
 
     def heldout_indices(self) -> list[int]:
         return [d for d in range(self.num_documents) if self.heldout[d]]
@@ -107,7 +144,7 @@ class Corpus:
             "train_tokens": int(lengths[~self.heldout].sum()),
             "heldout_tokens": int(lengths[self.heldout].sum()),
             "longest_heldout_document": int(lengths[self.heldout].max()),
-            "split": "near-duplicate groups (documents sharing >= 50% of sampled 32-byte shingles) kept whole, "
+            "split": self.split or "near-duplicate groups (documents sharing >= 50% of sampled 32-byte shingles) kept whole, "
             "stratified by length: groups sorted by (longest document, sha1); in each run of round(1/fraction) "
             "the one with the smallest sha1 is held out (groups of more than round(1/fraction) documents always train)",
             "near_duplicate_groups": int(len(np.unique(self.groups))) if self.groups is not None else self.num_documents,
@@ -118,16 +155,16 @@ class Corpus:
         }
 
 
-def join_documents(documents: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Documents joined with DOCUMENT_SEPARATOR between them -> (stream (N,) uint8, starts (D,) int64),
+def join_documents(documents: list[np.ndarray], separator: np.ndarray = DOCUMENT_SEPARATOR) -> tuple[np.ndarray, np.ndarray]:
+    """Documents joined with ``separator`` between them -> (stream (N,), starts (D,) int64),
     starts[d] the position of document d's first token in the stream."""
     if not documents:
-        return np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=separator.dtype), np.zeros(0, dtype=np.int64)
     pieces, starts, position = [], [], 0
     for index, document in enumerate(documents):
         if index:
-            pieces.append(DOCUMENT_SEPARATOR)
-            position += len(DOCUMENT_SEPARATOR)
+            pieces.append(separator)
+            position += len(separator)
         starts.append(position)
         pieces.append(document)
         position += len(document)
@@ -243,26 +280,63 @@ def stratified_split(lengths: np.ndarray, doc_hashes: list[str], fraction: float
     return heldout
 
 
+SPLITS = ("auto", "documents", "tail", "blocks:K")
+
+
+def parse_split(text: str) -> tuple[str, int]:
+    """``--split``: ``auto`` (by document when there are at least 2, else ``tail``), ``documents``,
+    ``tail`` (the last fraction of the text held out, nanoGPT's train/val split) or ``blocks:K``
+    (K held-out blocks spread evenly through the text). Returns (kind, blocks)."""
+    if text in ("auto", "documents", "tail"):
+        return text, 1
+    if text.startswith("blocks:"):
+        try:
+            blocks = int(text[7:])
+        except ValueError:
+            blocks = 0
+        if blocks >= 1:
+            return "blocks", blocks
+    raise PoscliError(f"--split {text!r}: use auto, documents, tail or blocks:K (K held-out blocks, e.g. --split blocks:10)")
+
+
+def cut_near(tokens: np.ndarray, target: int, reach: int = 4096) -> int:
+    """A cut at or after ``target`` that starts a line (within ``reach`` bytes), else the first
+    UTF-8 character boundary: a split never cuts a character, and rarely a line."""
+    target = min(max(target, 1), len(tokens) - 1)
+    window = tokens[target - 1 : target - 1 + reach]
+    newlines = np.flatnonzero(window == ord("\n"))
+    if len(newlines) and target + int(newlines[0]) < len(tokens):
+        return target + int(newlines[0])
+    while target < len(tokens) - 1 and 0x80 <= int(tokens[target]) < 0xC0:  # a continuation byte
+        target += 1
+    return target
+
+
+def position_split(tokens: np.ndarray, fraction: float, blocks: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Split one text by position: (offsets (S + 1,), heldout (S,)) over consecutive segments.
+
+    The text is cut into ``blocks * round(1 / fraction)`` equal units; the last unit of every run
+    of round(1 / fraction) is held out, so ``blocks`` = 1 holds out the tail and more spread the
+    held-out text through the file. Consecutive training units are one segment (no separator is
+    invented inside running text). Cuts move forward to the next line start (``cut_near``)."""
+    run = max(2, round(1 / fraction))
+    units = blocks * run
+    if len(tokens) < 2 * units:
+        raise PoscliError(f"the text has {len(tokens)} tokens, too few to hold out {blocks} block(s) of 1/{run} of it; use a longer text or --split blocks:1")
+    bounds, heldout = [0], []
+    for block in range(blocks):
+        held_from = cut_near(tokens, (block * run + run - 1) * len(tokens) // units)
+        held_to = len(tokens) if block == blocks - 1 else cut_near(tokens, (block + 1) * run * len(tokens) // units)
+        if held_from > bounds[-1]:  # the training text before this held-out block
+            bounds.append(held_from)
+            heldout.append(False)
+        if held_to > bounds[-1]:
+            bounds.append(held_to)
+            heldout.append(True)
+    return np.array(bounds, dtype=np.int64), np.array(heldout, dtype=bool)
+
+
 # --------------------------------------------------------------------------- sources
-
-
-def stdlib_files() -> list[Path]:
-    """The interpreter's standard library ``.py`` files, without test packages or site-packages."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = []
-    for path in root.rglob("*.py"):
-        parts = path.relative_to(root).parts
-        if parts[0] in ("site-packages", "dist-packages") or parts[0].startswith("config-"):
-            continue
-        if any(part in TEST_DIRECTORY_NAMES or part.startswith("test_") for part in parts):
-            continue
-        files.append(path)
-    return sorted(files)
-
-
-def _looks_binary(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return b"\0" in handle.read(8192)
 
 
 def absolute_spec(spec: str) -> str:
@@ -271,30 +345,6 @@ def absolute_spec(spec: str) -> str:
     if spec in ("stdlib", "passkey") or spec.startswith("hf:"):
         return spec
     return os.path.abspath(os.path.expanduser(spec))
-
-
-def local_files(spec: str) -> list[Path]:
-    """Text files named by a file path, a folder (recursive) or a glob pattern."""
-    path = Path(spec).expanduser()
-    if path.is_file():
-        candidates = [path]
-    elif path.is_dir():
-        candidates = sorted(p for p in path.rglob("*") if p.is_file() and not any(x.startswith(".") for x in p.relative_to(path).parts))
-    elif any(ch in spec for ch in "*?["):
-        candidates = sorted(Path(p) for p in globlib.glob(os.path.expanduser(spec), recursive=True) if Path(p).is_file())
-        if not candidates:
-            raise PoscliError(f"the pattern {spec!r} matches no files; check the path or quote the glob")
-    else:
-        raise PoscliError(
-            f"--data {spec!r} is not 'stdlib', 'passkey', an existing file or folder, a glob, or hf:NAME[:CONFIG]"
-        )
-    unreadable = [p for p in candidates if not os.access(p, os.R_OK)]
-    if unreadable:
-        raise PoscliError(f"cannot read {unreadable[0]}: check its permissions")
-    files = [p for p in candidates if p.stat().st_size > 0 and not _looks_binary(p)]
-    if not files:
-        raise PoscliError(f"--data {spec!r} has no non-empty text files (binary files are skipped)")
-    return files
 
 
 def _fingerprint(files: list[Path]) -> list:
@@ -337,8 +387,10 @@ def _load_hub(name: str, config: str | None) -> list[str]:
     return [row for row in dataset[column] if row]
 
 
-def _documents_and_key(spec: str) -> tuple[callable, str]:
+def _documents_and_key(spec: str, rows=None) -> tuple[callable, str]:
     """A loader for the corpus' documents and a cache key that changes when its sources do."""
+    from poscli import sources
+
     if spec == "stdlib":
         files = stdlib_files()
         key_source = ["stdlib", sys.version, _fingerprint(files)]
@@ -347,11 +399,15 @@ def _documents_and_key(spec: str) -> tuple[callable, str]:
         from poscli.passkey import synthetic_documents
 
         return synthetic_documents, _hash(["passkey", "named-keys", CACHE_VERSION])  # the documents of the compact template
+    rows = rows or sources.RowOptions()
+    row_key = [rows.split, rows.text_column, rows.join_rows, rows.max_bytes]  # streaming reads the same rows
     if spec.startswith("hf:"):
-        name, _, config = spec[3:].partition(":")
-        if not name:
-            raise PoscliError("--data hf: needs a dataset name, e.g. --data hf:wikitext:wikitext-103-raw-v1")
-        return (lambda: _load_hub(name, config or None)), _hash(["hf", name, config])
+        if not spec[3:].partition(":")[0]:
+            raise PoscliError("--data hf: needs a dataset name, e.g. --data hf:Salesforce/wikitext:wikitext-103-raw-v1")
+        return (lambda: list(sources.documents(spec, rows))), _hash(["hf", spec, *row_key])
+    found = sources.dataset_files(spec)
+    if found is not None:
+        return (lambda: list(sources.documents(spec, rows))), _hash(["dataset", _fingerprint([Path(f) for f in found[1]]), *row_key])
     files = local_files(spec)
     return (lambda: _load_text_files(files)), _hash(["files", _fingerprint(files)])
 
@@ -360,37 +416,86 @@ def _hash(value) -> str:
     return hashlib.sha256(json.dumps(value, default=str).encode()).hexdigest()[:24]
 
 
-def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1) -> Corpus:
-    """Tokenize (or read from cache) the corpus ``spec`` and split it into train / held-out."""
-    load_documents, key = _documents_and_key(spec)
+@dataclass(frozen=True)
+class CorpusOptions:
+    """How a corpus is read and split beyond its spec (``TrainConfig``'s data fields)."""
+
+    split: str = "auto"
+    rows: object = None  # poscli.sources.RowOptions; None: its defaults
+    heldout_split: str | None = None
+
+    @classmethod
+    def of(cls, train_config) -> "CorpusOptions":
+        return cls(split=train_config.split, rows=train_config.row_options(), heldout_split=train_config.heldout_split)
+
+
+def _cached_documents(spec: str, rows=None):
+    """(tokens, offsets, doc_hashes, groups, shingles) of the corpus' documents, from the cache
+    when its sources have not changed."""
+    load_documents, key = _documents_and_key(spec, rows)
     cache_file = cache_dir() / f"corpus-{key}-v{CACHE_VERSION}.npz"
-    tokens = offsets = doc_hashes = groups = shingles = None
     if cache_file.exists():
         try:
             with np.load(cache_file, allow_pickle=False) as cached:
-                tokens, offsets, doc_hashes = cached["tokens"], cached["offsets"], [str(h) for h in cached["doc_hashes"]]
-                groups, shingles = cached["groups"], (cached["shingle_hashes"], cached["shingle_documents"])
+                return (cached["tokens"], cached["offsets"], [str(h) for h in cached["doc_hashes"]], cached["groups"],
+                        (cached["shingle_hashes"], cached["shingle_documents"]))
         except (OSError, ValueError, KeyError):
-            tokens = None  # a damaged cache is rebuilt, not trusted
-    if tokens is None:
-        documents = [encode(text) for text in load_documents()]
-        documents = [d for d in documents if len(d) > 0]
-        if not documents:
-            raise PoscliError(f"--data {spec!r} has no text")
-        tokens = np.concatenate(documents)
-        offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])]).astype(np.int64)
-        doc_hashes = [hashlib.sha1(d.tobytes()).hexdigest() for d in documents]
-        shingles = shingle_hashes(tokens, offsets)
-        groups = near_duplicate_groups(offsets, shingles)
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_write(cache_file, "wb") as handle:
-                np.savez(handle, tokens=tokens, offsets=offsets, doc_hashes=np.array(doc_hashes), groups=groups,
-                         shingle_hashes=shingles[0], shingle_documents=shingles[1])
-        except OSError:
-            pass  # the cache is an optimisation; a read-only home must not stop training
+            pass  # a damaged cache is rebuilt, not trusted
+    documents = [encode(text) for text in load_documents()]
+    documents = [d for d in documents if len(d) > 0]
+    if not documents:
+        raise PoscliError(f"--data {spec!r} has no text")
+    tokens = np.concatenate(documents)
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])]).astype(np.int64)
+    doc_hashes = [hashlib.sha1(d.tobytes()).hexdigest() for d in documents]
+    shingles = shingle_hashes(tokens, offsets)
+    groups = near_duplicate_groups(offsets, shingles)
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(cache_file, "wb") as handle:
+            np.savez(handle, tokens=tokens, offsets=offsets, doc_hashes=np.array(doc_hashes), groups=groups,
+                     shingle_hashes=shingles[0], shingle_documents=shingles[1])
+    except OSError:
+        pass  # the cache is an optimisation; a read-only home must not stop training
+    return tokens, offsets, doc_hashes, groups, shingles
+
+
+def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1, options: CorpusOptions | None = None):
+    """Tokenize (or read from cache) the corpus ``spec`` and split it into train / held-out: by
+    document (near-duplicates kept together), by position (``--split tail`` / ``blocks:K``; a
+    single document by default), or a dataset split held out whole (``--heldout-split``). A
+    prepared folder (``poscli data prepare``) is opened as it is (its split was made when prepared)."""
+    from poscli import prepared
+
+    options = options or CorpusOptions()
+    if spec not in ("stdlib", "passkey") and not spec.startswith("hf:") and prepared.is_prepared(spec):
+        return prepared.open_prepared(spec)
+    kind, blocks = parse_split(options.split)
+    tokens, offsets, doc_hashes, groups, shingles = _cached_documents(spec, options.rows)
+    if options.heldout_split:
+        if kind in ("tail", "blocks"):
+            raise PoscliError(f"--heldout-split {options.heldout_split} holds out a whole split; it does not combine with --split {options.split}")
+        from poscli import sources
+
+        rows = options.rows or sources.RowOptions()
+        held = _cached_documents(spec, dataclasses.replace(rows, split=options.heldout_split))
+        tokens = np.concatenate([tokens, held[0]])
+        offsets = np.concatenate([offsets, offsets[-1] + held[1][1:]])
+        heldout = np.r_[np.zeros(len(doc_hashes), dtype=bool), np.ones(len(held[2]), dtype=bool)]
+        doc_hashes = doc_hashes + held[2]
+        groups, shingles = np.arange(len(doc_hashes)), None  # the summary recomputes the overlap of the two splits
+        return Corpus(spec=spec, tokens=tokens, offsets=offsets, doc_hashes=doc_hashes, heldout=heldout, groups=groups, shingles=shingles,
+                      split=f"the dataset split {options.heldout_split!r} held out whole, {rows.split!r} trained on")
+    if kind in ("tail", "blocks") or (kind == "auto" and len(offsets) - 1 < 2):
+        stream = join_documents([tokens[offsets[d] : offsets[d + 1]] for d in range(len(offsets) - 1)])[0]
+        offsets, heldout = position_split(stream, heldout_fraction, blocks)
+        doc_hashes = [hashlib.sha1(stream[offsets[d] : offsets[d + 1]].tobytes()).hexdigest() for d in range(len(offsets) - 1)]
+        how = "the last" if blocks == 1 else f"{blocks} blocks spread through the text, together"
+        return Corpus(spec=spec, tokens=stream, offsets=offsets, doc_hashes=doc_hashes, heldout=heldout, groups=np.arange(len(doc_hashes)),
+                      split=f"by position: the documents joined into one text and {how} {heldout_fraction:g} of it held out, "
+                      "cut at line starts")
     if len(offsets) - 1 < 2:
-        raise PoscliError(f"--data {spec!r} has only one document; it needs at least 2 to hold one out for evaluation")
+        raise PoscliError(f"--data {spec!r} has only one document; split it by position with --split tail (or --split blocks:10)")
     heldout = stratified_split(np.diff(offsets), doc_hashes, heldout_fraction, groups)
     if heldout.all():
         raise PoscliError(

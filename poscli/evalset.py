@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poscli.data import Corpus, join_documents
+from poscli.data import DOCUMENT_SEPARATOR, Corpus, join_documents
 from poscli.errors import PoscliError
 
 PROTOCOLS = ("stream", "documents")
@@ -62,7 +62,7 @@ class Window:
 class EvalSet:
     """Spans of ``span_length + 1`` tokens scored at every length.
 
-    spans: (S, span_length + 1) uint8; units: (S,) the bootstrap unit of each span (its index in
+    spans: (S, span_length + 1) uint8 (bytes) or wider; units: (S,) the bootstrap unit of each span (its index in
     the stream protocol, its document in the documents protocol); documents: (S,) how many
     distinct documents each span touches (1 in the documents protocol).
     """
@@ -73,6 +73,7 @@ class EvalSet:
     spans: np.ndarray
     units: np.ndarray
     document_ids: list[set[int]]
+    token_bytes: np.ndarray | None = None  # (V,) UTF-8 bytes each token stands for; None: one (byte tokens)
 
     @property
     def num_spans(self) -> int:
@@ -128,7 +129,8 @@ def span_windows(span_length: int, length: int, stride: int | None = None) -> li
         end += stride
 
 
-def build_eval_set(corpus: Corpus, span_length: int, max_tokens: int, protocol: str = "stream", all_documents: bool = False) -> EvalSet:
+def build_eval_set(corpus: Corpus, span_length: int, max_tokens: int, protocol: str = "stream", all_documents: bool = False,
+                   token_bytes: np.ndarray | None = None) -> EvalSet:
     """The spans scored at every length of a table whose longest length is ``span_length``.
 
     About ``max_tokens`` targets per length: ceil(max_tokens / span_length) spans (at least one).
@@ -142,7 +144,7 @@ def build_eval_set(corpus: Corpus, span_length: int, max_tokens: int, protocol: 
     lengths = corpus.document_lengths()
     where = "documents" if all_documents else "held-out documents"
     if protocol == "stream":
-        stream, starts = join_documents([corpus.document(d) for d in indices])
+        stream, starts = join_documents([corpus.document(d) for d in indices], getattr(corpus, "separator", DOCUMENT_SEPARATOR))
         available = (len(stream) - 1) // span_length
         if available < 1:
             raise PoscliError(
@@ -157,7 +159,7 @@ def build_eval_set(corpus: Corpus, span_length: int, max_tokens: int, protocol: 
             first, last = k * span_length, k * span_length + span_length  # tokens first .. last of the stream
             touched = np.flatnonzero((starts <= last) & (ends > first))
             document_ids.append({indices[i] for i in touched})
-        return EvalSet(corpus.spec, protocol, span_length, spans, np.arange(len(slots)), document_ids)
+        return EvalSet(corpus.spec, protocol, span_length, spans, np.arange(len(slots)), document_ids, token_bytes)
 
     long_enough = [d for d in indices if lengths[d] >= span_length + 1]
     if not long_enough:
@@ -179,4 +181,4 @@ def build_eval_set(corpus: Corpus, span_length: int, max_tokens: int, protocol: 
             break
         round_index += 1
     spans = np.stack([corpus.document(d)[start : start + span_length + 1] for d, start in chosen])
-    return EvalSet(corpus.spec, protocol, span_length, spans, np.array([d for d, _ in chosen]), [{d} for d, _ in chosen])
+    return EvalSet(corpus.spec, protocol, span_length, spans, np.array([d for d, _ in chosen]), [{d} for d, _ in chosen], token_bytes)

@@ -22,7 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from poscli import runs
-from poscli.data import Corpus, absolute_spec, load_corpus
+from poscli.config import TrainConfig
+from poscli.data import Corpus, CorpusOptions, absolute_spec, load_corpus
+from poscli.prepared import TokenFile
+from poscli.tokenizer import run_tokenizer
 from poscli.errors import NotApplicable, PoscliError
 from poscli.evalset import EvalSet, build_eval_set
 from poscli.io import atomic_write, locked
@@ -31,13 +34,14 @@ from poscli.tables import format_interval, format_ppl, merge_rows, pivot_markdow
 
 TABLE_COLUMNS = [
     "run", "label", "pe", "train_length", "corpus", "protocol", "length", "mode", "ppl", "ci_low", "ci_high", "bpb", "loss",
-    "windows", "spans", "documents", "tokens", "eval_set", "note", "evaluated",
+    "windows", "spans", "documents", "tokens", "eval_set", "note", "evaluated", "bpb_low", "bpb_high", "bytes",
 ]
 TABLE_KEY = ["run", "corpus", "protocol", "mode", "length"]
 SPAN_COLUMNS = [*TABLE_KEY, "span", "unit", "loss", "tokens"]
 POSITION_COLUMNS = ["run", "label", "pe", "train_length", "corpus", "protocol", "length", "mode", "position_start", "position_end", "loss", "tokens"]
 # Tokens per forward pass when evaluating; long windows go one at a time.
 EVAL_BATCH_TOKENS = 16384
+REFERENCE_TOKENS = 1 << 24  # the 3-gram of a prepared corpus counts its first 16M training tokens
 
 
 class SplitMismatch(PoscliError):
@@ -68,6 +72,7 @@ def perplexity(
     width = min(length, eval_set.span_length)
     span_loss = np.zeros(eval_set.num_spans)
     span_tokens = np.zeros(eval_set.num_spans)
+    span_bytes = np.zeros(eval_set.num_spans)
     position_loss = np.zeros(width)
     position_tokens = np.zeros(width)
     by_length: dict[int, list] = {}
@@ -87,28 +92,38 @@ def perplexity(
             losses = np.where(scored, losses, 0.0)
             np.add.at(span_loss, [w.span for w in chunk], losses.sum(1))
             np.add.at(span_tokens, [w.span for w in chunk], scored.sum(1))
+            covered = scored if eval_set.token_bytes is None else scored * eval_set.token_bytes[batch[:, 1:].cpu().numpy()]
+            np.add.at(span_bytes, [w.span for w in chunk], covered.sum(1))
             position_loss[:window_length] += losses.sum(0)
             position_tokens[:window_length] += scored.sum(0)
             if on_window:
                 on_window(len(chunk))
-    return summarize(eval_set, span_loss, span_tokens) | {
+    return summarize(eval_set, span_loss, span_tokens, span_bytes) | {
         "windows": len(windows),
         "position_loss": position_loss,
         "position_tokens": position_tokens,
     }
 
 
-def summarize(eval_set: EvalSet, span_loss: np.ndarray, span_tokens: np.ndarray) -> dict:
-    """A cell's numbers from its per-span loss sums: point estimate, interval and counts."""
+def summarize(eval_set: EvalSet, span_loss: np.ndarray, span_tokens: np.ndarray, span_bytes: np.ndarray | None = None) -> dict:
+    """A cell's numbers from its per-span loss sums: point estimate, interval and counts. Bits per
+    byte divide the summed loss by the UTF-8 bytes the scored tokens stand for (``span_bytes``;
+    None: one byte per token), so runs with different tokenizers compare on the same text."""
     tokens = int(span_tokens.sum())
     loss = float(span_loss.sum()) / tokens
+    span_bytes = span_tokens if span_bytes is None else span_bytes
     low, high = interval(bootstrap_perplexity(span_loss[None], span_tokens, eval_set.units))
+    # the same resampled units, loss over bytes: exp(loss / bytes) is a perplexity per byte
+    bpb_low, bpb_high = (math.log2(value) for value in interval(bootstrap_perplexity(span_loss[None], span_bytes, eval_set.units)))
     return {
         "loss": loss,
         "ppl": math.exp(loss),
         "ci_low": low,
         "ci_high": high,
-        "bpb": loss / math.log(2),
+        "bpb": float(span_loss.sum()) / float(span_bytes.sum()) / math.log(2),
+        "bpb_low": bpb_low,
+        "bpb_high": bpb_high,
+        "bytes": int(span_bytes.sum()),
         "spans": eval_set.num_spans,
         "documents": eval_set.num_documents,
         "tokens": tokens,
@@ -214,11 +229,12 @@ def evaluate_runs(
     device = select_device(device)
     data = absolute_spec(data) if data is not None else None
     corpora: dict[tuple, Corpus] = {}
+    tokenizers: dict[str, object] = {}  # fingerprint -> tokenizer
 
-    def corpus_for(spec: str, fraction: float) -> Corpus:
-        if (spec, fraction) not in corpora:
-            corpora[(spec, fraction)] = load_corpus(spec, fraction)
-        return corpora[(spec, fraction)]
+    def corpus_for(spec: str, fraction: float, options: CorpusOptions, fingerprint: str) -> Corpus:
+        if (spec, fraction, options, fingerprint) not in corpora:
+            corpora[(spec, fraction, options, fingerprint)] = load_corpus(spec, fraction, options).tokenized(tokenizers[fingerprint])
+        return corpora[(spec, fraction, options, fingerprint)]
 
     plans = []  # (folder, config, set key, lengths)
     span_lengths: dict[tuple, int] = {}
@@ -226,11 +242,16 @@ def evaluate_runs(
     for name in run_names:
         folder = runs.find_run(name, results)
         config = runs.read_config(folder)
-        trained_on = (config["train"]["data"], config["train"]["heldout_fraction"])
+        train_config = TrainConfig.from_dict(config["train"])
+        tokenizer = run_tokenizer(train_config.tokenizer, folder)
+        fingerprint = tokenizer.fingerprint()
+        tokenizers[fingerprint] = tokenizer
+        trained_on = (train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config), fingerprint)
         spec = data or trained_on[0]
         foreign = spec != trained_on[0]
-        key = (spec, trained_on[1] if not foreign else None, foreign)
-        corpus = corpus_for(spec, trained_on[1] if not foreign else 0.1)
+        # a set per corpus as read and tokenized: runs with other tokenizers score other spans
+        key = (spec, trained_on[1] if not foreign else 0.1, trained_on[2] if not foreign else CorpusOptions(), fingerprint, foreign)
+        corpus = corpus_for(*key[:4])
         if not foreign and not allow_split_mismatch:
             check_split(config, corpus)
         run_lengths = lengths or default_lengths(config)
@@ -240,7 +261,8 @@ def evaluate_runs(
         homes.setdefault(key, trained_on)
         plans.append((folder, config, key, run_lengths))
     eval_sets = {
-        key: build_eval_set(corpus_for(key[0], key[1] or 0.1), span_length, max_tokens, protocol, all_documents=key[2])
+        key: build_eval_set(corpus_for(*key[:4]), span_length, max_tokens, protocol, all_documents=key[4],
+                            token_bytes=None if tokenizers[key[3]].spec == "bytes" else tokenizers[key[3]].token_bytes())
         for key, span_length in span_lengths.items()
     }  # raises now, not after an hour of evaluation
 
@@ -264,7 +286,7 @@ def evaluate_runs(
             try:
                 result = perplexity(model, eval_set, length, device, stride, on_window=advance)
             except NotApplicable as reason:
-                rows.append({**identity, "ppl": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "bpb": float("nan"),
+                rows.append({**identity, "ppl": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "bpb": float("nan"), "bpb_low": float("nan"), "bpb_high": float("nan"), "bytes": 0,
                              "loss": float("nan"), "windows": 0, "spans": 0, "documents": 0, "tokens": 0, "eval_set": eval_set.fingerprint,
                              "note": f"n/a: {reason}", "evaluated": now})
                 if progress:
@@ -278,8 +300,13 @@ def evaluate_runs(
         from poscli.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
 
         for key, eval_set in eval_sets.items():
+            if tokenizers[key[3]].spec != "bytes":
+                continue  # the 3-gram reference is over bytes (a dense 256^3 table)
             home = corpus_for(*homes[key])
-            ngram = NGram.fit(home.train_tokens())
+            train = home.train_tokens()
+            if isinstance(train, TokenFile):  # a prepared corpus: its first REFERENCE_TOKENS tokens, read, not loaded whole
+                train = train.read(0, min(len(train), REFERENCE_TOKENS))
+            ngram = NGram.fit(train)
             span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])
             span_tokens = np.full(eval_set.num_spans, float(eval_set.span_length))
             config = {"name": REFERENCE_RUN, "model": {"pe": "reference", "train_length": 0}}
@@ -325,18 +352,32 @@ def describe_set(first, protocol: str, mode: str) -> str:
             f"{int(first['tokens']):,} tokens ({int(first['spans'])} spans from {int(first['documents'])} documents; evaluation set {first['eval_set']})")
 
 
+def format_bpb(cell) -> str:
+    """A bits-per-byte cell: the value and, when the row has one, its interval."""
+    row = cell.iloc[0]
+    if not np.isfinite(row["bpb"]):
+        return "n/a"
+    low, high = row.get("bpb_low", np.nan), row.get("bpb_high", np.nan)
+    return f"{row['bpb']:.3f}" + (f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) and np.isfinite(high) else "")
+
+
 def markdown_pivot(table) -> str:
     """Runs by lengths: perplexity and its 95% interval in each cell; one block per corpus,
     protocol and mode, headed by the sample behind it."""
     lines = []
     for (corpus, protocol, mode), part in table.groupby(["corpus", "protocol", "mode"], sort=True):
         scored = part[part["tokens"] > 0]
-        lines.append("Perplexity (bits per byte = log2 of perplexity) with its 95% bootstrap interval over the evaluation sample; "
+        bytes_per_token = not np.allclose(scored["bpb"], np.log2(scored["ppl"]), rtol=1e-6, equal_nan=True)  # a tokenizer other than bytes
+        measure = ("Perplexity per token (the tokens are not bytes: compare tokenizers in bits per byte, the second table)" if bytes_per_token
+                   else "Perplexity (bits per byte = log2 of perplexity)")
+        lines.append(f"{measure} with its 95% bootstrap interval over the evaluation sample; "
                      + (describe_set(scored.iloc[0], protocol, mode) if len(scored) else f"corpus {corpus}") + ". "
                      "`n/a`: the encoding has no representation at that length.\n")
         if scored["eval_set"].nunique() > 1:
             lines.append(f"**These rows come from {scored['eval_set'].nunique()} different evaluation sets** (column eval_set of the CSV): "
-                         "compare only rows of the same set.\n")
+                         + ("runs with different tokenizers cut the same held-out text into different tokens; compare their perplexity "
+                            "only within a set and across sets in bits per byte, over the bytes each scores.\n" if bytes_per_token
+                            else "compare only rows of the same set.\n"))
         notes = sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")})
         for note in notes:
             lines.append(f"Note: {note}.\n")
@@ -345,6 +386,12 @@ def markdown_pivot(table) -> str:
             "pe": lambda first: first["pe"],
             "train length": lambda first: "-" if first["pe"] == "reference" else first["train_length"],
         }, lambda cell: f"{format_ppl(cell['ppl'].iloc[0])} {format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip(), sort=False)
+        if bytes_per_token:
+            lines += ["", "Bits per byte with its 95% bootstrap interval: the summed loss over the UTF-8 bytes the scored tokens "
+                      "stand for, comparable across tokenizers; bytes: the text each run's cells score.\n"]
+            lines += pivot_markdown(part, "run", {"run": lambda first: first["label"], "pe": lambda first: first["pe"],
+                                                  "bytes": lambda first: f"{int(first['bytes']):,}" if np.isfinite(first.get("bytes", np.nan)) else "-"},
+                                    format_bpb, sort=False)
         lines.append("")
     return "\n".join(lines)
 

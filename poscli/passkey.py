@@ -122,19 +122,97 @@ def make_prompt(length: int, needles: list[Needle], template: str = "compact") -
     return prompt
 
 
+def is_bytes(tokenizer) -> bool:
+    return tokenizer is None or tokenizer.spec == "bytes"
+
+
+def check_tokenizer(tokenizer) -> None:
+    """A passkey is scored digit by digit: every digit must be one token, and so must the stop."""
+    if is_bytes(tokenizer):
+        return
+    if any(len(tokenizer.encode(text)) != len(text) for text in ("0123456789", "12345", ".")):
+        raise PoscliError(f"the tokenizer {tokenizer.spec} merges digits, so a passkey cannot be scored digit by digit; "
+                          "use --tokenizer bpe:N (digits stay single tokens) or a tokenizer.json that splits digits")
+
+
+_FILLER_SENTENCES = [sentence + ". " for sentence in FILLER.strip().rstrip(".").split(". ")]
+_ENCODED: dict = {}  # (tokenizer fingerprint, text) -> tokens
+
+
+def _encode(tokenizer, text: str) -> np.ndarray:
+    key = (tokenizer.fingerprint(), text)
+    if key not in _ENCODED:
+        _ENCODED[key] = tokenizer.encode(text).astype(np.int64)
+    return _ENCODED[key]
+
+
+def shortest_prompt_tokens(template: str, keys: int, tokenizer) -> int:
+    """The fewest tokens a prompt of this format takes in ``tokenizer``'s tokens (no filler; the
+    longest-encoding name and a five-digit key)."""
+    if is_bytes(tokenizer):
+        return shortest_prompt(template, keys)
+    chosen = check_format(template, keys)
+    sentence = max(len(_encode(tokenizer, chosen.key_sentence.format(name=name, key=MAX_KEY))) for name in NAMES)
+    question = max(len(_encode(tokenizer, chosen.question.format(name=name))) for name in NAMES)
+    return len(_encode(tokenizer, chosen.introduction)) + keys * sentence + question
+
+
+def make_prompt_tokens(length: int, needles: list[Needle], template: str, tokenizer) -> np.ndarray:
+    """``make_prompt`` in ``tokenizer``'s tokens, exactly ``length`` of them: the introduction, each
+    key sentence, the filler's sentences and the question encoded on their own (so a key sentence
+    reads the same wherever it sits), the filler cut to fit, each needle at the sentence boundary
+    at or before its depth. For bytes it is ``make_prompt``'s text. -> (length,) int64."""
+    if is_bytes(tokenizer):
+        return encode(make_prompt(length, needles, template)).astype(np.int64)
+    chosen = check_format(template, len(needles))
+    for needle in needles:
+        if not 0 <= needle.depth <= 100:
+            raise PoscliError(f"passkey depth must be between 0 and 100, got {needle.depth:g}")
+    introduction = _encode(tokenizer, chosen.introduction)
+    sentences = [_encode(tokenizer, chosen.key_sentence.format(name=n.name, key=n.key)) for n in needles]
+    question = _encode(tokenizer, chosen.question.format(name=needles[0].name))
+    filler_length = length - len(introduction) - sum(map(len, sentences)) - len(question)
+    if filler_length < 0:
+        raise PoscliError(
+            f"a {template} passkey prompt with {len(needles)} key(s) needs at least "
+            f"{shortest_prompt_tokens(template, len(needles), tokenizer) + ANSWER_BUDGET} tokens; got length {length + ANSWER_BUDGET}"
+        )
+    pieces, boundaries, size = [], [0], 0
+    while size < filler_length:
+        for sentence in _FILLER_SENTENCES:
+            piece = _encode(tokenizer, sentence)
+            pieces.append(piece)
+            size += len(piece)
+            boundaries.append(size)
+    filler = np.concatenate(pieces)[:filler_length] if pieces else np.zeros(0, dtype=np.int64)
+    boundaries = np.array([b for b in boundaries if b <= filler_length])
+    cuts = [int(boundaries[boundaries <= round(filler_length * n.depth / 100)].max()) for n in needles]
+    parts, previous = [introduction], 0
+    for index in sorted(range(len(needles)), key=lambda i: (cuts[i], i)):  # the asked needle first at a tie
+        parts += [filler[previous : cuts[index]], sentences[index]]
+        previous = cuts[index]
+    parts += [filler[previous:], question]
+    prompt = np.concatenate(parts)
+    assert len(prompt) == length, (len(prompt), length)
+    return prompt
+
+
 def key_position(prompt: str, needle: Needle, template: str = "compact") -> float:
     """Where a needle's sentence starts, as a fraction of the prompt (for checking depths)."""
     return prompt.index(TEMPLATES[template].key_sentence.format(name=needle.name, key=needle.key)) / len(prompt)
 
 
-def training_sequence(length: int, rng: random.Random, template: str = "compact", keys: int = 1) -> tuple[np.ndarray, int]:
+def training_sequence(length: int, rng: random.Random, template: str = "compact", keys: int = 1, tokenizer=None) -> tuple[np.ndarray, int]:
     """A passkey example of exactly ``length`` tokens with a random depth and key(s), ending in
     the answer and a full stop, and the index of the answer's first token: what ``--data
-    passkey`` and ``--mix passkey:F`` train on."""
+    passkey`` and ``--mix passkey:F`` train on. Byte tokens (uint8) unless ``tokenizer``."""
     needles = draw_needles(rng, rng.uniform(0, 100), keys)
     answer = f"{needles[0].key}."
-    prompt = make_prompt(length - len(answer), needles, template)
-    return encode(prompt + answer), len(prompt)
+    if is_bytes(tokenizer):
+        prompt = make_prompt(length - len(answer), needles, template)
+        return encode(prompt + answer), len(prompt)
+    prompt = make_prompt_tokens(length - len(answer), needles, template, tokenizer)  # one token per digit and the stop
+    return np.concatenate([prompt, _encode(tokenizer, str(needles[0].key)), _encode(tokenizer, ".")]), len(prompt)
 
 
 PASSKEY_LENGTHS = ("random", "full")
@@ -153,16 +231,20 @@ class PasskeyTraining:
     keys: int = 1
     lengths: str = "random"
     answer_weight: float = 0.0
+    tokenizer: object = None  # None: bytes
 
     @classmethod
-    def plan(cls, train_config, model_config) -> PasskeyTraining:
+    def plan(cls, train_config, model_config, tokenizer=None) -> PasskeyTraining:
         """How a run (its TrainConfig and ModelConfig) trains on passkey examples (fraction 0: not
         at all), after checking that the format fits the train length and that --answer-loss has
         answers to weigh."""
         fraction = 1.0 if train_config.data == "passkey" else parse_mix(train_config.mix)
         if train_config.answer_loss and not fraction:
             raise PoscliError("--answer-loss weighs the answers of passkey examples; add them with --mix passkey:F or --data passkey")
-        plan = cls(fraction, train_config.passkey_template, train_config.passkey_keys, train_config.passkey_lengths, train_config.answer_loss)
+        if fraction:
+            check_tokenizer(tokenizer)
+        plan = cls(fraction, train_config.passkey_template, train_config.passkey_keys, train_config.passkey_lengths, train_config.answer_loss,
+                   None if is_bytes(tokenizer) else tokenizer)
         if fraction and model_config.train_length + 1 < plan.shortest:
             raise PoscliError(f"a {plan.template} passkey example with {plan.keys} key(s) needs a train length of at least "
                               f"{plan.shortest - 1}, got {model_config.train_length}; use a longer --train-length or fewer --passkey-keys")
@@ -171,12 +253,12 @@ class PasskeyTraining:
     @property
     def shortest(self) -> int:
         """The shortest example: the shortest prompt and a five-digit answer with its stop."""
-        return shortest_prompt(self.template, self.keys) + len(f"{MAX_KEY}.")
+        return shortest_prompt_tokens(self.template, self.keys, self.tokenizer) + len(f"{MAX_KEY}.")
 
     def example(self, length: int, rng: random.Random) -> tuple[np.ndarray, int]:
         """An example of at most ``length`` tokens and the index of its answer's first token."""
         size = length if self.lengths == "full" else rng.randint(min(self.shortest, length), length)
-        return training_sequence(size, rng, self.template, self.keys)
+        return training_sequence(size, rng, self.template, self.keys, self.tokenizer)
 
 
 def synthetic_documents(count: int = 300, seed: int = 1234, template: str = "compact", keys: int = 1) -> list[str]:

@@ -15,7 +15,8 @@ import random
 import numpy as np
 
 from poscli.errors import PoscliError
-from poscli.passkey import ANSWER_BUDGET, check_format, draw_needles, make_prompt, shortest_prompt
+from poscli.passkey import ANSWER_BUDGET, check_format, check_tokenizer, draw_needles, make_prompt, make_prompt_tokens, shortest_prompt_tokens
+from poscli.tokenizer import run_tokenizer
 from poscli.stats import wilson_interval
 from poscli.tables import merge_rows, pivot_markdown
 from poscli.tokens import encode
@@ -25,7 +26,6 @@ PASSKEY_COLUMNS = [
     "digit_accuracy", "answer_logprob", "note",
 ]
 EFFECTIVE_THRESHOLD = 0.85  # RULER's effective length: the longest length whose accuracy stays at or above this
-DIGITS = np.frombuffer(b"0123456789", dtype=np.uint8)
 KEY_DIGITS = 5  # keys are 1..50000: at most five digits
 
 
@@ -36,19 +36,23 @@ def run_format(config: dict) -> tuple[str, int]:
     return train.get("passkey_template", "compact"), int(train.get("passkey_keys", 1))
 
 
-def cell_prompts(length: int, depth: float, trials: int, template: str = "compact", keys: int = 1) -> tuple[np.ndarray, list[int]]:
+def cell_prompts(length: int, depth: float, trials: int, template: str = "compact", keys: int = 1, tokenizer=None) -> tuple[np.ndarray, list[int]]:
     """The prompts of one (length, depth) cell, the same for every run (seeded by the cell and the
-    format): ``trials`` prompts of ``length - 6`` tokens and their keys. -> (trials, length - 6) uint8."""
+    format; the same keys and names in any tokenizer): ``trials`` prompts of ``length - 6`` tokens
+    and their keys. -> (trials, length - 6) uint8 (bytes) or int64."""
     rng = random.Random(f"passkey-{template}-{keys}-{length}-{depth}")
     prompts, answers = [], []
     for _ in range(trials):
         needles = draw_needles(rng, depth, keys)
-        prompts.append(encode(make_prompt(length - ANSWER_BUDGET, needles, template)))
+        if tokenizer is None or tokenizer.spec == "bytes":
+            prompts.append(encode(make_prompt(length - ANSWER_BUDGET, needles, template)))
+        else:
+            prompts.append(make_prompt_tokens(length - ANSWER_BUDGET, needles, template, tokenizer))
         answers.append(needles[0].key)
     return np.stack(prompts), answers
 
 
-def score_answers(model, prompts, answers: list[int], device=None) -> dict[str, np.ndarray]:
+def score_answers(model, prompts, answers: list[int], device=None, tokenizer=None) -> dict[str, np.ndarray]:
     """Teacher-forced scores of each prompt's answer. prompts: (B, P) tokens; answers: B keys.
 
     Returns per prompt: ``exact`` (greedy decoding would give the key's digits, then a non-digit),
@@ -60,8 +64,10 @@ def score_answers(model, prompts, answers: list[int], device=None) -> dict[str, 
     prompts = torch.as_tensor(np.asarray(prompts), dtype=torch.long)  # (B, P)
     B, P = prompts.shape
     device = device or next(model.parameters()).device
-    digits = [encode(str(key)) for key in answers]
-    tail = torch.full((B, KEY_DIGITS), int(encode(".")[0]), dtype=torch.long)  # (B, 5): digits, then padding never scored
+    encoder = encode if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.encode  # one token per digit (checked)
+    digits = [encoder(str(key)) for key in answers]
+    digit_ids = encoder("0123456789")
+    tail = torch.full((B, KEY_DIGITS), int(encoder(".")[0]), dtype=torch.long)  # (B, 5): digits, then padding never scored
     for row, key in enumerate(digits):
         tail[row, : len(key)] = torch.from_numpy(key.astype(np.int64))
     with torch.inference_mode():
@@ -72,17 +78,18 @@ def score_answers(model, prompts, answers: list[int], device=None) -> dict[str, 
     for row, key in enumerate(digits):
         n = len(key)
         hits = best[row, :n] == key
-        exact[row] = hits.all() and best[row, n] not in DIGITS
+        exact[row] = hits.all() and best[row, n] not in digit_ids
         digit_accuracy[row] = hits.mean()
         logprob[row] = logprobs[row, torch.arange(n), torch.from_numpy(key.astype(np.int64))].mean().item()
     return {"exact": exact, "digit_accuracy": digit_accuracy, "logprob": logprob}
 
 
-def score_cell(model, length: int, depth: float, trials: int, template: str = "compact", keys: int = 1, device=None) -> dict[str, np.ndarray]:
+def score_cell(model, length: int, depth: float, trials: int, template: str = "compact", keys: int = 1, device=None,
+               tokenizer=None) -> dict[str, np.ndarray]:
     """``score_answers`` of one (length, depth) cell's prompts, in batches of at most 32k tokens."""
-    prompts, answers = cell_prompts(length, depth, trials, template, keys)
+    prompts, answers = cell_prompts(length, depth, trials, template, keys, tokenizer)
     batch = max(1, 32768 // length)  # prompts per forward pass: bounded memory at any length
-    parts = [score_answers(model, prompts[i : i + batch], answers[i : i + batch], device) for i in range(0, trials, batch)]
+    parts = [score_answers(model, prompts[i : i + batch], answers[i : i + batch], device, tokenizer) for i in range(0, trials, batch)]
     return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
@@ -120,15 +127,17 @@ def evaluate_passkey(
         template, run_keys = run_format(config)
         run_keys = keys or run_keys
         check_format(template, run_keys)
+        tokenizer = run_tokenizer(config["train"].get("tokenizer", "bytes"), folder)
+        check_tokenizer(tokenizer)
         run_lengths = lengths or default_lengths(config)
-        shortest = shortest_prompt(template, run_keys) + ANSWER_BUDGET
+        shortest = shortest_prompt_tokens(template, run_keys, tokenizer) + ANSWER_BUDGET
         if min(run_lengths) < shortest:
             raise PoscliError(f"a {template} passkey prompt with {run_keys} key(s) needs at least {shortest} tokens; "
                               f"got length {min(run_lengths)} (run {config['name']}); choose longer --lengths")
-        plans.append((folder, run_lengths, template, run_keys))
+        plans.append((folder, run_lengths, template, run_keys, tokenizer))
 
     rows = []
-    for folder, run_lengths, template, run_keys in plans:
+    for folder, run_lengths, template, run_keys, tokenizer in plans:
         done_before = len(rows)
         model, config = runs.load_model(folder, str(device))
         for length in run_lengths:
@@ -140,7 +149,7 @@ def evaluate_passkey(
                     "length": length, "depth": depth, "trials": trials, "note": "",
                 }
                 try:
-                    scores = score_cell(model, length, depth, trials, template, run_keys, device)
+                    scores = score_cell(model, length, depth, trials, template, run_keys, device, tokenizer)
                     correct = int(scores["exact"].sum())
                     low, high = wilson_interval(correct, trials)
                     row.update(correct=correct, accuracy=correct / trials, ci_low=low, ci_high=high,

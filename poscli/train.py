@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -24,7 +25,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from poscli import encodings, runs
 from poscli.provenance import environment
 from poscli.config import ModelConfig, TrainConfig
-from poscli.data import Corpus, absolute_spec, load_corpus
+from poscli.data import Corpus, CorpusOptions, absolute_spec, load_corpus
+from poscli.prepared import PreparedCorpus, TokenFile
+from poscli.tokenizer import run_tokenizer
 from poscli.evalset import build_eval_set
 from poscli.device import select_device
 from poscli.distributed import Group, check_batch, data_parallel_loss, group_from_environment
@@ -73,10 +76,13 @@ def sample_batch(
     W > 0 the loss adds W times the mean loss of the batch's answer tokens (the key's digits and
     the stop after them) to the mean loss of all tokens, given as per-token weights (None when
     W = 0 or the batch holds no example).
-    stream: (N,) uint8 -> tokens, targets: (B, T) int64, weights: (B, T) float32 or None."""
+    stream: (N,) uint8 or int32 tensor, or a TokenFile -> tokens, targets: (B, T) int64, weights: (B, T) float32 or None."""
     starts = torch.randint(0, len(stream) - length - 1, (batch_size,), generator=generator)  # (B,)
-    index = starts[:, None] + torch.arange(length + 1)[None, :]  # (B, T + 1)
-    window = stream[index]  # (B, T + 1) uint8
+    if isinstance(stream, TokenFile):  # a prepared corpus on disk: read the windows, nothing else
+        window = torch.from_numpy(stream.windows(starts.numpy(), length + 1).astype(np.int64))  # (B, T + 1)
+    else:
+        index = starts[:, None] + torch.arange(length + 1)[None, :]  # (B, T + 1)
+        window = stream[index]  # (B, T + 1) uint8 (bytes) or int32
     answers = torch.zeros(batch_size, length, dtype=torch.bool)  # (B, T): targets that are answer tokens
     if passkey is not None and passkey.fraction > 0:
         chosen = (torch.rand(batch_size, generator=generator) < passkey.fraction).nonzero().flatten().tolist()
@@ -110,12 +116,13 @@ class TrainResult:
     heldout_perplexity: float
     seconds: float
     heldout_length: int = 0
+    heldout_bpb: float | None = None  # bits per UTF-8 byte of the scored text (None: loss / ln 2, byte tokens)
 
     def summary(self) -> str:
         """One line for the console: steps, time and held-out perplexity at the train length."""
         return (f"finished {self.steps} steps in {self.seconds / 60:.1f} min; held-out loss at length {self.heldout_length}: "
                 f"{self.heldout_loss:.4f} nats/token (perplexity {self.heldout_perplexity:.3f}, "
-                f"{self.heldout_loss / math.log(2):.3f} bits/byte)")
+                f"{self.heldout_bpb if self.heldout_bpb is not None else self.heldout_loss / math.log(2):.3f} bits/byte)")
 
 
 def autocast(device: torch.device, dtype: str):
@@ -164,6 +171,27 @@ def make_optimizer(model, train_config: TrainConfig) -> torch.optim.Optimizer:
     )
 
 
+def resolve_tokenizer(train_config: TrainConfig, corpus, parent: Path | None = None):
+    """A new run's tokenizer: its parent's (an extension), a prepared corpus' own, bytes, a BPE
+    trained now on the corpus' training documents (``bpe:N``), or a tokenizer.json (a path)."""
+    from poscli import tokenizer as tokenizers
+
+    if parent is not None:
+        return tokenizers.run_tokenizer(train_config.tokenizer, parent)
+    if isinstance(corpus, PreparedCorpus):
+        own = corpus.load_tokenizer()
+        if train_config.tokenizer not in ("bytes", own.spec):
+            raise PoscliError(f"{corpus.spec} was prepared with --tokenizer {own.spec}; drop --tokenizer {train_config.tokenizer} "
+                              "or prepare the corpus again with it")
+        return own
+    kind, size = tokenizers.parse_spec(train_config.tokenizer)
+    if kind == "bytes":
+        return tokenizers.ByteTokenizer()
+    if kind == "bpe":
+        return tokenizers.train_bpe(corpus.texts(heldout=False), size)
+    return tokenizers.load_file(train_config.tokenizer)
+
+
 def check_corpus_fits(corpus: Corpus, train_length: int, batch_size: int) -> None:
     train_tokens = int(corpus.document_lengths()[~corpus.heldout].sum())
     if train_tokens < train_length + 2:
@@ -207,9 +235,14 @@ def train(
         runs.check_free(name, results, resume=f"poscli {'extend ' + name + ' --resume' if lineage else 'train --resume ' + name}")
     device = _select_device(group, train_config.device)
     train_config = TrainConfig.from_dict({**train_config.to_dict(), "data": absolute_spec(train_config.data)})
-    corpus = load_corpus(train_config.data, train_config.heldout_fraction)
+    corpus = load_corpus(train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config))
+    parent = runs.find_run(lineage["parent"], results) if lineage and lineage.get("parent") else None
+    tokenizer = resolve_tokenizer(train_config, corpus, parent)
+    corpus = corpus.tokenized(tokenizer)
+    train_config = TrainConfig.from_dict({**train_config.to_dict(), "tokenizer": tokenizer.spec})
+    model_config = ModelConfig.from_dict({**model_config.to_dict(), "vocab_size": tokenizer.vocab_size})
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
-    PasskeyTraining.plan(train_config, model_config)  # a bad --mix or a train length too short for passkeys fails now
+    PasskeyTraining.plan(train_config, model_config, tokenizer)  # a bad --mix, a train length too short for passkeys, merged digits: now
     encodings.check_random_positions(model_config, train_config)
     model_config = encodings.resolve_options(model_config)  # config.json records every option
     if train_config.random_positions:  # e.g. a learned table needs a row for every position it may draw
@@ -239,7 +272,8 @@ def train(
         **(lineage or {}),
     }
     if not group.is_main:
-        return _train_loop(run, config, model, optimizer, generator, corpus, device, console, False, group=group)
+        return _train_loop(run, config, model, optimizer, generator, corpus, device, console, False, group=group, tokenizer=tokenizer)
+    tokenizer.save(run)
     runs.write_config(run, config)
     runs.save_checkpoint(run, model, optimizer, generator, step=0, elapsed=0.0)
     console.print(
@@ -247,7 +281,7 @@ def train(
         f"train length {model_config.train_length}, on {device}{f' x {group.world_size} processes' if group.active else ''}; corpus {corpus.spec!r}: "
         f"{config['data']['train_tokens'] / 1e6:.1f}M train / {config['data']['heldout_tokens'] / 1e6:.2f}M held-out tokens"
     )
-    return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress, group=group)
+    return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress, group=group, tokenizer=tokenizer)
 
 
 # Options that may differ when a run is resumed: where it runs and how often it reports, not what it computes.
@@ -289,7 +323,9 @@ def resume(
     checkpoint = None if fresh else runs.load_checkpoint(run)  # a damaged file fails before anything loads
     check_batch(group, train_config.batch_size)
     device = _select_device(group, train_config.device)
-    corpus = load_corpus(train_config.data, train_config.heldout_fraction)
+    corpus = load_corpus(train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config))
+    tokenizer = run_tokenizer(train_config.tokenizer, run)
+    corpus = corpus.tokenized(tokenizer)
     torch.manual_seed(train_config.seed)
     model = GPT(model_config)  # killed before its first checkpoint: the same seed gives the same start
     generator = torch.Generator().manual_seed(train_config.seed)
@@ -308,7 +344,7 @@ def resume(
         runs.write_config(run, config)
         console.print(f"resuming run [bold]{run.name}[/] at step {step} of {train_config.steps} on {device}")
     return _train_loop(run if group.is_main else None, config, model, optimizer, generator, corpus, device, console,
-                       show_progress and group.is_main, start_step=step, elapsed_before=elapsed, group=group)
+                       show_progress and group.is_main, start_step=step, elapsed_before=elapsed, group=group, tokenizer=tokenizer)
 
 
 def _select_device(group: Group, requested: str) -> torch.device:
@@ -371,6 +407,7 @@ class _StopRequest:
 def _train_loop(
     run: Path, config: dict, model, optimizer, generator: torch.Generator, corpus: Corpus, device: torch.device,
     console: Console, show_progress: bool, start_step: int = 0, elapsed_before: float = 0.0, group: Group = Group(),
+    tokenizer=None,
 ) -> TrainResult | None:
     """The steps from ``start_step`` to the end. Every process of a data-parallel group runs it;
     only rank 0 (the one with a ``run`` folder) writes, logs and evaluates."""
@@ -378,8 +415,10 @@ def _train_loop(
     loss_fn = data_parallel_loss(model, group)
     model_config = ModelConfig.from_dict(config["model"])
     train_config = TrainConfig.from_dict(config["train"])
-    passkey = PasskeyTraining.plan(train_config, model_config)
-    stream = torch.from_numpy(corpus.train_tokens())  # (N_train,) uint8
+    passkey = PasskeyTraining.plan(train_config, model_config, tokenizer)
+    stream = corpus.train_tokens()  # (N_train,) uint8 or wider; a TokenFile for a prepared corpus
+    if not isinstance(stream, TokenFile):
+        stream = torch.from_numpy(stream if stream.dtype == np.uint8 else stream.astype(np.int32))
     tokens_per_step = train_config.batch_size * model_config.train_length
     budget_seconds = train_config.minutes * 60 if train_config.minutes else None
     start = time.perf_counter() - elapsed_before
@@ -468,7 +507,8 @@ def _train_loop(
         return None
     checkpoint("evaluating")
     model.eval()
-    eval_set = build_eval_set(corpus, model_config.train_length, train_config.eval_tokens)
+    token_bytes = None if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.token_bytes()
+    eval_set = build_eval_set(corpus, model_config.train_length, train_config.eval_tokens, token_bytes=token_bytes)
     heldout = perplexity(model, eval_set, model_config.train_length, device)
     heldout = {key: heldout[key] for key in ("loss", "ppl", "ci_low", "ci_high", "bpb", "windows", "spans", "documents", "tokens")}
     config.update(
@@ -482,4 +522,4 @@ def _train_loop(
         config.pop("tokens_per_s")
     runs.write_config(run, config)
     return TrainResult(run=run, steps=step, heldout_loss=heldout["loss"], heldout_perplexity=heldout["ppl"], seconds=seconds,
-                       heldout_length=model_config.train_length)
+                       heldout_length=model_config.train_length, heldout_bpb=heldout["bpb"])

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -54,6 +55,10 @@ def test_eval_writes_long_csv_and_markdown_pivot_and_keeps_earlier_rows(trained)
     assert set(table["length"]) == {32, 128}
     assert (table["ppl"] > 1).all() and (table["tokens"] > 0).all()
     assert (table["bpb"] - table["loss"] / 0.6931471805599453).abs().max() < 1e-9
+    # bytes are the tokens: the per-byte interval is the perplexity interval in log2
+    scored = table[table["tokens"] > 0]
+    assert (scored["bytes"] == scored["tokens"]).all()
+    assert (scored["bpb_low"] - np.log2(scored["ci_low"])).abs().max() < 1e-9 and (scored["bpb_high"] - np.log2(scored["ci_high"])).abs().max() < 1e-9
     assert set(table["mode"]) == {"nonoverlapping"} and set(table[table["run"] == "alibi"]["train_length"]) == {32}
 
     second = poscli("eval", "learned", "--lengths", "32,128", "--results", str(results), "--quiet")

@@ -84,13 +84,14 @@ def test_hub_corpus_uses_the_text_column_of_the_train_split(monkeypatch):
 
     calls = []
 
-    def fake_load_dataset(name, config=None, split=None):
-        calls.append((name, config, split))
+    def fake_load_dataset(name, config=None, split=None, streaming=False):
+        calls.append((name, config, split, streaming))
         return datasets.Dataset.from_dict({"id": [1, 2, 3], "body": ["first doc " * 50, "", "second doc " * 80]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr("poscli.sources.hub_reachable", lambda: True)  # as for a user who is online
     corpus = load_corpus("hf:someone/corpus:small")
-    assert calls == [("someone/corpus", "small", "train")]
+    assert calls == [("someone/corpus", "small", "train", False)]
     assert corpus.num_documents == 2  # the empty row is dropped
     assert data.decode(corpus.document(0)).startswith("first doc") or data.decode(corpus.document(1)).startswith("first doc")
 
@@ -102,6 +103,7 @@ def test_hub_corpus_offline_is_an_environment_failure(monkeypatch):
         raise ConnectionError("Couldn't reach the Hugging Face Hub\nmore detail")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setattr("poscli.sources.hub_reachable", lambda: True)  # the probe answered, the load did not
     with pytest.raises(PoscliError, match="could not load hf:wikitext:wikitext-2-raw-v1 .*Couldn't reach") as error:
         load_corpus("hf:wikitext:wikitext-2-raw-v1")
     assert error.value.exit_code == 1
