@@ -309,8 +309,9 @@ def extend(
     finetune_length: Annotated[Optional[int], typer.Option("--finetune-length", parser=_length, metavar="LENGTH", help="Fine-tuning sequence length (default: min(target, 4 x train length)).")] = None,
     lr: Annotated[float, typer.Option(metavar="LR", help="Fine-tuning peak learning rate.")] = 3e-4,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", metavar="N", help="Sequences per step (default: the parent's tokens per step).")] = None,
-    beta_fast: Annotated[Optional[float], typer.Option("--beta-fast", metavar="X", help="yarn: rotations above which dimensions extrapolate (default 32).")] = None,
-    beta_slow: Annotated[Optional[float], typer.Option("--beta-slow", metavar="X", help="yarn: rotations below which dimensions interpolate (default 1).")] = None,
+    beta_fast: Annotated[Optional[float], typer.Option("--beta-fast", metavar="X", help="yarn, ntk-by-parts: rotations above which dimensions extrapolate (default 32).")] = None,
+    beta_slow: Annotated[Optional[float], typer.Option("--beta-slow", metavar="X", help="yarn, ntk-by-parts: rotations below which dimensions interpolate (default 1).")] = None,
+    attention_factor: Annotated[Optional[float], typer.Option("--attention-factor", metavar="X", help="yarn: the scale on q and k, replacing 0.1 ln(s) + 1.")] = None,
     low_freq_factor: Annotated[Optional[float], typer.Option("--low-freq-factor", metavar="X", help="llama3: default 1.")] = None,
     high_freq_factor: Annotated[Optional[float], typer.Option("--high-freq-factor", metavar="X", help="llama3: default 4.")] = None,
     rope_base: Annotated[Optional[float], typer.Option("--rope-base", metavar="B", help="base: the new RoPE base, e.g. 500000.")] = None,
@@ -332,7 +333,7 @@ def extend(
         return
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
-    given = {"beta_fast": beta_fast, "beta_slow": beta_slow, "low_freq_factor": low_freq_factor,
+    given = {"beta_fast": beta_fast, "beta_slow": beta_slow, "attention_factor": attention_factor, "low_freq_factor": low_freq_factor,
              "high_freq_factor": high_freq_factor, "rope_base": rope_base}
     from poscli.runs import find_run
 

@@ -88,14 +88,16 @@ def yarn_attention_scale(factor: float) -> float:
     return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
-@register(
-    "yarn",
-    "YaRN: NTK-by-parts ramp between interpolation and extrapolation, plus attention temperature",
-    "Peng et al., 2023",
-    beta_fast=32.0,
-    beta_slow=1.0,
-)
-def _yarn(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0):
+def ntk_by_parts_inv_freq(head_dim: int, base: float, factor: float, original_length: int,
+                          beta_fast: float, beta_slow: float) -> Tensor:
+    """The "NTK-by-parts" frequencies of Peng et al. (2023, section 3.2, eq. 17-18). (d/2,)
+
+    r_i = L / lambda_i is the number of rotations dimension i makes over the original length L.
+    Dimensions with r_i > beta_fast keep their trained frequency (extrapolate), those with
+    r_i < beta_slow are divided by s (interpolate), and a linear ramp in i blends between them:
+    the ramp's ends are the dimensions where r = beta_fast and r = beta_slow, floored and ceiled
+    as transformers' ``_compute_yarn_parameters`` does.
+    """
     def correction_dim(rotations: float) -> float:
         # the dimension whose wavelength makes `rotations` turns over the original length
         return head_dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(base))
@@ -107,8 +109,34 @@ def _yarn(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # (d/2,)
     extrapolation_weight = 1 - ramp  # 1: keep the trained frequency (high frequencies), 0: interpolate
     inv_freq = default_inv_freq(head_dim, base)
-    inv_freq = (inv_freq / factor) * (1 - extrapolation_weight) + inv_freq * extrapolation_weight
-    return inv_freq, yarn_attention_scale(factor)
+    return (inv_freq / factor) * (1 - extrapolation_weight) + inv_freq * extrapolation_weight
+
+
+@register(
+    "yarn",
+    "YaRN: NTK-by-parts ramp between interpolation and extrapolation, plus attention temperature",
+    "Peng et al., 2023",
+    beta_fast=32.0,
+    beta_slow=1.0,
+    attention_factor=0.0,
+)
+def _yarn(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0, attention_factor=0.0):
+    """NTK-by-parts frequencies and the temperature sqrt(1/t) = 0.1 ln s + 1 on q and k (eq. 22);
+    ``attention_factor`` > 0 replaces the temperature (transformers' ``attention_factor``): the
+    paper's constants were fitted on LLaMA with a 4096-token original length."""
+    scale = attention_factor if attention_factor > 0 else yarn_attention_scale(factor)
+    return ntk_by_parts_inv_freq(head_dim, base, factor, original_length, beta_fast, beta_slow), scale
+
+
+@register(
+    "ntk-by-parts",
+    "NTK-by-parts: YaRN's ramp between interpolation and extrapolation, without its temperature",
+    "Peng et al., 2023 (section 3.2)",
+    beta_fast=32.0,
+    beta_slow=1.0,
+)
+def _ntk_by_parts(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0):
+    return ntk_by_parts_inv_freq(head_dim, base, factor, original_length, beta_fast, beta_slow), 1.0
 
 
 @register(
@@ -175,13 +203,14 @@ def rope_parameters(
     """RoPE inverse frequencies (d/2,) float32 and the attention scale for ``method``.
 
     Args:
-        method: one of ``method_names()``: default, pi, ntk, dynamic-ntk, yarn, llama3, base.
+        method: one of ``method_names()``: default, pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, base.
         head_dim: rotary dimensions d (even).
         base: the base the model was trained with.
         factor: scale factor s = target length / original length (>= 1).
         original_length: L, the length the model was trained at.
         seq_len: the length being run; only ``dynamic-ntk`` uses it.
-        options: the method's own options (``beta_fast``/``beta_slow`` for yarn,
+        options: the method's own options (``beta_fast``/``beta_slow`` for yarn and ntk-by-parts,
+            ``attention_factor`` for yarn,
             ``low_freq_factor``/``high_freq_factor`` for llama3, ``rope_base`` for base).
     """
     if head_dim < 4 or head_dim % 2:

@@ -81,7 +81,7 @@ def test_dynamic_ntk_run_evaluates_at_several_lengths(rope_run):
 
 
 EXTEND_ERRORS = [
-    (["rope", "--method", "longrope", "--target", "1k"], "does not apply to --pe rope; for run 'rope' use: pi, ntk, dynamic-ntk, yarn, llama3, base"),
+    (["rope", "--method", "no-such-method", "--target", "1k"], "does not apply to --pe rope; for run 'rope' use: pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, base"),
     (["sinusoidal", "--method", "yarn", "--target", "1k"], "--method yarn does not apply to --pe sinusoidal; for run 'sinusoidal' use: pi"),
     (["learned", "--method", "pi", "--target", "1k"], "--method pi does not apply to --pe learned; for run 'learned' use: interpolate"),
     (["learned", "--method", "interpolate", "--target", "1k", "--beta-fast", "4"], "takes no options"),
