@@ -333,8 +333,10 @@ def extend(
     finetune_length: Annotated[Optional[int], typer.Option("--finetune-length", parser=_length, metavar="LENGTH", help="Fine-tuning sequence length (default: min(target, 4 x train length)).")] = None,
     lr: Annotated[float, typer.Option(metavar="LR", help="Fine-tuning peak learning rate.")] = 3e-4,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", metavar="N", help="Sequences per step (default: the parent's tokens per step).")] = None,
-    beta_fast: Annotated[Optional[float], typer.Option("--beta-fast", metavar="X", help="yarn: rotations above which dimensions extrapolate (default 32).")] = None,
-    beta_slow: Annotated[Optional[float], typer.Option("--beta-slow", metavar="X", help="yarn: rotations below which dimensions interpolate (default 1).")] = None,
+    beta_fast: Annotated[Optional[float], typer.Option("--beta-fast", metavar="X", help="yarn, ntk-by-parts: rotations above which dimensions extrapolate (default 32).")] = None,
+    beta_slow: Annotated[Optional[float], typer.Option("--beta-slow", metavar="X", help="yarn, ntk-by-parts: rotations below which dimensions interpolate (default 1).")] = None,
+    attention_factor: Annotated[Optional[float], typer.Option("--attention-factor", metavar="X", help="yarn, longrope: the scale on q and k, replacing 0.1 ln(s) + 1 (yarn) or sqrt(1 + ln s / ln L) (longrope).")] = None,
+    factors: Annotated[Optional[Path], typer.Option("--factors", metavar="FILE", help='longrope: a JSON file {"long_factor": [...], "short_factor": [...]}, one factor per frequency.')] = None,
     low_freq_factor: Annotated[Optional[float], typer.Option("--low-freq-factor", metavar="X", help="llama3: default 1.")] = None,
     high_freq_factor: Annotated[Optional[float], typer.Option("--high-freq-factor", metavar="X", help="llama3: default 4.")] = None,
     rope_base: Annotated[Optional[float], typer.Option("--rope-base", metavar="B", help="base: the new RoPE base, e.g. 500000.")] = None,
@@ -356,8 +358,12 @@ def extend(
         return
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
-    given = {"beta_fast": beta_fast, "beta_slow": beta_slow, "low_freq_factor": low_freq_factor,
+    given = {"beta_fast": beta_fast, "beta_slow": beta_slow, "attention_factor": attention_factor, "low_freq_factor": low_freq_factor,
              "high_freq_factor": high_freq_factor, "rope_base": rope_base}
+    if factors is not None:
+        from poscli.scaling import read_factors
+
+        given.update(read_factors(factors))
     from poscli.runs import find_run
 
     find_run(run, results)  # a missing run fails before torch is imported

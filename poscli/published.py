@@ -281,9 +281,11 @@ def yarn2023_passkey(summary, meta: dict) -> str:
         f"{YARN_PASSKEY_NAMES[m]} {YARN_PASSKEY[m][length]:.2f}" for m in sorted(YARN_PASSKEY, key=lambda m: -YARN_PASSKEY[m][length]))
     lines += ["", f"Published order at 4x (16k): {published_order(16384)}; at 8x, the target (32k): {published_order(32768)}.", "",
               "poscli: exact match over every depth, mean over seeds with its 95% interval; `>` where neighbouring intervals "
-              "separate, `≈` where they overlap (tied). NTK-by-parts is not a poscli method yet.", ""]
+              "separate, `≈` where they overlap (tied).", ""]
 
     extensions = {group: options for group, options in meta.items() if "method" in options and group in set(summary["group"])}
+    if "ntk-by-parts" not in {options["method"] for options in extensions.values()}:
+        lines[-2] = lines[-2].replace("(tied).", "(tied). NTK-by-parts was not run here (`--method ntk-by-parts`).")
     bases = [g for g, o in meta.items() if "method" not in o and g in set(summary["group"])]
     base_rows = summary[summary["group"].isin(bases)]
     train_length = int(base_rows["train_length"].min()) if len(base_rows) else 0  # the base's, not a fine-tuning length

@@ -33,7 +33,7 @@ RopeRecipe = Callable[..., tuple[Tensor, float]]
 class Method:
     name: str
     recipe: RopeRecipe
-    options: dict[str, float]  # option name -> default
+    options: dict[str, float | tuple]  # option name -> default (a tuple: one value per frequency)
     description: str
     citation: str
     per_length: bool = False  # True: the frequencies depend on the length being run, recomputed per forward
@@ -88,14 +88,16 @@ def yarn_attention_scale(factor: float) -> float:
     return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
-@register(
-    "yarn",
-    "YaRN: NTK-by-parts ramp between interpolation and extrapolation, plus attention temperature",
-    "Peng et al., 2023",
-    beta_fast=32.0,
-    beta_slow=1.0,
-)
-def _yarn(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0):
+def ntk_by_parts_inv_freq(head_dim: int, base: float, factor: float, original_length: int,
+                          beta_fast: float, beta_slow: float) -> Tensor:
+    """The "NTK-by-parts" frequencies of Peng et al. (2023, section 3.2, eq. 17-18). (d/2,)
+
+    r_i = L / lambda_i is the number of rotations dimension i makes over the original length L.
+    Dimensions with r_i > beta_fast keep their trained frequency (extrapolate), those with
+    r_i < beta_slow are divided by s (interpolate), and a linear ramp in i blends between them:
+    the ramp's ends are the dimensions where r = beta_fast and r = beta_slow, floored and ceiled
+    as transformers' ``_compute_yarn_parameters`` does.
+    """
     def correction_dim(rotations: float) -> float:
         # the dimension whose wavelength makes `rotations` turns over the original length
         return head_dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(base))
@@ -107,8 +109,34 @@ def _yarn(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # (d/2,)
     extrapolation_weight = 1 - ramp  # 1: keep the trained frequency (high frequencies), 0: interpolate
     inv_freq = default_inv_freq(head_dim, base)
-    inv_freq = (inv_freq / factor) * (1 - extrapolation_weight) + inv_freq * extrapolation_weight
-    return inv_freq, yarn_attention_scale(factor)
+    return (inv_freq / factor) * (1 - extrapolation_weight) + inv_freq * extrapolation_weight
+
+
+@register(
+    "yarn",
+    "YaRN: NTK-by-parts ramp between interpolation and extrapolation, plus attention temperature",
+    "Peng et al., 2023",
+    beta_fast=32.0,
+    beta_slow=1.0,
+    attention_factor=0.0,
+)
+def _yarn(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0, attention_factor=0.0):
+    """NTK-by-parts frequencies and the temperature sqrt(1/t) = 0.1 ln s + 1 on q and k (eq. 22);
+    ``attention_factor`` > 0 replaces the temperature (transformers' ``attention_factor``): the
+    paper's constants were fitted on LLaMA with a 4096-token original length."""
+    scale = attention_factor if attention_factor > 0 else yarn_attention_scale(factor)
+    return ntk_by_parts_inv_freq(head_dim, base, factor, original_length, beta_fast, beta_slow), scale
+
+
+@register(
+    "ntk-by-parts",
+    "NTK-by-parts: YaRN's ramp between interpolation and extrapolation, without its temperature",
+    "Peng et al., 2023 (section 3.2)",
+    beta_fast=32.0,
+    beta_slow=1.0,
+)
+def _ntk_by_parts(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0):
+    return ntk_by_parts_inv_freq(head_dim, base, factor, original_length, beta_fast, beta_slow), 1.0
 
 
 @register(
@@ -130,6 +158,41 @@ def _llama3(head_dim, base, factor, original_length, seq_len, low_freq_factor=1.
     return torch.where(medium, blended, scaled), 1.0
 
 
+def longrope_attention_scale(factor: float, original_length: int) -> float:
+    """LongRoPE's attention factor sqrt(1 + ln s / ln L) for s > 1 (Ding et al., 2024), as
+    transformers' ``_compute_longrope_parameters`` sets it."""
+    return math.sqrt(1 + math.log(factor) / math.log(original_length)) if factor > 1 else 1.0
+
+
+@register(
+    "longrope",
+    "LongRoPE: a searched rescale factor per frequency, long and short sets, attention factor sqrt(1 + ln s / ln L)",
+    "Ding et al., 2024",
+    per_length=True,
+    long_factor=(),
+    short_factor=(),
+    attention_factor=0.0,
+)
+def _longrope(head_dim, base, factor, original_length, seq_len, long_factor=(), short_factor=(), attention_factor=0.0):
+    """inv_freq_i = 1 / (lambda_i * b^(2i/d)) with lambda the long factors when the length run
+    exceeds L and the short ones otherwise (all 1, the trained frequencies, when not given), as
+    transformers' ``_compute_longrope_parameters``; ``attention_factor`` > 0 replaces the default."""
+    half = head_dim // 2
+    if len(long_factor) != half:
+        raise PoscliError(f"--method longrope needs {half} long factors (one per frequency, d/2 = {half}), got {len(long_factor)}: "
+                          'give --factors FILE, a JSON file {"long_factor": [...], "short_factor": [...]}')
+    if short_factor and len(short_factor) != half:
+        raise PoscliError(f"--method longrope needs {half} short factors (or none), got {len(short_factor)}")
+    chosen = long_factor if seq_len is not None and seq_len > original_length else (short_factor or (1.0,) * half)
+    rescale = torch.tensor([float(value) for value in chosen], dtype=torch.float64)  # (d/2,)
+    if not bool((rescale > 0).all()):
+        raise PoscliError("--method longrope: every rescale factor must be positive")
+    exponent = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # (d/2,)
+    inv_freq = (1.0 / (rescale * base**exponent)).to(torch.float32)
+    scale = attention_factor if attention_factor > 0 else longrope_attention_scale(factor, original_length)
+    return inv_freq, scale
+
+
 @register(
     "base",
     "base change: new base given by --rope-base (Llama 3 trains at 500000; Code Llama moved 10000 to 1e6)",
@@ -140,6 +203,24 @@ def _base(head_dim, base, factor, original_length, seq_len, rope_base=0.0):
     if rope_base <= 1:
         raise PoscliError("--method base needs the new base: add e.g. --rope-base 500000")
     return default_inv_freq(head_dim, rope_base), 1.0
+
+
+def read_factors(path) -> dict[str, tuple[float, ...]]:
+    """LongRoPE's rescale factors from a JSON file: {"long_factor": [...], "short_factor": [...]}
+    (short optional), as transformers' ``rope_scaling`` holds them."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise PoscliError(f"--factors {path}: cannot read it as JSON ({error})") from None
+    if not isinstance(data, dict) or "long_factor" not in data or set(data) - {"long_factor", "short_factor"}:
+        raise PoscliError(f'--factors {path}: expected {{"long_factor": [...], "short_factor": [...]}} (short optional)')
+    try:
+        return {key: tuple(float(value) for value in values) for key, values in data.items()}
+    except (TypeError, ValueError):
+        raise PoscliError(f"--factors {path}: every factor must be a number") from None
 
 
 def method_names() -> list[str]:
@@ -175,13 +256,14 @@ def rope_parameters(
     """RoPE inverse frequencies (d/2,) float32 and the attention scale for ``method``.
 
     Args:
-        method: one of ``method_names()``: default, pi, ntk, dynamic-ntk, yarn, llama3, base.
+        method: one of ``method_names()``: default, pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, longrope, base.
         head_dim: rotary dimensions d (even).
         base: the base the model was trained with.
         factor: scale factor s = target length / original length (>= 1).
         original_length: L, the length the model was trained at.
-        seq_len: the length being run; only ``dynamic-ntk`` uses it.
-        options: the method's own options (``beta_fast``/``beta_slow`` for yarn,
+        seq_len: the length being run; ``dynamic-ntk`` and ``longrope`` use it.
+        options: the method's own options (``beta_fast``/``beta_slow`` for yarn and ntk-by-parts,
+            ``attention_factor`` for yarn and longrope, ``long_factor``/``short_factor`` for longrope,
             ``low_freq_factor``/``high_freq_factor`` for llama3, ``rope_base`` for base).
     """
     if head_dim < 4 or head_dim % 2:

@@ -47,7 +47,7 @@ def test_extend_records_parent_method_factor_options_and_finetuning(rope_run):
     assert config["parent"] == "rope" and config["status"] == "finished" and config["steps_done"] == 3
     extension = config["extension"]
     assert extension["method"] == "yarn" and extension["factor"] == 8 and extension["target"] == 256
-    assert extension["options"] == {"beta_fast": 16.0, "beta_slow": 1.0}
+    assert extension["options"] == {"beta_fast": 16.0, "beta_slow": 1.0, "attention_factor": 0.0}  # 0: the paper's 0.1 ln s + 1
     assert extension["finetune"]["steps"] == 3 and extension["finetune"]["length"] == 128  # min(target, 4 x 32)
     assert config["model"]["rope_scaling"]["method"] == "yarn" and config["model"]["train_length"] == 128
     assert config["label"] == "rope +yarn x8, 3 steps at 128"
@@ -80,14 +80,34 @@ def test_dynamic_ntk_run_evaluates_at_several_lengths(rope_run):
     assert len(table) == 3 and table["ppl"].notna().all()
 
 
+def test_longrope_run_reads_its_factors_and_switches_sets_at_the_train_length(rope_run, tmp_path):
+    """--factors FILE carries the searched factors into the run; evaluation below and above the
+    original length uses the short and the long set (Ding et al., 2024)."""
+    import json
+
+    model = json.loads((rope_run / "runs" / "rope" / "config.json").read_text())["model"]
+    half = model["d_model"] // model["n_head"] // 2  # one factor per rotary frequency
+    factors = tmp_path / "factors.json"
+    factors.write_text(json.dumps({"long_factor": [1.0 + i for i in range(half)], "short_factor": [1.0] * half}))
+    done = poscli("extend", "rope", "--method", "longrope", "--target", "128", "--factors", str(factors), "--steps", "0",
+                  "--name", "rope-longrope", "--results", str(rope_run), "--quiet")
+    assert done.returncode == 0, done.stderr
+    extension = json.loads((rope_run / "runs" / "rope-longrope" / "config.json").read_text())["extension"]
+    assert extension["method"] == "longrope" and extension["options"]["long_factor"] == [1.0 + i for i in range(half)]
+    evaluated = poscli("eval", "rope-longrope", "--lengths", "32,128", "--results", str(rope_run), "--quiet", "--no-reference", "--table", "lr")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert pd.read_csv(rope_run / "lr.csv")["ppl"].notna().all()
+
+
 EXTEND_ERRORS = [
-    (["rope", "--method", "longrope", "--target", "1k"], "does not apply to --pe rope; for run 'rope' use: pi, ntk, dynamic-ntk, yarn, llama3, base"),
+    (["rope", "--method", "no-such-method", "--target", "1k"], "does not apply to --pe rope; for run 'rope' use: pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, longrope, base"),
     (["sinusoidal", "--method", "yarn", "--target", "1k"], "--method yarn does not apply to --pe sinusoidal; for run 'sinusoidal' use: pi"),
     (["learned", "--method", "pi", "--target", "1k"], "--method pi does not apply to --pe learned; for run 'learned' use: interpolate"),
     (["learned", "--method", "interpolate", "--target", "1k", "--beta-fast", "4"], "takes no options"),
     (["rope", "--method", "yarn", "--target", "16"], "is not longer than the run's train length 32"),
     (["rope", "--method", "pi", "--target", "1k", "--beta-fast", "8"], "--method pi does not take --beta-fast"),
     (["rope", "--method", "base", "--target", "1k", "--steps", "0"], "add e.g. --rope-base 500000"),
+    (["rope", "--method", "longrope", "--target", "1k", "--steps", "0"], "needs 4 long factors"),
     (["rope", "--method", "yarn", "--target", "1k", "--factor", "0.5"], "--factor must be at least 1"),
     (["nope", "--method", "yarn", "--target", "1k"], "no run named 'nope'"),
     (["rope-pi0", "--method", "yarn", "--target", "1k"], "is already extended"),

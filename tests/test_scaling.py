@@ -24,9 +24,9 @@ def close(tensor, values, rel=1e-5):
 
 
 def test_every_method_has_the_same_signature_and_returns_frequencies_and_a_scale():
-    assert set(scaling.method_names()) == {"default", "pi", "ntk", "dynamic-ntk", "yarn", "llama3", "base"}
+    assert set(scaling.method_names()) == {"default", "pi", "ntk", "dynamic-ntk", "yarn", "ntk-by-parts", "llama3", "longrope", "base"}
     for method in scaling.method_names():
-        options = {"rope_base": 500000.0} if method == "base" else {}
+        options = {"base": {"rope_base": 500000.0}, "longrope": {"long_factor": (2.0,) * (D // 2)}}.get(method, {})
         inv_freq, attention_scale = rope_parameters(method, D, BASE, 8.0, L, seq_len=2048, **options)
         assert inv_freq.shape == (D // 2,) and torch.isfinite(inv_freq).all() and (inv_freq > 0).all()
         assert isinstance(attention_scale, float)
@@ -92,6 +92,57 @@ def test_yarn_matches_the_ntk_by_parts_formula_and_temperature(s):
     assert inv_freq[-1].item() == pytest.approx(original[-1] / s, rel=1e-5)
 
 
+@pytest.mark.parametrize("s", [2.0, 8.0, 128.0])
+def test_ntk_by_parts_is_yarn_without_its_temperature(s):
+    """Peng et al. (2023), section 3.2: the ramp of eq. 17-18 alone; the temperature is YaRN's addition."""
+    inv_freq, scale = rope_parameters("ntk-by-parts", D, BASE, s, L)
+    close(inv_freq, yarn_by_hand(s)[0])
+    assert scale == 1.0
+    moved, _ = rope_parameters("ntk-by-parts", D, BASE, s, L, beta_fast=4, beta_slow=0.5)
+    close(moved, yarn_by_hand(s, beta_fast=4, beta_slow=0.5)[0])
+
+
+def test_yarn_attention_factor_replaces_the_temperature_and_leaves_the_frequencies():
+    """transformers' ``attention_factor``: given, it is the scale on q and k; absent, 0.1 ln s + 1."""
+    plain, plain_scale = rope_parameters("yarn", D, BASE, 16.0, L)
+    given, given_scale = rope_parameters("yarn", D, BASE, 16.0, L, attention_factor=1.0)
+    assert plain_scale == pytest.approx(0.1 * math.log(16) + 1) and given_scale == 1.0
+    assert torch.equal(plain, given)
+    assert rope_parameters("yarn", D, BASE, 16.0, L, attention_factor=1.5)[1] == 1.5
+
+
+def longrope_by_hand(ext, base=BASE, d=D):
+    """transformers' _compute_longrope_parameters: inv_freq = 1 / (ext_factors * base^(2i/d))."""
+    return [1.0 / (e * base ** (2 * i / d)) for i, e in enumerate(ext)]
+
+
+@pytest.mark.parametrize("s", [4.0, 16.0])
+def test_longrope_matches_the_transformers_formula_and_switches_sets_at_the_original_length(s):
+    long = [1.0 + 0.37 * i for i in range(D // 2)]
+    short = [1.0 + 0.01 * i for i in range(D // 2)]
+    for seq_len, expected in ((None, short), (L, short), (L + 1, long), (int(s * L), long)):
+        inv_freq, scale = rope_parameters("longrope", D, BASE, s, L, seq_len=seq_len, long_factor=long, short_factor=short)
+        close(inv_freq, longrope_by_hand(expected), rel=1e-6)
+        assert scale == pytest.approx(math.sqrt(1 + math.log(s) / math.log(L)))  # the paper's attention factor
+    assert rope_parameters("longrope", D, BASE, s, L, seq_len=L, long_factor=long)[0].tolist() == pytest.approx(by_hand_inv_freq(), rel=1e-6)
+    assert rope_parameters("longrope", D, BASE, s, L, long_factor=long, attention_factor=1.25)[1] == 1.25
+
+
+def test_longrope_factors_are_checked_and_read_from_a_file(tmp_path):
+    with pytest.raises(PoscliError, match="needs 16 long factors"):
+        rope_parameters("longrope", D, BASE, 4.0, L)
+    with pytest.raises(PoscliError, match="positive"):
+        rope_parameters("longrope", D, BASE, 4.0, L, seq_len=4 * L, long_factor=[0.0] * (D // 2))
+    good = tmp_path / "factors.json"
+    good.write_text('{"long_factor": [1, 2.5], "short_factor": [1, 1]}')
+    assert scaling.read_factors(good) == {"long_factor": (1.0, 2.5), "short_factor": (1.0, 1.0)}
+    for text, message in (("{", "cannot read it as JSON"), ('{"short_factor": [1]}', "expected"), ('{"long_factor": ["x"]}', "must be a number")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(PoscliError, match=message):
+            scaling.read_factors(bad)
+
+
 def test_yarn_options_move_the_ramp():
     a, _ = rope_parameters("yarn", D, BASE, 8.0, L, beta_fast=32, beta_slow=1)
     b, _ = rope_parameters("yarn", D, BASE, 8.0, L, beta_fast=4, beta_slow=0.5)
@@ -123,15 +174,15 @@ def test_base_change_uses_the_new_base_and_requires_it():
 
 
 def test_factor_one_changes_nothing_for_the_scaling_methods():
-    for method in ("pi", "ntk", "yarn", "llama3"):
+    for method in ("pi", "ntk", "yarn", "ntk-by-parts", "llama3"):
         inv_freq, scale = rope_parameters(method, D, BASE, 1.0, L, seq_len=4 * L)
         close(inv_freq, by_hand_inv_freq())
         assert scale == 1.0
 
 
 def test_unknown_method_and_foreign_options_are_clear_errors():
-    with pytest.raises(PoscliError, match="choose one of: default, pi, ntk, dynamic-ntk, yarn, llama3, base"):
-        rope_parameters("longrope", D, BASE, 2.0, L)
+    with pytest.raises(PoscliError, match="choose one of: default, pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, longrope, base"):
+        rope_parameters("no-such-method", D, BASE, 2.0, L)
     with pytest.raises(PoscliError, match="--method pi does not take --beta-fast"):
         rope_parameters("pi", D, BASE, 2.0, L, beta_fast=32)
 
