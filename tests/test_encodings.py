@@ -128,7 +128,8 @@ def test_each_declared_extension_method_gives_a_model_that_runs_at_its_target(pe
     weights = GPT(config).state_dict()
     target = 4 * config.train_length
     for method in methods:
-        options = cls.check_extension_options(method, {"rope_base": 40000.0} if method == "base" else {})
+        needed = {"base": {"rope_base": 40000.0}, "longrope": {"long_factor": (4.0,) * (config.head_dim // 2)}}  # options without defaults
+        options = cls.check_extension_options(method, needed.get(method, {}))
         changed = dict(weights)
         changes = cls.extended_config(config, method, 4.0, target, options, changed)
         model = GPT(type(config).from_dict({**config.to_dict(), **changes})).eval()
