@@ -124,7 +124,7 @@ def _yarn(head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta
     """NTK-by-parts frequencies and the temperature sqrt(1/t) = 0.1 ln s + 1 on q and k (eq. 22);
     ``attention_factor`` > 0 replaces the temperature (transformers' ``attention_factor``): the
     paper's constants were fitted on LLaMA with a 4096-token original length."""
-    scale = attention_factor if attention_factor > 0 else yarn_attention_scale(factor)
+    scale = chosen_attention_scale(attention_factor, yarn_attention_scale(factor))
     return ntk_by_parts_inv_freq(head_dim, base, factor, original_length, beta_fast, beta_slow), scale
 
 
@@ -158,6 +158,13 @@ def _llama3(head_dim, base, factor, original_length, seq_len, low_freq_factor=1.
     return torch.where(medium, blended, scaled), 1.0
 
 
+def chosen_attention_scale(attention_factor: float, default: float) -> float:
+    """``--attention-factor``: 0 (unset) keeps the method's own scale; a positive value replaces it."""
+    if attention_factor < 0:
+        raise PoscliError(f"--attention-factor {attention_factor:g}: give a positive scale, e.g. 1.0 (or leave it out)")
+    return attention_factor if attention_factor > 0 else default
+
+
 def longrope_attention_scale(factor: float, original_length: int) -> float:
     """LongRoPE's attention factor sqrt(1 + ln s / ln L) for s > 1 (Ding et al., 2024), as
     transformers' ``_compute_longrope_parameters`` sets it."""
@@ -189,7 +196,7 @@ def _longrope(head_dim, base, factor, original_length, seq_len, long_factor=(), 
         raise PoscliError("--method longrope: every rescale factor must be positive")
     exponent = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # (d/2,)
     inv_freq = (1.0 / (rescale * base**exponent)).to(torch.float32)
-    scale = attention_factor if attention_factor > 0 else longrope_attention_scale(factor, original_length)
+    scale = chosen_attention_scale(attention_factor, longrope_attention_scale(factor, original_length))
     return inv_freq, scale
 
 

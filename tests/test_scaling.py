@@ -109,6 +109,8 @@ def test_yarn_attention_factor_replaces_the_temperature_and_leaves_the_frequenci
     assert plain_scale == pytest.approx(0.1 * math.log(16) + 1) and given_scale == 1.0
     assert torch.equal(plain, given)
     assert rope_parameters("yarn", D, BASE, 16.0, L, attention_factor=1.5)[1] == 1.5
+    with pytest.raises(PoscliError, match="--attention-factor -1: give a positive scale"):
+        rope_parameters("yarn", D, BASE, 16.0, L, attention_factor=-1.0)
 
 
 def longrope_by_hand(ext, base=BASE, d=D):
