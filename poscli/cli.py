@@ -45,17 +45,14 @@ def _length(value) -> int:
 
 def _bytes(value) -> int:
     """A size in bytes: 1000000, 200M, 2G (powers of 1024: K, M, G)."""
+    from poscli.lengths import parse_size
+
     if isinstance(value, int):
         return value
-    text = str(value).strip().upper()
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
     try:
-        number = float(text[:-1] if scale > 1 else text)
+        return parse_size(value)
     except ValueError:
-        number = -1
-    if number <= 0:
-        raise typer.BadParameter(f"{value!r} is not a size; use a number of bytes, optionally with K, M or G, e.g. 200M")
-    return int(number * scale)
+        raise typer.BadParameter(f"{value!r} is not a size; use a number of bytes, optionally with K, M or G, e.g. 200M") from None
 
 
 def _length_or_zero(value) -> int:

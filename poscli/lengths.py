@@ -43,3 +43,14 @@ def format_length(value: int) -> str:
     if value >= 1024 and value % 1024 == 0:
         return f"{value // 1024}k"
     return str(value)
+
+
+def parse_size(text) -> int:
+    """A size in bytes: 1000000, 200M, 2G (powers of 1024: K, M, G). Raises ValueError for
+    anything else, zero or negative."""
+    text = str(text).strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    number = float(text[:-1] if scale > 1 else text)
+    if number <= 0:
+        raise ValueError(f"{text} is not positive")
+    return int(number * scale)

@@ -103,3 +103,17 @@ def test_a_folder_with_train_and_test_files_has_both_splits(tmp_path):
     assert list(load_rows(str(tmp_path), RowOptions(), split="test")) == ["test row\n"] * 2
     with pytest.raises(PoscliError, match="split 'validation'"):
         list(load_rows(str(tmp_path), RowOptions(), split="validation"))
+
+
+def test_a_size_takes_k_m_g_and_nonsense_is_one_line_exit_2():
+    import subprocess
+    import sys
+
+    from poscli.lengths import parse_size
+
+    assert parse_size("2G") == 2 << 30 and parse_size("200m") == 200 << 20 and parse_size("1000") == 1000
+    for bad in ("abc", "0", "-5M", "G"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    done = subprocess.run([sys.executable, "-m", "poscli", "train", "--max-data-bytes", "lots"], capture_output=True, text=True)
+    assert done.returncode == 2 and "is not a size" in done.stderr and "Traceback" not in done.stderr

@@ -21,10 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def parse_size(text: str) -> int:
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
-    return int(float(text[:-1] if scale > 1 else text) * scale)
+from poscli.lengths import parse_size
 
 
 def write_text(path: Path, size: int, seed: int = 0) -> None:
