@@ -360,9 +360,11 @@ def _dense_bias(band: Tensor, length: int) -> Tensor:
     return bias[..., width - 1 :]  # (B|1, H, T, T): column j is key j
 
 
-def _band_then_far(q, k, v, band, tile: int, chunk: int, scale: float) -> tuple[Tensor, Tensor]:
+def _band_then_far(q, k, v, band, tile: int, chunk: int, scale: float, far: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """Forward of band attention at any length: the band in chunks of queries, then the far keys
-    in one fused causal call on the shifted sequences, merged. -> out (B, H, T, hd), lse (B, H, T)."""
+    in one fused causal call on the shifted sequences, merged. ``far`` = (q_far, k_far): other
+    queries and keys for the far part (remapped positions), default q and k.
+    -> out (B, H, T, hd), lse (B, H, T)."""
     B, H, T, hd = q.shape
     width = band.shape[-1]
     k_pad, v_pad = (F.pad(x, (0, 0, width - 1, (-T) % tile)) for x in (k, v))  # (B, H, W - 1 + T', hd)
@@ -375,7 +377,8 @@ def _band_then_far(q, k, v, band, tile: int, chunk: int, scale: float) -> tuple[
         v_windows = _windows(v_pad[:, :, start : start + probs.shape[2] * tile + width - 1].float(), tile, width)
         out[:, :, start:end] = (probs @ v_windows).flatten(2, 3)[:, :, : end - start]  # (B, H, Tq, hd)
     if T > width:  # keys at distance >= W: query i sees keys 0 .. i - W, a square causal call
-        far_out, far_lse = _flash(q[:, :, width:], k[:, :, : T - width], v[:, :, : T - width], True, scale)
+        q_far, k_far = far if far is not None else (q, k)
+        far_out, far_lse = _flash(q_far[:, :, width:], k_far[:, :, : T - width], v[:, :, : T - width], True, scale)
         out[:, :, width:], lse[:, :, width:] = _merge(far_out, far_lse, out[:, :, width:], lse[:, :, width:])
     return out.to(q.dtype), lse
 
@@ -431,4 +434,62 @@ def blocked_biased_attention(q: Tensor, k: Tensor, v: Tensor, score_bias, q_posi
         hidden = torch.ones(end - start, end, dtype=torch.bool, device=q.device).triu(diagonal=start + 1)  # (Bq, end)
         mask = bias.masked_fill(hidden, float("-inf"))  # (B or 1, H, Bq, end)
         outputs.append(F.scaled_dot_product_attention(q_block, k[:, :, :end], v[:, :, :end], attn_mask=mask))
+    return torch.cat(outputs, dim=2)  # (B, H, T, hd)
+
+
+# --- remapped positions beyond a window (poscli.remap) ----------------------------------------
+
+
+def remapped_attention(q_near: Tensor, k_near: Tensor, q_far: Tensor, k_far: Tensor, v: Tensor, window: int,
+                       far_keys: int | None = None, positions: Tensor | None = None, bias=None, max_block: int = 1024) -> Tensor:
+    """Causal attention whose score for query i and key j is q_near_i . k_near_j / sqrt(hd) when
+    0 <= i - j < ``window`` and q_far_i . k_far_j / sqrt(hd) beyond it (Self-Extend, ReRoPE), where
+    only the first ``far_keys`` keys are visible if given (attention sinks). All (B, H, T, hd).
+
+    ``bias(part, q_block, rows, keys)``, if given, adds a score bias for ``part`` "near" or "far"
+    between query rows and key indices (slices). ``positions`` (T,) are the true positions, 0..T-1
+    by default; the window is measured in them.
+
+    Memory is bounded at any length. On CPU with consecutive positions and no bias, the window is a
+    band (``_band_scores``) and the far keys one fused causal call on the shifted sequences (as for
+    T5's band), merged by log-sum-exp; otherwise blocks of queries build their scores explicitly,
+    against the far keys and the window's keys only.
+    """
+    B, H, T, hd = q_near.shape
+    consecutive = positions is None or T < 2 or bool((positions.diff() == 1).all())
+    if far_keys is None and bias is None and consecutive and fast_path_available(q_near) and not torch.is_grad_enabled():
+        with torch.autocast(q_near.device.type, enabled=False):
+            band = torch.zeros(1, H, 1, min(window, T), dtype=torch.float32, device=q_near.device)
+            tile = max(BAND_TILE, band.shape[-1] - 1)
+            out, _ = _band_then_far(q_near, k_near, v, band, tile, _ceil_to(BAND_CHUNK, tile), 1.0 / math.sqrt(hd), far=(q_far, k_far))
+            return out
+    return _blocked_remapped(q_near, k_near, q_far, k_far, v, window, far_keys, positions, bias, max_block)
+
+
+def _blocked_remapped(q_near, k_near, q_far, k_far, v, window: int, far_keys: int | None, positions, bias, max_block: int) -> Tensor:
+    """The portable form of ``remapped_attention``: per block of queries [a, b), the window's keys
+    [a - W + 1, b) scored near and the far keys ([0, b), or the first ``far_keys``) scored far,
+    each masked to its side of the window, in one softmax. Differentiable."""
+    B, H, T, hd = q_near.shape
+    scale = 1.0 / math.sqrt(hd)
+    positions = torch.arange(T, device=q_near.device) if positions is None else positions
+    far_span = T if far_keys is None else min(far_keys, T)
+    block = max(16, min(max_block, BIAS_BLOCK_ELEMENTS // max(1, B * H * (far_span + window + max_block))))
+    outputs = []
+    for start in range(0, T, block):
+        end = min(start + block, T)
+        rows = slice(start, end)
+        near = slice(max(0, start - window + 1), end)
+        far = slice(0, min(end, far_span))
+        near_scores = q_near[:, :, rows] @ k_near[:, :, near].transpose(-1, -2) * scale  # (B, H, Bq, Nn)
+        far_scores = q_far[:, :, rows] @ k_far[:, :, far].transpose(-1, -2) * scale  # (B, H, Bq, Nf)
+        if bias is not None:
+            near_scores = near_scores + bias("near", q_near[:, :, rows], rows, near)
+            far_scores = far_scores + bias("far", q_far[:, :, rows], rows, far)
+        near_distance = positions[rows, None] - positions[None, near]  # (Bq, Nn)
+        far_distance = positions[rows, None] - positions[None, far]  # (Bq, Nf)
+        near_scores = near_scores.masked_fill((near_distance < 0) | (near_distance >= window), float("-inf"))
+        far_scores = far_scores.masked_fill(far_distance < window, float("-inf"))
+        weights = torch.softmax(torch.cat((far_scores, near_scores), dim=-1).float(), dim=-1).to(v.dtype)  # (B, H, Bq, Nf + Nn)
+        outputs.append(weights @ torch.cat((v[:, :, far], v[:, :, near]), dim=2))  # (B, H, Bq, hd)
     return torch.cat(outputs, dim=2)  # (B, H, T, hd)

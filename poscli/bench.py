@@ -186,13 +186,26 @@ def benchmark_training(plan: Plan, peaks: dict[str, float], nanogpt: Path | None
 # --- evaluation time and memory ---------------------------------------------------------------
 
 
+# Attention remappings measured as extensions (poscli.remap): ENCODING+METHOD, each planned for the
+# longest length it is measured at, at the lengths up to 32k (issue 18's bars: 16k time, 32k memory).
+REMAPPED = ("rope+self-extend", "rope+rerope", "rope+leaky-rerope", "rope+sinks", "alibi+sinks")
+REMAPPED_MAX_LENGTH = 32768
+
+
 def eval_config(plan: Plan, pe: str) -> ModelConfig:
     # A learned table has one row per position; this is the table `poscli extend --method
     # interpolate --target N` makes, so the learned model is measured as a user would run it.
-    from poscli import encodings
+    from poscli import encodings, remap
 
+    if "+" in pe:  # ENCODING+METHOD: the remapping `poscli extend RUN --method METHOD --target N` stores
+        pe, method = pe.split("+", 1)
+        return replace(plan.model, pe=pe, remap=remap.plan(method, plan.model.train_length, max(remapped_lengths(plan))).to_dict())
     config = replace(plan.model, pe=pe)
     return replace(config, **encodings.get(pe).grown_for_positions(config, max(plan.eval_lengths)))
+
+
+def remapped_lengths(plan: Plan) -> tuple[int, ...]:
+    return tuple(n for n in plan.eval_lengths if n <= REMAPPED_MAX_LENGTH) or plan.eval_lengths[:1]
 
 
 def peak_memory_gib() -> float:
@@ -216,7 +229,7 @@ def eval_child(pe: str, plan: Plan) -> list[dict]:
     baseline = peak_memory_gib()  # torch, the model and Python, before any evaluation
     rows = []
     with torch.no_grad():
-        for length in plan.eval_lengths:
+        for length in remapped_lengths(plan) if "+" in pe else plan.eval_lengths:
             tokens = torch.randint(0, 256, (1, length + 1), generator=torch.Generator().manual_seed(length))
             seconds = []
             for _ in range(plan.eval_repeats):
@@ -232,7 +245,7 @@ def eval_child(pe: str, plan: Plan) -> list[dict]:
 
 def benchmark_eval(plan_args: list[str], log) -> list[dict]:
     rows = []
-    for pe in encodings.names():
+    for pe in [*encodings.names(), *REMAPPED]:
         child = subprocess.run(
             [sys.executable, "-m", "poscli.bench", "--eval-child", pe, *plan_args], capture_output=True, text=True
         )
@@ -244,6 +257,9 @@ def benchmark_eval(plan_args: list[str], log) -> list[dict]:
     for row in rows:
         none = next(r for r in rows if r["encoding"] == "none" and r["length"] == row["length"])
         row["ratio_to_none"] = round(row["seconds"] / none["seconds"], 3)
+        if "+" in row["encoding"]:  # a remapping against its own encoding, plain
+            plain = next(r for r in rows if r["encoding"] == row["encoding"].split("+")[0] and r["length"] == row["length"])
+            row["ratio_to_plain"] = round(row["seconds"] / plain["seconds"], 3)
     return rows
 
 
@@ -317,6 +333,9 @@ def targets(train: list[dict], evals: list[dict], startup: list[dict], nanogpt: 
     for row in evals:
         if row["length"] in (32768, 65536):
             out.append({"target": f"eval {row['encoding']} at {row['length']} peak RSS < 2 GiB", "measured": row["peak_rss_gib"], "met": row["peak_rss_gib"] < 2})
+        if row["length"] == 16384 and "+" in row["encoding"]:
+            plain = row["encoding"].split("+")[0]
+            out.append({"target": f"eval {row['encoding']} at 16k within 3x {plain}", "measured": row["ratio_to_plain"], "met": row["ratio_to_plain"] <= 3})
         if row["length"] == 32768 and row["encoding"] in ("alibi", "t5", "shaw"):
             out.append({"target": f"eval {row['encoding']} at 32k within 2x none", "measured": row["ratio_to_none"], "met": row["ratio_to_none"] <= 2})
     limits = {"poscli --help": 1.0, "argument error (train --pe bogus)": 1.0, "second train: launch to first step": 3.0}
@@ -347,7 +366,7 @@ Each number is the median of several repeats; spread = (max - min) / median.
 
 ## Evaluating one window (forward pass and loss, batch 1, fp32, each encoding in a fresh process)
 
-{markdown(evals, ['encoding', 'length', 'seconds', 'spread', 'ratio_to_none', 'peak_rss_gib', 'baseline_rss_gib'])}
+{markdown(evals, ['encoding', 'length', 'seconds', 'spread', 'ratio_to_none', 'ratio_to_plain', 'peak_rss_gib', 'baseline_rss_gib'])}
 
 ## Start-up
 
@@ -356,25 +375,37 @@ Each number is the median of several repeats; spread = (max - min) / median.
     write_text(out / "BENCH.md", text)
 
 
-def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, command: str, log=print) -> dict:
+def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, command: str, log=print, only_eval: bool = False) -> dict:
+    """Every table; ``only_eval`` re-measures evaluation only and keeps the training, matmul and
+    start-up tables of the last full run (BENCH.md says which command wrote it)."""
     out.mkdir(parents=True, exist_ok=True)
     info = machine()
     write_json(out / "machine.json", info)
     matmul = []
-    for dtype in DTYPES:
+    if only_eval and not all((out / name).exists() for name in ("train.csv", "startup.csv", "matmul.csv")):
+        raise SystemExit(f"error: --only-eval updates the tables of a full run; {out} has none yet (run make bench)")
+    for dtype in DTYPES if not only_eval else ():
         median, spread = summarise(matmul_peak(dtype, plan.matmul_size))
         matmul.append({"dtype": dtype, "size": plan.matmul_size, "gflops": round(median, 1), "spread": round(spread, 3)})
         log(f"matmul {dtype}: {median:.0f} GFLOP/s")
-    write_csv(out / "matmul.csv", matmul)
+    if not only_eval:
+        write_csv(out / "matmul.csv", matmul)
     peaks = {row["dtype"]: row["gflops"] for row in matmul}
-    train = benchmark_training(plan, peaks, nanogpt, log)
-    for row in train:
-        row["batch"] = plan.batch_size
-    write_csv(out / "train.csv", train)
+    if only_eval:  # the other tables as the last full run wrote them
+        import pandas as pd
+
+        train, startup = (pd.read_csv(out / name).to_dict("records") for name in ("train.csv", "startup.csv"))
+        matmul = pd.read_csv(out / "matmul.csv").to_dict("records")
+    else:
+        train = benchmark_training(plan, peaks, nanogpt, log)
+        for row in train:
+            row["batch"] = plan.batch_size
+        write_csv(out / "train.csv", train)
     evals = benchmark_eval(plan_args, log)
     write_csv(out / "eval.csv", evals)
-    startup = benchmark_startup(plan, log)
-    write_csv(out / "startup.csv", startup)
+    if not only_eval:
+        startup = benchmark_startup(plan, log)
+        write_csv(out / "startup.csv", startup)
     checks = targets(train, evals, startup, nanogpt is not None)
     write_csv(out / "targets.csv", checks)
     write_report(out, info, matmul, train, evals, startup, checks, command)
@@ -388,6 +419,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="results/reference/bench", help="folder for the tables (default results/reference/bench)")
     parser.add_argument("--nanogpt", type=Path, default=None, help="a checkout of karpathy/nanoGPT to measure side by side")
     parser.add_argument("--quick", action="store_true", help="a tiny model at short lengths (for tests)")
+    parser.add_argument("--only-eval", action="store_true", help="re-measure evaluation only; keep the other tables of the last full run")
     parser.add_argument("--eval-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan(ModelConfig())
@@ -398,8 +430,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.nanogpt is not None and not (args.nanogpt / "model.py").is_file():
         sys.exit(f"error: --nanogpt {args.nanogpt}: no model.py there; pass a checkout of github.com/karpathy/nanoGPT")
     command = "make bench" + (f" NANOGPT={args.nanogpt}" if args.nanogpt else "") if not args.quick else "python -m poscli.bench --quick"
+    if args.only_eval:
+        command = f"python -m poscli.bench --only-eval{' --quick' if args.quick else ''} (eval.csv; the other tables from the last make bench)"
     start = time.perf_counter()
-    run(Path(args.out), plan, plan_args, args.nanogpt, command)
+    run(Path(args.out), plan, plan_args, args.nanogpt, command, only_eval=args.only_eval)
     print(f"benchmarks done in {(time.perf_counter() - start) / 60:.1f} min; tables in {args.out}")
 
 

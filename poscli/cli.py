@@ -326,17 +326,22 @@ def extend(
     method: Annotated[Optional[str], typer.Option(metavar="METHOD", help="An extension method that applies to RUN's encoding (poscli encodings lists them), e.g. yarn.")] = None,
     target: Annotated[Optional[int], typer.Option(parser=_length, metavar="LENGTH", help="Length to extend to, e.g. 4k or 32768.")] = None,
     factor: Annotated[Optional[float], typer.Option(metavar="S", help="Scale factor s (default: target / the run's train length).")] = None,
-    steps: Annotated[int, typer.Option(metavar="N", help="Fine-tuning steps; 0 extends without training.")] = 400,
+    steps: Annotated[Optional[int], typer.Option(metavar="N", help="Fine-tuning steps; 0 extends without training (default 400; 0 for self-extend, rerope, leaky-rerope, sinks).")] = None,
     finetune_length: Annotated[Optional[int], typer.Option("--finetune-length", parser=_length, metavar="LENGTH", help="Fine-tuning sequence length (default: min(target, 4 x train length)).")] = None,
     lr: Annotated[float, typer.Option(metavar="LR", help="Fine-tuning peak learning rate.")] = 3e-4,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", metavar="N", help="Sequences per step (default: the parent's tokens per step).")] = None,
     beta_fast: Annotated[Optional[float], typer.Option("--beta-fast", metavar="X", help="yarn, ntk-by-parts: rotations above which dimensions extrapolate (default 32).")] = None,
     beta_slow: Annotated[Optional[float], typer.Option("--beta-slow", metavar="X", help="yarn, ntk-by-parts: rotations below which dimensions interpolate (default 1).")] = None,
     attention_factor: Annotated[Optional[float], typer.Option("--attention-factor", metavar="X", help="yarn, longrope: the scale on q and k, replacing 0.1 ln(s) + 1 (yarn) or sqrt(1 + ln s / ln L) (longrope).")] = None,
-    factors: Annotated[Optional[Path], typer.Option("--factors", metavar="FILE", help='longrope: a JSON file {"long_factor": [...], "short_factor": [...]}, one factor per frequency.')] = None,
+    factors: Annotated[Optional[Path], typer.Option("--factors", metavar="FILE|search", help='longrope: a JSON file {"long_factor": [...], "short_factor": [...]}, one factor per frequency, or "search": run poscli search-factors first (resumable).')] = None,
     low_freq_factor: Annotated[Optional[float], typer.Option("--low-freq-factor", metavar="X", help="llama3: default 1.")] = None,
     high_freq_factor: Annotated[Optional[float], typer.Option("--high-freq-factor", metavar="X", help="llama3: default 4.")] = None,
     rope_base: Annotated[Optional[float], typer.Option("--rope-base", metavar="B", help="base: the new RoPE base, e.g. 500000.")] = None,
+    window: Annotated[Optional[int], typer.Option(metavar="W", help="self-extend, rerope, leaky-rerope: the neighbour window (default train length / 4); sinks: recent keys kept (default train length - sinks).")] = None,
+    group: Annotated[Optional[int], typer.Option(metavar="G", help="self-extend: group size (default: the smallest that reaches the target).")] = None,
+    leak: Annotated[Optional[float], typer.Option(metavar="K", help="leaky-rerope: slope 1/K beyond the window (default: the target maps to the train length).")] = None,
+    sinks: Annotated[Optional[int], typer.Option(metavar="S", help="sinks: first tokens always kept (default 4).")] = None,
+    pose: Annotated[bool, typer.Option("--pose/--no-pose", help="PoSE: fine-tune at the train length with positions that skip up to the target (Zhu et al., 2024).")] = False,
     seed: Annotated[int, typer.Option(metavar="N", help="Random seed for the fine-tuning batches.")] = 0,
     device: Device = "auto",
     name: Annotated[Optional[str], typer.Option(metavar="NAME", help="Name of the new run (default: RUN+METHOD-xFACTOR).")] = None,
@@ -356,10 +361,12 @@ def extend(
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
     given = {"beta_fast": beta_fast, "beta_slow": beta_slow, "attention_factor": attention_factor, "low_freq_factor": low_freq_factor,
-             "high_freq_factor": high_freq_factor, "rope_base": rope_base}
+             "high_freq_factor": high_freq_factor, "rope_base": rope_base, "window": window, "group": group, "leak": leak, "sinks": sinks}
     if factors is not None:
         from poscli.scaling import read_factors
 
+        if str(factors) == "search" and not factors.exists():
+            factors = _search(run, target, results, device, quiet)
         given.update(read_factors(factors))
     from poscli.runs import find_run
 
@@ -370,13 +377,51 @@ def extend(
     result = run_extend(
         run, method, target, factor=factor, steps=steps, finetune_length=finetune_length,
         options={key: value for key, value in given.items() if value is not None}, name=name, results=results, lr=lr,
-        batch_size=batch_size, seed=seed, device=device, console=console, show_progress=not quiet, replace=replace,
+        batch_size=batch_size, seed=seed, device=device, console=console, show_progress=not quiet, replace=replace, pose=pose,
     )
     if result is None:
         return
     console.print(f"{result.summary()}. Evaluate with: poscli eval {result.run.name}")
     _record(results)
     print(result.run)
+
+
+def _search(run: str, target: int, results, device: str, quiet: bool, out: Path | None = None, **settings) -> Path:
+    """LongRoPE's factor search for ``run`` at ``target``; returns the factors file."""
+    from poscli.runs import find_run, results_dir
+
+    folder = find_run(run, results)  # a missing run fails before torch is imported
+    from poscli.factor_search import SearchSettings, perplexity_of, search_factors
+
+    out = out or results_dir(results) / "searches" / f"{folder.name}-longrope-{target}.json"
+    console = _console()
+    with _progress(console, quiet) as progress:
+        state = search_factors(SearchSettings(folder.name, target, **settings), out, results, device, progress)
+    console.print(f"LongRoPE factors for {folder.name} at {target}: perplexity {perplexity_of(state):.3f} on its training windows "
+                  f"after {state['generation']} generations; wrote {out} and its trajectory {out.name}.search.json")
+    return out
+
+
+@app.command("search-factors", epilog="Example: poscli search-factors rope --target 2k --out factors.json && "
+             "poscli extend rope --method longrope --target 2k --factors factors.json")
+def search_factors_command(
+    run: Annotated[str, typer.Argument(metavar="RUN", autocompletion=_complete_runs, help="A trained RoPE run (not extended).")],
+    target: Annotated[int, typer.Option(parser=_length, metavar="LENGTH", help="The length the factors are for, e.g. 2k.")],
+    out: Annotated[Optional[Path], typer.Option(metavar="FILE", help="The factors JSON to write (default: RESULTS/searches/RUN-longrope-TARGET.json); FILE.search.json keeps the state and trajectory.")] = None,
+    population: Annotated[int, typer.Option(metavar="N", help="Candidates per generation.")] = 16,
+    generations: Annotated[int, typer.Option(metavar="N", help="Generations.")] = 10,
+    parents: Annotated[int, typer.Option(metavar="N", help="Best candidates kept as parents each generation.")] = 4,
+    windows: Annotated[int, typer.Option(metavar="N", help="Windows of the target length from the training split that score a candidate.")] = 2,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the windows and of the search.")] = 0,
+    device: Device = "auto",
+    results: Results = None,
+    quiet: Quiet = False,
+):
+    """LongRoPE's evolutionary search for per-frequency RoPE rescale factors (Ding et al., 2024):
+    minimises the loss at the target length; resumes where it stopped."""
+    written = _search(run, target, results, device, quiet, out, population=population, generations=generations, parents=parents,
+                      windows=windows, seed=seed)
+    print(written)
 
 
 @app.command("eval", epilog="Examples: poscli eval rope alibi --lengths 256,1k,4k | poscli eval rope --stride 256 "

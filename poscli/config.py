@@ -56,6 +56,8 @@ class ModelConfig(FlatConfig):
     # (0 means train_length) and the divisor of sinusoidal positions (position interpolation).
     position_rows: int = 0
     position_scale: float = 1.0
+    # Far keys at remapped positions (poscli.remap: Self-Extend, ReRoPE, attention sinks); empty: none.
+    remap: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -124,6 +126,10 @@ class TrainConfig(FlatConfig):
     # Ruoss et al. (2023): each training sequence takes a sorted random subset of [0, MAX) as its
     # positions instead of 0..T-1 (0: plain positions). Evaluation always uses plain positions.
     random_positions: int = 0
+    # PoSE (Zhu et al., 2024): each step's window takes skipping positions reaching up to this
+    # length (0: plain positions); set by `poscli extend --pose`.
+    pose: int = 0
+    pose_chunks: int = 2
     # --- bookkeeping ---
     seed: int = 0
     device: str = "auto"
@@ -163,6 +169,10 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--passkey-lengths {self.passkey_lengths!r} is not one of {', '.join(PASSKEY_LENGTHS)}")
         if self.random_positions < 0:
             raise PoscliError(f"--random-positions must be 0 (off) or a length, got {self.random_positions}")
+        if self.pose and self.random_positions:
+            raise PoscliError("--pose and --random-positions both choose the training positions; use one")
+        if self.pose_chunks < 1:
+            raise PoscliError(f"--pose-chunks must be at least 1, got {self.pose_chunks}")
         if not (0 < self.heldout_fraction < 0.5):
             raise PoscliError(f"the held-out fraction must be between 0 and 0.5, got {self.heldout_fraction}")
         from poscli.data import parse_split

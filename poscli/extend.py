@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from poscli import remap as remapping
 from poscli import runs
 from poscli.config import ModelConfig, TrainConfig
 from poscli.errors import Answer, PoscliError
@@ -34,7 +35,7 @@ def extend(
     method: str,
     target: int,
     factor: float | None = None,
-    steps: int = DEFAULT_STEPS,
+    steps: int | None = None,
     finetune_length: int | None = None,
     options: dict[str, float] | None = None,
     name: str | None = None,
@@ -46,6 +47,7 @@ def extend(
     console=None,
     show_progress: bool = True,
     replace: bool = False,
+    pose: bool = False,
 ):
     """Extend ``run`` to ``target`` tokens with ``method``; returns the new run's TrainResult."""
     parent_folder = runs.find_run(run, results)
@@ -56,13 +58,17 @@ def extend(
 
     encoding = encodings.get(pe)
     methods = encoding.extension_methods()
-    if methods is None:
+    attention = remapping.METHODS.get(method)
+    if attention is not None:
+        steps = _check_remap(parent, encoding, methods, attention, steps)
+    elif methods is None:
         raise Answer(
             f"run {parent['name']!r} uses --pe {pe}, which needs no rescaling: evaluate it at any length, "
             f"e.g. poscli eval {parent['name']} --lengths {format_length(target)}"
         )
-    if method not in methods:
+    if attention is None and method not in methods:
         raise PoscliError(f"--method {method} does not apply to --pe {pe}; for run {parent['name']!r} use: {', '.join(methods) or 'none'}")
+    steps = DEFAULT_STEPS if steps is None else steps
     options = encoding.check_extension_options(method, options or {})
     if parent.get("extension"):
         raise PoscliError(
@@ -76,8 +82,14 @@ def extend(
         raise PoscliError(f"--factor must be at least 1, got {factor:g}")
     if steps < 0:
         raise PoscliError(f"--steps must be 0 (no fine-tuning) or more, got {steps}")
-    if finetune_length is None:
-        finetune_length = min(target, FINETUNE_LENGTH_MULTIPLE * original_length)
+    if pose and not steps:
+        raise PoscliError("--pose fine-tunes with skipping positions; give --steps N (e.g. 400)")
+    if pose and attention is not None:
+        raise PoscliError(f"--pose fine-tunes, and --method {method} needs no training; drop --pose")
+    if finetune_length is None:  # PoSE fine-tunes at the original window (Zhu et al., 2024)
+        finetune_length = original_length if pose else min(target, FINETUNE_LENGTH_MULTIPLE * original_length)
+    if pose and finetune_length >= target:
+        raise PoscliError(f"--pose needs a --finetune-length shorter than the target {target}, got {finetune_length}")
     if finetune_length < 2:
         raise PoscliError(f"--finetune-length must be at least 2, got {finetune_length}")
     parent_train = parent["train"]
@@ -90,6 +102,9 @@ def extend(
         changes = encoding.extended_config(parent_config, method, factor, target, options, weights)
     except Answer as answer:
         raise Answer(f"run {parent['name']!r} {answer}") from None
+    if attention is not None:  # no weights change: the attention sees far keys at other positions
+        remap = remapping.Remap.from_dict(changes["remap"])
+        options = changes["remap"]
     changes["train_length"] = finetune_length if steps else original_length
     model_config = ModelConfig.from_dict({**parent_config.to_dict(), **changes})
     train_config = TrainConfig.from_dict({
@@ -102,8 +117,13 @@ def extend(
         "seed": seed,
         "device": device,
         "random_positions": 0,  # fine-tuning at the new length uses plain positions
+        "pose": target if pose else 0,  # or PoSE's skipping positions up to the target
     })
     label = extension_label(runs.run_label(parent), method, factor, steps, finetune_length)
+    if attention is not None:
+        label = f"{runs.run_label(parent)} +{remap.describe()}, no training"
+    elif pose:
+        label += f" (PoSE to {format_length(target)})"
     lineage = {
         "parent": parent["name"],
         "label": label,
@@ -113,11 +133,11 @@ def extend(
             "target": target,
             "original_length": original_length,
             "options": options,
-            "finetune": {"steps": steps, "length": finetune_length if steps else None, "batch_size": batch_size, "lr": lr},
+            "finetune": {"steps": steps, "length": finetune_length if steps else None, "batch_size": batch_size, "lr": lr, "pose": pose},
         },
     }
     if name is None:
-        name = re.sub(r"[^A-Za-z0-9._+-]", "", f"{parent['name']}+{method}-x{factor:g}")
+        name = re.sub(r"[^A-Za-z0-9._+-]", "", f"{parent['name']}+{method}-x{factor:g}{'-pose' if pose else ''}")
 
     from poscli.train import train
 
@@ -125,3 +145,17 @@ def extend(
         model_config, train_config, name=name, results=results, console=console, show_progress=show_progress,
         initial_weights=weights, lineage=lineage, replace=replace,
     )
+
+
+def _check_remap(parent: dict, encoding, methods: dict | None, attention: remapping.Method, steps: int | None) -> int:
+    """An attention remapping (``poscli.remap``) applies to this run, without training: -> 0 steps."""
+    pe = parent["model"]["pe"]
+    if not attention.any_encoding and attention.name not in (methods or {}):
+        raise PoscliError(f"--method {attention.name} remaps rotary positions and does not apply to --pe {pe}; "
+                          f"--method sinks works for every encoding")
+    if not encoding.separable_positions:
+        raise PoscliError(f"--method {attention.name} needs an encoding whose queries and keys can be placed at different positions; "
+                          f"--pe {pe} measures positions from the middle of the sequence, so it cannot be remapped")
+    if steps:
+        raise PoscliError(f"--method {attention.name} needs no training; drop --steps (or give --steps 0)")
+    return 0

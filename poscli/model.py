@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poscli import encodings
-from poscli.attention import relative_causal_attention, blocked_biased_attention, fast_path_available, fused_causal_attention
+from poscli import remap as remapping
+from poscli.attention import relative_causal_attention, blocked_biased_attention, fast_path_available, fused_causal_attention, remapped_attention
 from poscli.config import ModelConfig
 from poscli.encodings.base import PositionalEncoding
 
@@ -29,12 +30,15 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
 
-    def forward(self, x: Tensor, positions: Tensor, consecutive: bool) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor, consecutive: bool, remap: remapping.Remap | None = None) -> Tensor:
         B, T, C = x.shape
         H, hd = self.config.n_head, self.config.head_dim
         q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
         q, k, v = (t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd) each
         encoding = self.encoding[0]
+        if remap is not None:
+            y = self._remapped(q, k, v, positions, remap)  # (B, H, T, hd)
+            return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
         q, k = encoding.rotate(q, k, positions, self.layer)
         if not encoding.has_score_bias:
             y = fused_causal_attention(q, k, v)  # (B, H, T, hd)
@@ -46,6 +50,25 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.proj(y)
 
+    def _remapped(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, remap: remapping.Remap) -> Tensor:
+        """Attention with far keys at remapped positions (``poscli.remap``): the encoding rotates
+        q and k at the true positions for the window and at the far positions beyond it, and
+        scores its bias at either. q, k, v: (B, H, T, hd) -> (B, H, T, hd)."""
+        encoding, layer = self.encoding[0], self.layer
+        q_near, k_near = encoding.rotate(q, k, positions, layer)
+        far_q_positions, far_k_positions = remap.far_positions(positions)  # (T,) each, float64
+        q_far = encoding.rotate(q, q, far_q_positions, layer)[0]
+        k_far = encoding.rotate(k, k, far_k_positions, layer)[1]
+        far_q_positions, far_k_positions = far_q_positions.long(), far_k_positions.long()  # bias encodings: sinks only (whole positions)
+
+        def score_bias(part: str, q_block: Tensor, rows: slice, keys: slice) -> Tensor:
+            if part == "near":
+                return encoding.score_bias(q_block, positions[rows], positions[keys], layer)
+            return encoding.score_bias(q_block, far_q_positions[rows], far_k_positions[keys], layer)
+
+        return remapped_attention(q_near, k_near, q_far, k_far, v, remap.window, remap.far_keys, positions,
+                                  score_bias if encoding.has_score_bias else None, self.config.attention_block)
+
 
 class Block(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, encoding: PositionalEncoding):
@@ -56,8 +79,8 @@ class Block(nn.Module):
         hidden = config.mlp_ratio * config.d_model
         self.mlp = nn.Sequential(nn.Linear(config.d_model, hidden), nn.GELU(), nn.Linear(hidden, config.d_model))
 
-    def forward(self, x: Tensor, positions: Tensor, consecutive: bool) -> Tensor:
-        x = x + self.attn(self.norm_attn(x), positions, consecutive)
+    def forward(self, x: Tensor, positions: Tensor, consecutive: bool, remap: remapping.Remap | None = None) -> Tensor:
+        x = x + self.attn(self.norm_attn(x), positions, consecutive, remap)
         return x + self.mlp(self.norm_mlp(x))
 
 
@@ -71,6 +94,7 @@ class GPT(nn.Module):
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.encoding = encodings.build(config)
+        self.remap = remapping.build(config)  # Self-Extend, ReRoPE, sinks (poscli extend), or None
         self.blocks = nn.ModuleList(Block(config, layer, self.encoding) for layer in range(config.n_layer))
         self.norm_out = nn.LayerNorm(config.d_model)
         # GPT-2 initialisation for the transformer; each encoding initialises its own parameters.
@@ -98,9 +122,9 @@ class GPT(nn.Module):
         if positions is None:
             positions = torch.arange(T, device=tokens.device)  # (T,)
         x = self.token_embedding(tokens)  # (B, T, C)
-        x = self.encoding.embed(x, positions)  # (B, T, C)
+        x = self.encoding.embed(x, positions if self.remap is None else self.remap.embed_positions(positions))  # (B, T, C)
         for block in self.blocks:
-            x = block(x, positions, consecutive)
+            x = block(x, positions, consecutive, self.remap)
         x = self.norm_out(x)
         return x @ self.token_embedding.weight.T  # (B, T, V), tied output embedding
 

@@ -202,12 +202,35 @@ def peng2023(summary, meta: dict) -> str:
               "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where neighbouring intervals "
               "separate, `≈` where they overlap (tied).", ""]
 
+    lines += _rankings(summary, meta)
+    claims = _claims(summary, meta)
+    if claims:
+        lines += ["", *claims]
+    return "\n".join(lines) + "\n"
+
+
+def method_label(options: dict) -> str:
+    """An extension's method as tables name it: yarn, or "yarn + PoSE" when fine-tuned with PoSE."""
+    return options["method"] + (" + PoSE" if options.get("pose") else "")
+
+
+def _steps(options: dict) -> int:
+    """Fine-tuning steps of an extension as the recipe asked (the remappings never train)."""
+    from poscli import remap
+
+    return 0 if options["method"] in remap.METHODS else int(options.get("steps", 400))
+
+
+def _rankings(summary, meta: dict) -> list[str]:
+    """One line per (target, fine-tuning) setting: the methods ranked at the target, intervals
+    deciding "<" or "≈", and YaRN's place named."""
+    lines = []
     extensions = {group: options for group, options in meta.items() if "method" in options and group in set(summary["group"])}
-    settings = sorted({(str(o["target"]), int(o.get("steps", 400))) for o in extensions.values()}, key=lambda s: (s[1], s[0]))
+    settings = sorted({(str(o["target"]), _steps(o)) for o in extensions.values()}, key=lambda s: (s[1], s[0]))
     for target_text, steps in settings:
-        members = {g: o for g, o in extensions.items() if str(o["target"]) == target_text and int(o.get("steps", 400)) == steps}
+        members = {g: o for g, o in extensions.items() if str(o["target"]) == target_text and _steps(o) == steps}
         target = int(summary[summary["group"].isin(list(members))]["length"].max())
-        rows = {o["method"]: _cell(summary, g, target) for g, o in members.items()}
+        rows = {method_label(o): _cell(summary, g, target) for g, o in members.items()}
         rows = {m: row for m, row in rows.items() if row is not None and not math.isnan(row["mean"])}
         if not rows:
             continue
@@ -229,10 +252,64 @@ def peng2023(summary, meta: dict) -> str:
     for group in unextended:
         cells = [f"{length}: {_fmt(_cell(summary, group, length))}" for length in sorted(summary["length"].unique())]
         lines.append(f"- unextended base {group}: " + ", ".join(cells) + ".")
+    return lines
+
+
+# What the papers of the newer methods claim, as an extrapolation class at the target length
+# (perplexity at the target over the same model's at its train length).
+CLAIMS = {
+    "longrope": ("Ding et al., 2024", "searched per-frequency factors extend a model 8x without fine-tuning", KEEPS),
+    "self-extend": ("Jin et al., 2024", "no training; perplexity stays flat up to the reach (L - W) G + W", KEEPS),
+    "rerope": ("Su, 2023", "no training; the loss does not rise with length (LLaMA-2-13B, 4k to 16k)", KEEPS),
+    "leaky-rerope": ("Su, 2023", "no training; the loss does not rise with length", KEEPS),
+    "sinks": ("Xiao et al., 2024", "4 sink tokens and a recent window keep perplexity stable at any length", KEEPS),
+    "yarn + PoSE": ("Zhu et al., 2024", "fine-tuning at the original window reaches the target", KEEPS),
+}
+
+
+def _claims(summary, meta: dict) -> list[str]:
+    """For each extension whose method makes a published claim: its perplexity ratio at the
+    target with the interval, the class, and whether the claim holds (the whole interval in the
+    claimed class), fails (none of it) or is undecided."""
+    rows = []
+    for group, options in meta.items():
+        label = method_label(options) if "method" in options else None
+        if label not in CLAIMS or group not in set(summary["group"]):
+            continue
+        part = summary[summary["group"] == group]
+        target = int(part["length"].max())
+        cell = _cell(summary, group, target)
+        if cell is None or math.isnan(cell.get("ratio", float("nan"))):
+            continue
+        citation, claim, _ = CLAIMS[label]
+        verdict = class_verdict("keeps", cell["ratio_low"], cell["ratio_high"])
+        verdict = {"agrees": "holds", "differs": "**does not hold**"}.get(verdict, "undecided (the interval crosses 1.10)")
+        tuning = "no training" if _steps(options) == 0 else f"{_steps(options)} steps"
+        rows.append(f"| {label} | {tuning} | {options['target']} | {_fmt(_cell(summary, group, int(cell['ratio_base'])))} | {_fmt(cell)} | "
+                    f"{cell['ratio']:.2f} [{cell['ratio_low']:.2f}, {cell['ratio_high']:.2f}] | {interval_class(cell['ratio_low'], cell['ratio_high'])} | "
+                    f"{claim} ({citation}) | {verdict} |")
+    if not rows:
+        return []
+    return ["### The newer methods' claims\n",
+            f"Ratio: perplexity at the target over the same model's at its train length, mean over seeds with its paired 95% interval; "
+            f"a claim that perplexity stays flat holds where the whole interval is at most {KEEPS:.2f}, fails where all of it is above.\n",
+            "| method | training | target | at train length | at target | ratio | class | published claim | here |",
+            "|---|---|---|---|---|---|---|---|---|", *rows]
+
+
+def beyond_yarn(summary, meta: dict) -> str:
+    """Every extension method at one target (64x, 256x): the ranking at the target, and the
+    newer methods' published claims checked (LongRoPE, Self-Extend, ReRoPE, sinks, PoSE)."""
+    lines = ["### Every method at the target\n",
+             "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where neighbouring intervals separate, "
+             "`≈` where they overlap (tied).\n", *_rankings(summary, meta)]
+    claims = _claims(summary, meta)
+    if claims:
+        lines += ["", *claims]
     return "\n".join(lines) + "\n"
 
 
-PUBLISHED = {"press2022": press2022, "peng2023": peng2023}
+PUBLISHED = {"press2022": press2022, "peng2023": peng2023, "beyond-yarn": beyond_yarn}
 
 
 # YaRN repository (Peng et al., 2023), data/passkey-32k.csv: Llama-2-7B extended from 4096 to 32k

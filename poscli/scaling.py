@@ -242,7 +242,12 @@ def get_method(name: str) -> Method:
 
 def check_options(method: str, options: dict[str, float]) -> dict[str, float]:
     """The method's options with defaults filled in; an option it does not take is an error."""
-    known = get_method(method).options
+    return with_defaults(method, get_method(method).options, options)
+
+
+def with_defaults(method: str, known: dict, options: dict[str, float]) -> dict[str, float]:
+    """``known`` (option -> default) updated by ``options``; an option not in ``known`` is a one-line
+    error naming the flags the method takes (extension methods here and in ``poscli.remap``)."""
     unknown = sorted(set(options) - set(known))
     if unknown:
         flags = ", ".join("--" + name.replace("_", "-") for name in unknown)

@@ -108,6 +108,25 @@ def sample_positions(batch_size: int, length: int, max_position: int, generator:
     return torch.stack(rows).to(device)  # (B, T)
 
 
+def pose_positions(length: int, target: int, chunks: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """PoSE (Zhu et al., 2024, section 3): a window of ``length`` tokens cut at random into
+    ``chunks`` non-empty chunks of consecutive positions; chunk i starts where the text puts it
+    plus a skip u_i drawn uniformly from [u_(i-1), target - length] (u_0 = 0), so the positions
+    stay in order, never exceed target - 1, and relative distances up to target - 1 are seen.
+    The whole batch of a step shares one draw (one forward for the batch). -> (T,) int64."""
+    chunks = min(chunks, length)
+    cuts = (torch.randperm(length - 1, generator=generator)[: chunks - 1] + 1).sort().values.tolist() if chunks > 1 else []
+    starts = [0, *cuts]
+    ends = [*cuts, length]
+    room = target - length
+    positions, skip = [], 0
+    for index, (start, end) in enumerate(zip(starts, ends)):
+        if index:
+            skip = int(torch.randint(skip, room + 1, (1,), generator=generator))
+        positions.append(torch.arange(start, end) + skip)
+    return torch.cat(positions).to(device)  # (T,)
+
+
 @dataclass
 class TrainResult:
     run: Path
@@ -467,7 +486,11 @@ def _train_loop(
                 positions = None
                 if train_config.random_positions:
                     positions = sample_positions(train_config.batch_size, model_config.train_length, train_config.random_positions, generator, device)
-                tokens, targets, positions, weights = group.shard(tokens, targets, positions, weights)  # the global batch, this process's rows
+                elif train_config.pose:
+                    positions = pose_positions(model_config.train_length, train_config.pose, train_config.pose_chunks, generator, device)
+                shared = positions if positions is not None and positions.dim() == 1 else None  # PoSE: one row for every sequence
+                tokens, targets, positions, weights = group.shard(tokens, targets, None if shared is not None else positions, weights)  # the global batch, this process's rows
+                positions = shared if shared is not None else positions
                 if step == start_step:
                     config["first_step_at"] = time.time()  # with the launch time, how long start-up took
                 loss = training_step(model, optimizer, tokens, targets, train_config.grad_clip, train_config.dtype,

@@ -62,7 +62,7 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     assert (train.loc[train["encoding"] == "none", "ratio_to_none"] == 1.0).all()
 
     evals = pd.read_csv(out / "eval.csv")
-    assert set(evals["encoding"]) == names, "every encoding, learned included, is evaluated"
+    assert set(evals["encoding"]) == names | set(bench.REMAPPED), "every encoding, learned included, and every remapping"
     assert set(evals["length"]) == {64}
     assert (evals["peak_rss_gib"] >= evals["baseline_rss_gib"]).all()
 
@@ -76,6 +76,12 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     report = (out / "BENCH.md").read_text()
     for heading in ("Targets", "Matrix-multiply peak", "Training throughput", "Evaluating one window", "Start-up"):
         assert f"## {heading}" in report
+
+    # --only-eval re-measures eval.csv and keeps the other tables
+    before = (out / "train.csv").read_text()
+    again = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--only-eval", "--out", str(out)], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (out / "train.csv").read_text() == before and "--only-eval" in (out / "BENCH.md").read_text()
 
 
 def test_flop_count_uses_exactly_the_model_matmul_weights():

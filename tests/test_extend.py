@@ -99,7 +99,40 @@ def test_longrope_run_reads_its_factors_and_switches_sets_at_the_train_length(ro
     assert pd.read_csv(rope_run / "lr.csv")["ppl"].notna().all()
 
 
+def test_attention_remappings_extend_without_training_and_evaluate(rope_run):
+    """Self-Extend on RoPE and sinks on ALiBi (any encoding): no training, the weights kept, the
+    resolved remapping in config.json, and evaluation past the train length."""
+    for args, name, method in [(["rope", "--method", "self-extend"], "rope+self-extend-x8", "self-extend"),
+                               (["alibi", "--method", "sinks", "--sinks", "2"], "alibi+sinks-x8", "sinks")]:
+        done = poscli("extend", *args, "--target", "256", "--results", str(rope_run), "--quiet")
+        assert done.returncode == 0, done.stderr
+        folder = rope_run / "runs" / name
+        config = json.loads((folder / "config.json").read_text())
+        assert config["steps_done"] == 0 and config["model"]["remap"]["method"] == method
+        parent, child = runs.load_weights(rope_run / "runs" / args[0]), runs.load_weights(folder)
+        assert all(torch.equal(parent[k], child[k]) for k in parent)
+    assert json.loads((rope_run / "runs" / "rope+self-extend-x8" / "config.json").read_text())["model"]["remap"] == {
+        "method": "self-extend", "window": 8, "group": 11, "leak": None, "sinks": 0}  # W = 32 / 4, smallest G reaching 256
+    assert json.loads((rope_run / "runs" / "alibi+sinks-x8" / "config.json").read_text())["label"] == "alibi +2 sinks + 30 recent, no training"
+    evaluated = poscli("eval", "rope+self-extend-x8", "alibi+sinks-x8", "--lengths", "32,256", "--results", str(rope_run), "--quiet",
+                       "--no-reference", "--table", "remapped")
+    assert evaluated.returncode == 0, evaluated.stderr
+    table = pd.read_csv(rope_run / "remapped.csv")
+    assert len(table) == 4 and (table["ppl"] > 1).all()
+
+
+def test_pose_fine_tunes_at_the_train_length_with_positions_up_to_the_target(rope_run):
+    done = poscli("extend", "rope", "--method", "yarn", "--target", "256", "--steps", "2", "--pose", "--results", str(rope_run), "--quiet")
+    assert done.returncode == 0, done.stderr
+    config = json.loads((rope_run / "runs" / "rope+yarn-x8-pose" / "config.json").read_text())
+    assert config["train"]["pose"] == 256 and config["model"]["train_length"] == 32 and config["extension"]["finetune"]["pose"] is True
+    assert config["label"] == "rope +yarn x8, 2 steps at 32 (PoSE to 256)"
+
+
 EXTEND_ERRORS = [
+    (["alibi", "--method", "self-extend", "--target", "1k"], "--method self-extend remaps rotary positions and does not apply to --pe alibi"),
+    (["rope", "--method", "rerope", "--target", "1k", "--steps", "3"], "--method rerope needs no training; drop --steps"),
+    (["rope", "--method", "yarn", "--target", "1k", "--steps", "0", "--pose"], "--pose fine-tunes with skipping positions; give --steps N"),
     (["rope", "--method", "no-such-method", "--target", "1k"], "does not apply to --pe rope; for run 'rope' use: pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, longrope, base"),
     (["sinusoidal", "--method", "yarn", "--target", "1k"], "--method yarn does not apply to --pe sinusoidal; for run 'sinusoidal' use: pi"),
     (["learned", "--method", "pi", "--target", "1k"], "--method pi does not apply to --pe learned; for run 'learned' use: interpolate"),

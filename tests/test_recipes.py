@@ -286,22 +286,30 @@ def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
     lengths = tstl.evals[0].options["lengths"].split(",")
     assert lengths[0] == "128" and lengths[-1] == "8k"  # from the train length to 64x it
     rope = load_recipe(REPO / "recipes" / "extend-rope.toml")
-    methods = {(s.options["method"], str(s.options["target"]), s.options["steps"]) for s in rope.extend}
+    methods = {(s.options["method"], str(s.options["target"]), s.options.get("steps", 0), s.options.get("pose", False)) for s in rope.extend}
     every = ("pi", "ntk", "dynamic-ntk", "yarn", "llama3", "base")
-    assert methods == {(m, "1k", n) for m in every for n in (0, 400)} | {(m, "4k", 0) for m in every}
-    assert len(rope.extend) == 54 and len(rope.train) == 3
+    newer = ("ntk-by-parts", "longrope")
+    remapped = ("self-extend", "rerope", "leaky-rerope", "sinks")
+    assert methods == ({(m, "1k", n, False) for m in every + newer for n in (0, 400)} | {(m, "4k", 0, False) for m in every}
+                       | {(m, t, 0, False) for m in remapped for t in ("1k", "8k", "32k")} | {("yarn", t, 400, True) for t in ("1k", "8k")}
+                       | {(m, "8k", 0, False) for m in every + newer} | {(m, "32k", 0, False) for m in every + ("ntk-by-parts",)})
+    assert len(rope.extend) == 3 * len(methods) and len(rope.train) == 3
+    assert all(s.options.get("factors") == "search" for s in rope.extend if s.options["method"] == "longrope")
     # passkey: a retrieving RoPE model (3 seeds) extended by every method to 4x and 8x, with and without
     # fine-tuning at the target; >= 50 prompts per cell; five encodings at 1x-16x
     retrieval, extension, across = (load_recipe(REPO / "recipes" / f"passkey-{n}.toml") for n in ("retrieval", "extension", "encodings"))
-    assert {(s.options["method"], str(s.options["target"]), str(s.options["finetune_length"]), s.options["steps"]) for s in extension.extend} == \
-        {(m, t, t, n) for m in every for t in ("1k", "2k") for n in (0, 100)}
-    assert {s.options["seed"] for s in extension.train} == {0, 1, 2} and len(extension.extend) == 72
+    assert {(s.options["method"], str(s.options["target"]), str(s.options.get("finetune_length")), s.options.get("steps", 0), s.options.get("pose", False))
+            for s in extension.extend} == ({(m, t, t, n, False) for m in every + newer for t in ("1k", "2k") for n in (0, 100)}
+                                           | {("yarn", t, "None", 100, True) for t in ("1k", "2k")}
+                                           | {(m, t, "None", 0, False) for m in remapped for t in ("1k", "2k")})
+    assert {s.options["seed"] for s in extension.train} == {0, 1, 2} and len(extension.extend) == 3 * (24 + 8 + 2 + 8)
     assert {s.options["pe"] for s in across.train} >= {"rope", "alibi", "t5", "kerple", "fire"}
     recipes = (tstl, rope, retrieval, extension, across)
     for step in [e for r in recipes for e in r.evals]:
         longest = max(parse_lengths(step.options["lengths"]))
         if step.options.get("task", "perplexity") == "perplexity":  # at least 16 spans of its longest length
-            assert parse_length(str(step.options.get("max_tokens", 131072)), "max_tokens") >= 16 * longest, step.name
+            spans = 4 if step.name == "extend-rope-256x" else 16  # 32k windows on 2 cores: 4 spans x 3 seeds, said in the recipe
+            assert parse_length(str(step.options.get("max_tokens", 131072)), "max_tokens") >= spans * longest, step.name
         else:
             assert int(step.options["trials"]) >= 50, step.name
     assert not any(s.options.get("task") == "passkey" for s in [*tstl.evals, *rope.evals])  # passkey has its own studies

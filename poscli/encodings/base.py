@@ -56,6 +56,9 @@ class PositionalEncoding(nn.Module):
     # explicit mask instead of the fused causal kernel.
     has_score_bias: ClassVar[bool] = False
     reads_positions: ClassVar[bool] = True
+    # True when rotate(q at p) and rotate(k at p') meet at p - p' and score_bias takes any positions,
+    # so poscli.remap can score far keys at other positions (Self-Extend, ReRoPE, sinks).
+    separable_positions: ClassVar[bool] = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -90,12 +93,21 @@ class PositionalEncoding(nn.Module):
     def extended_config(cls, config: ModelConfig, method: str, factor: float, target: int,
                         options: dict[str, float], weights: dict[str, Tensor]) -> dict[str, Any]:
         """The config changes (and, in place, weight changes) that extend ``config`` to ``target``
-        tokens with ``method``. ``options`` were checked by ``check_extension_options``."""
+        tokens with ``method``. ``options`` were checked by ``check_extension_options``. The
+        attention remappings of :mod:`poscli.remap` (sinks for every encoding) are handled here."""
+        from poscli import remap
+
+        if method in remap.METHODS:
+            return {"remap": remap.plan(method, config.train_length, target, **options).to_dict()}
         raise NotImplementedError(f"{cls.name} declares no extension methods")
 
     @classmethod
     def check_extension_options(cls, method: str, options: dict[str, float]) -> dict[str, float]:
         """The method's options with defaults filled in (none, unless an encoding says otherwise)."""
+        from poscli import remap
+
+        if method in remap.METHODS:
+            return remap.check_options(method, options)
         if options:
             flags = ", ".join("--" + o.replace("_", "-") for o in options)
             raise PoscliError(f"--method {method} for --pe {cls.name} takes no options; drop {flags}")

@@ -180,16 +180,27 @@ class RoPE(PositionalEncoding):
 
     @classmethod
     def extension_methods(cls) -> dict[str, str]:
-        """Every frequency recipe of :mod:`poscli.scaling` applies."""
-        return {name: method.description for name, method in scaling.METHODS.items() if name != "default"}
+        """Every frequency recipe of :mod:`poscli.scaling` applies, and the remappings of
+        :mod:`poscli.remap` (Self-Extend, ReRoPE, sinks) where q and k take separate positions."""
+        from poscli import remap
+
+        methods = {name: method.description for name, method in scaling.METHODS.items() if name != "default"}
+        if cls.separable_positions:
+            methods.update({name: method.description for name, method in remap.METHODS.items() if not method.any_encoding})
+        return methods
 
     @classmethod
     def check_extension_options(cls, method: str, options: dict[str, float]) -> dict[str, float]:
+        if method not in scaling.METHODS:  # an attention remapping
+            return super().check_extension_options(method, options)
         return scaling.check_options(method, options)
 
     @classmethod
     def extended_config(cls, config, method, factor, target, options, weights):
-        """The weights stay; the frequencies change (checked for sanity now)."""
+        """The weights stay; the frequencies change (checked for sanity now), or, for a
+        remapping (Self-Extend, ReRoPE), the positions far keys are scored at."""
+        if method not in scaling.METHODS:
+            return super().extended_config(config, method, factor, target, options, weights)
         original_length, own = config.train_length, cls.parse_options(config.pe_options)
         rope_parameters(method, own.rotary_dim(config.head_dim), own.base, factor, original_length, target, **options)
         return {"rope_scaling": {"method": method, "factor": factor, "original_length": original_length, "options": options}}

@@ -42,6 +42,7 @@ class XPos(RoPE):
     summary = "RoPE with a per-pair exponential decay in distance (zeta^((m-n)/gamma))"
     Options = XPosOptions
     legacy_options = {**RoPE.legacy_options, "xpos_gamma": "gamma"}
+    separable_positions = False  # exponents are taken from the middle of each call's positions
 
     def __init__(self, config):
         super().__init__(config)

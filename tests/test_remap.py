@@ -1,0 +1,167 @@
+"""Self-Extend, ReRoPE, Leaky ReRoPE and attention sinks (poscli.remap) against their papers'
+definitions: every score computed pair by pair in float64 from the distance the method assigns."""
+
+import math
+
+import pytest
+import torch
+
+from poscli import remap
+from poscli.errors import PoscliError
+from poscli.model import GPT, CausalSelfAttention
+from tests.conftest import tiny_config
+
+
+def paper_distance(method: str, i: int, j: int, W: int, G: int = 1, k: float = math.inf, S: int = 0) -> float | None:
+    """The distance query i sees key j at, written from the papers (None: not visible)."""
+    d = i - j
+    if d < 0:
+        return None
+    if d < W:
+        return float(d)
+    if method == "self-extend":  # Jin et al. (2024): grouped query i // G + W - W // G, grouped key j // G
+        return float((i // G + W - W // G) - j // G)
+    if method == "rerope":  # Su (2023): clipped at w
+        return float(W)
+    if method == "leaky-rerope":  # Su (2023): w + (d - w) / k
+        return W + (d - W) / k
+    if method == "sinks":  # Xiao et al. (2024): cache of S sinks + W recent, positions within the cache
+        return float(min(i, S + W - 1) - j) if j < S else None
+    raise AssertionError(method)
+
+
+def rotate_by(x: torch.Tensor, angle_positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """GPT-NeoX-layout rotation of x (..., hd) by position p (...): pair (m, m + hd/2) turns by p * inv_freq[m]."""
+    angles = angle_positions[..., None] * inv_freq  # (..., hd/2)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * angles.cos() - x2 * angles.sin(), x1 * angles.sin() + x2 * angles.cos()), dim=-1)
+
+
+def textbook(q, k, v, plan: remap.Remap, pe: str, slopes=None) -> torch.Tensor:
+    """softmax over visible keys of q_i . R(d'_ij) k_j / sqrt(hd) (rope) or q_i . k_j / sqrt(hd) - m d'_ij
+    (alibi), d' the paper's distance. q, k, v: (H, T, hd) float64 -> (H, T, hd)."""
+    H, T, hd = q.shape
+    inv_freq = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    distance = torch.full((T, T), float("nan"), dtype=torch.float64)
+    for i in range(T):
+        for j in range(T):
+            d = paper_distance(plan.method, i, j, plan.window, plan.group, plan.leak, plan.sinks)
+            if d is not None:
+                distance[i, j] = d
+    visible = ~distance.isnan()
+    d = distance.nan_to_num(0.0)
+    if pe == "rope":  # q at position d, k at 0: <R(d) q, k> depends on the distance only
+        scores = (rotate_by(q[:, :, None, :].expand(H, T, T, hd), d.expand(H, T, T), inv_freq) * k[:, None, :, :]).sum(-1)
+    else:
+        scores = q @ k.transpose(-1, -2) - slopes[:, None, None] * d * math.sqrt(hd)
+    scores = (scores / math.sqrt(hd)).masked_fill(~visible, float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+PLANS = [
+    ("self-extend", dict(window=6, group=3)),
+    ("self-extend", dict(window=5, group=4)),
+    ("rerope", dict(window=7)),
+    ("leaky-rerope", dict(window=6, leak=3.0)),
+    ("sinks", dict(sinks=3, window=9)),
+    ("sinks", dict(sinks=0, window=9)),
+]
+
+
+CASES = [("rope", *plan) for plan in PLANS] + [("alibi", *plan) for plan in PLANS if plan[0] == "sinks"]  # sinks: any encoding
+
+
+@pytest.mark.parametrize("pe, method, options", CASES, ids=[f"{pe}-{m}-{'-'.join(map(str, o.values()))}" for pe, m, o in CASES])
+@pytest.mark.parametrize("grad", [False, True], ids=["fast", "blocked"])
+def test_attention_equals_the_papers_distances(pe, method, options, grad):
+    """The model's attention layer, fast path (no grad, CPU band + fused far part) and blocked
+    path (differentiable), against scores computed pair by pair. T = 70 crosses blocks of 16."""
+    torch.manual_seed(0)
+    plan = remap.plan(method, 32, 512, **options)
+    config = tiny_config(pe, remap=plan.to_dict())
+    model = GPT(config)
+    layer: CausalSelfAttention = model.blocks[0].attn
+    T = 70
+    x = torch.randn(1, T, config.d_model)
+    with torch.set_grad_enabled(grad):
+        got = layer(x, torch.arange(T), True, plan)  # (1, T, C)
+    q, k, v = (t.view(T, config.n_head, config.head_dim).transpose(0, 1).double() for t in layer.qkv(x)[0].split(config.d_model, dim=-1))
+    slopes = model.encoding.slopes.double() if pe == "alibi" else None
+    expected = textbook(q, k, v, plan, pe, slopes)  # (H, T, hd)
+    expected = layer.proj.weight.double() @ expected.transpose(0, 1).reshape(T, config.d_model).T  # (C, T)
+    torch.testing.assert_close(got[0].double(), expected.T, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("method, options", [
+    ("self-extend", dict(window=8, group=1)),   # G = 1: every grouped position is the true one
+    ("rerope", dict(window=100)),                # a window longer than the sequence clips nothing
+    ("leaky-rerope", dict(window=8, leak=1.0)),  # slope 1: w + (d - w) = d
+    ("sinks", dict(sinks=4, window=28)),         # a cache as long as the sequence evicts nothing
+])
+def test_a_remapping_that_changes_no_distance_is_plain_rope(method, options):
+    torch.manual_seed(0)
+    plain = GPT(tiny_config("rope")).eval()
+    plan = remap.Remap("rerope", 100) if method == "rerope" else remap.plan(method, 32, 64, **options)  # (w >= L is refused by plan)
+    remapped = GPT(tiny_config("rope", remap=plan.to_dict())).eval()
+    remapped.load_state_dict(plain.state_dict())
+    tokens = torch.randint(0, 256, (2, 32 if method == "sinks" else 90))
+    with torch.no_grad():
+        torch.testing.assert_close(remapped(tokens), plain(tokens), rtol=1e-4, atol=1e-4)
+
+
+def test_sinks_embed_absolute_positions_at_their_cache_slot():
+    """A learned table is read at min(i, S + R - 1): the table's first rows only, however long the input."""
+    plan = remap.plan("sinks", 32, 1024, sinks=4)
+    assert plan.window == 28 and plan.cache_slots == 32
+    model = GPT(tiny_config("learned", remap=plan.to_dict())).eval()
+    with torch.no_grad():
+        logits = model(torch.randint(0, 256, (1, 200)))  # the table has 32 rows
+    assert logits.isfinite().all()
+    assert torch.equal(plan.embed_positions(torch.arange(40)), torch.arange(40).clamp(max=31))
+
+
+@pytest.mark.parametrize("L, target", [(128, 1024), (128, 8192), (256, 2048), (256, 65536), (100, 101)])
+def test_default_plans_reach_the_target_within_the_trained_distances(L, target):
+    """Self-Extend's default group makes the farthest distance (L - W) G + W >= target fit in L;
+    Leaky ReRoPE's default slope maps the target's farthest distance to L - 1 (Su, 2023)."""
+    se = remap.plan("self-extend", L, target)
+    W, G = se.window, se.group
+    assert W == L // 4 and (L - W) * G + W >= target
+    farthest = lambda G: (target - 1) // G + W - W // G  # noqa: E731, the paper's positions at i = target - 1, j = 0
+    far_q, far_k = se.far_positions(torch.tensor([target - 1, 0]))
+    assert far_q[0] - far_k[1] == farthest(G) <= L - 1
+    assert G == 1 or farthest(G - 1) > L - 1  # the smallest such group
+    leaky = remap.plan("leaky-rerope", L, target)
+    far_q, far_k = leaky.far_positions(torch.tensor([target - 1, 0]))
+    assert float(far_q[0] - far_k[1]) == pytest.approx(min(L - 1, target - 1))
+
+
+@pytest.mark.parametrize("method, options, message", [
+    ("self-extend", dict(window=32), "--window 32 must be shorter than the run's train length 32"),
+    ("self-extend", dict(group=0.5), "--group must be a whole number"),
+    ("sinks", dict(sinks=4, window=29), "--sinks 4 + --window 29 is more than the train length 32"),
+    ("leaky-rerope", dict(leak=0.5), "--leak must be at least 1"),
+    ("rerope", dict(group=2), "--method rerope does not take --group"),
+])
+def test_bad_options_are_one_line_errors(method, options, message):
+    with pytest.raises(PoscliError, match=message.replace("+", r"\+").replace(".", r"\.")):
+        remap.plan(method, 32, 512, **options)
+
+
+def test_pose_positions_skip_in_order_and_cover_distances_up_to_the_target():
+    """Zhu et al. (2024): chunks of consecutive positions, skips non-decreasing, all below the
+    target; over many draws the largest distance seen reaches the target's."""
+    from poscli.train import pose_positions
+
+    generator = torch.Generator().manual_seed(0)
+    farthest = 0
+    for _ in range(200):
+        positions = pose_positions(32, 512, 2, generator, torch.device("cpu"))
+        steps = positions.diff()
+        assert len(positions) == 32 and positions[0] == 0 and positions[-1] < 512
+        assert (steps >= 1).all() and int((steps > 1).sum()) <= 1  # two chunks: at most one jump
+        farthest = max(farthest, int(positions[-1] - positions[0]))
+    assert farthest >= 500
+    three = pose_positions(32, 512, 3, generator, torch.device("cpu"))
+    assert int((three.diff() > 1).sum()) <= 2 and three[-1] < 512
+    assert torch.equal(pose_positions(32, 512, 1, generator, torch.device("cpu")), torch.arange(32))
