@@ -243,9 +243,11 @@ def eval_child(pe: str, plan: Plan) -> list[dict]:
     return rows
 
 
-def benchmark_eval(plan_args: list[str], log) -> list[dict]:
-    rows = []
-    for pe in [*encodings.names(), *REMAPPED]:
+def benchmark_eval(plan_args: list[str], log, only: list[str] | None = None, kept: list[dict] | None = None) -> list[dict]:
+    """Each encoding (``only``: these) in a fresh process; ``kept`` rows of other encodings from an
+    earlier run are merged in, and the ratios are computed over the merged table."""
+    rows = [row for row in kept or [] if only is None or row["encoding"] not in only]
+    for pe in only or [*encodings.names(), *REMAPPED]:
         child = subprocess.run(
             [sys.executable, "-m", "poscli.bench", "--eval-child", pe, *plan_args], capture_output=True, text=True
         )
@@ -375,9 +377,11 @@ Each number is the median of several repeats; spread = (max - min) / median.
     write_text(out / "BENCH.md", text)
 
 
-def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, command: str, log=print, only_eval: bool = False) -> dict:
-    """Every table; ``only_eval`` re-measures evaluation only and keeps the training, matmul and
-    start-up tables of the last full run (BENCH.md says which command wrote it)."""
+def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, command: str, log=print, only_eval: bool = False,
+        only: list[str] | None = None) -> dict:
+    """Every table; ``only_eval`` re-measures evaluation only (``only``: of these encodings, the
+    other rows kept) and keeps the training, matmul and start-up tables of the last full run
+    (BENCH.md says which command wrote it)."""
     out.mkdir(parents=True, exist_ok=True)
     info = machine()
     write_json(out / "machine.json", info)
@@ -401,7 +405,13 @@ def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, comma
         for row in train:
             row["batch"] = plan.batch_size
         write_csv(out / "train.csv", train)
-    evals = benchmark_eval(plan_args, log)
+    kept = None
+    if only_eval and (out / "eval.csv").exists():
+        import pandas as pd
+
+        kept = [{k: v for k, v in row.items() if k not in ("ratio_to_none", "ratio_to_plain")}
+                for row in pd.read_csv(out / "eval.csv").to_dict("records")]
+    evals = benchmark_eval(plan_args, log, only, kept)
     write_csv(out / "eval.csv", evals)
     if not only_eval:
         startup = benchmark_startup(plan, log)
@@ -420,6 +430,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nanogpt", type=Path, default=None, help="a checkout of karpathy/nanoGPT to measure side by side")
     parser.add_argument("--quick", action="store_true", help="a tiny model at short lengths (for tests)")
     parser.add_argument("--only-eval", action="store_true", help="re-measure evaluation only; keep the other tables of the last full run")
+    parser.add_argument("--encodings", default=None, help="with --only-eval: re-measure these (comma-separated, e.g. none,rope,rope+self-extend); keep the other rows")
     parser.add_argument("--eval-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan(ModelConfig())
@@ -430,10 +441,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.nanogpt is not None and not (args.nanogpt / "model.py").is_file():
         sys.exit(f"error: --nanogpt {args.nanogpt}: no model.py there; pass a checkout of github.com/karpathy/nanoGPT")
     command = "make bench" + (f" NANOGPT={args.nanogpt}" if args.nanogpt else "") if not args.quick else "python -m poscli.bench --quick"
+    only = args.encodings.split(",") if args.encodings else None
+    if only and not args.only_eval:
+        sys.exit("error: --encodings goes with --only-eval (a full run measures every encoding)")
+    if only and "none" not in only and not (Path(args.out) / "eval.csv").exists():
+        sys.exit("error: --encodings needs none among them when there is no earlier eval.csv (ratios are to none)")
     if args.only_eval:
-        command = f"python -m poscli.bench --only-eval{' --quick' if args.quick else ''} (eval.csv; the other tables from the last make bench)"
+        which = f" --encodings {args.encodings}" if only else ""
+        command = f"python -m poscli.bench --only-eval{which}{' --quick' if args.quick else ''} (eval rows; the other tables from the last make bench)"
     start = time.perf_counter()
-    run(Path(args.out), plan, plan_args, args.nanogpt, command, only_eval=args.only_eval)
+    run(Path(args.out), plan, plan_args, args.nanogpt, command, only_eval=args.only_eval, only=only)
     print(f"benchmarks done in {(time.perf_counter() - start) / 60:.1f} min; tables in {args.out}")
 
 

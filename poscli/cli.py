@@ -386,6 +386,23 @@ def extend(
     print(result.run)
 
 
+def _with_sinks(run: str, sinks: int, window: int | None, lengths: list[int] | None, results, device: str) -> str:
+    """``poscli eval --sinks``: the run's StreamingLLM variant, RUN+sinksS[-wR], made (no training,
+    the weights copied) unless it exists; evaluated like any run, so its rows carry its own name."""
+    from poscli.runs import find_run, read_config, runs_dir
+
+    name = f"{run}+sinks{sinks}" + (f"-w{window}" if window is not None else "")
+    if (runs_dir(results) / name).is_dir():
+        return name
+    from poscli.extend import extend as run_extend
+
+    original = read_config(find_run(run, results))["model"]["train_length"]
+    target = max([*(lengths or []), 2 * original])  # recorded only: sinks run at any length
+    options = {"sinks": sinks, **({"window": window} if window is not None else {})}
+    run_extend(run, "sinks", target, steps=0, options=options, name=name, results=results, device=device, show_progress=False)
+    return name
+
+
 def _search(run: str, target: int, results, device: str, quiet: bool, out: Path | None = None, **settings) -> Path:
     """LongRoPE's factor search for ``run`` at ``target``; returns the factors file."""
     from poscli.runs import find_run, results_dir
@@ -440,6 +457,8 @@ def evaluate(
     depths: Annotated[str, typer.Option(metavar="D,D...", help="passkey: key depths in percent of the filler.")] = "0,25,50,75,100",
     trials: Annotated[int, typer.Option(metavar="N", help="passkey: prompts per (length, depth) cell.")] = 50,
     keys: Annotated[Optional[int], typer.Option(metavar="K", help="passkey: keys per prompt (default: the run's training format; K > 1: distractors).")] = None,
+    sinks: Annotated[Optional[int], typer.Option(metavar="S", help="StreamingLLM: evaluate with S attention sinks and a window of recent keys (any encoding), as the run RUN+sinksS made by poscli extend RUN --method sinks.")] = None,
+    window: Annotated[Optional[int], typer.Option(metavar="R", help="with --sinks: recent keys kept (default: the train length - S).")] = None,
     device: Device = "auto",
     results: Results = None,
     quiet: Quiet = False,
@@ -451,6 +470,10 @@ def evaluate(
     table = check_table_name(table or ("passkey" if task is Task.passkey else "ppl"))
     for run_name in run_names:  # a missing run fails before torch is imported
         find_run(run_name, results)
+    if window is not None and sinks is None:
+        raise PoscliError("--window goes with --sinks S (StreamingLLM); add --sinks 4, or drop --window")
+    if sinks is not None:
+        run_names = [_with_sinks(name, sinks, window, lengths, results, device) for name in run_names]
     console = _console()
     if task is Task.passkey:
         from poscli.retrieval import console_table, evaluate_passkey, parse_depths, save_rows, write_passkey_tables
@@ -466,7 +489,7 @@ def evaluate(
 
         with _progress(console, quiet) as progress:
             result = evaluate_runs(run_names, lengths, results, max_tokens, device, progress, stride, protocol.value, data,
-                                   reference, allow_split_mismatch)
+                                   reference, allow_split_mismatch, save=lambda part: write_tables(part, results, table, draw=False))
         written = write_tables(result, results, table)
         _print_table(console_table(result["rows"], protocol.value, stride))
     console.print("wrote " + ", ".join(str(p) for p in written))

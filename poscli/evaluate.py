@@ -209,6 +209,7 @@ def evaluate_runs(
     data: str | None = None,
     reference: bool = True,
     allow_split_mismatch: bool = False,
+    save: Callable[[dict], None] | None = None,
 ) -> dict[str, list[dict]]:
     """Evaluate each run at each length on one evaluation set per corpus. ``lengths`` None means
     ``default_lengths`` of each run; the set's spans are as long as the longest length asked of
@@ -221,6 +222,8 @@ def evaluate_runs(
     Every run, length and evaluation set is checked before any model is evaluated, so a bad
     request fails fast and writes nothing. Returns {"rows", "positions", "spans"}: the
     perplexity rows, the loss-by-position rows and the per-span rows (for summaries over seeds).
+    ``save``, if given, receives each run's part of that as soon as the run is done (so an
+    interrupted evaluation of many runs keeps the finished ones).
     """
     from poscli.device import select_device
 
@@ -276,6 +279,7 @@ def evaluate_runs(
         rows.append({**identity, **result, "eval_set": eval_set.fingerprint, "note": eval_set.note(), "evaluated": now})
 
     for folder, config, key, run_lengths in plans:
+        done = (len(rows), len(position_rows), len(span_rows))
         eval_set = eval_sets[key]
         model, config = runs.load_model(folder, str(device))
         for length in run_lengths:
@@ -295,6 +299,8 @@ def evaluate_runs(
             for bucket in loss_by_position(result.pop("position_loss"), result.pop("position_tokens"), min(length, eval_set.span_length)):
                 position_rows.append({**identity, **bucket})
             add(identity, eval_set, result)
+        if save:
+            save({"rows": rows[done[0]:], "positions": position_rows[done[1]:], "spans": span_rows[done[2]:]})
 
     if reference:
         from poscli.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
@@ -317,10 +323,11 @@ def evaluate_runs(
     return {"rows": rows, "positions": position_rows, "spans": span_rows}
 
 
-def write_tables(result: dict[str, list[dict]], results: str | Path | None = None, table: str = "ppl") -> list[Path]:
+def write_tables(result: dict[str, list[dict]], results: str | Path | None = None, table: str = "ppl", draw: bool = True) -> list[Path]:
     """Merge an ``evaluate_runs`` result into RESULTS/TABLE.csv (long form), TABLE_spans.csv (each
     span's loss, for summaries over seeds) and TABLE_by_position.csv; rewrite TABLE.md (a pivot
-    with intervals and counts) and the plots. Returns the files written.
+    with intervals and counts) and the plots (not with ``draw`` False: a run's rows saved as it
+    finishes). Returns the files written.
 
     A row replaces an earlier one for the same run, corpus, protocol, mode and length; other
     rows are kept.
@@ -339,6 +346,8 @@ def write_tables(result: dict[str, list[dict]], results: str | Path | None = Non
         if result.get("positions"):
             written.append(folder / f"{table}_by_position.csv")
             merge_rows(written[-1], result["positions"], POSITION_COLUMNS, [*TABLE_KEY, "position_start"], replace=TABLE_KEY)
+        if not draw:
+            return written
         with atomic_write(md_path) as handle:
             handle.write(markdown_pivot(combined))
         return [*written, md_path] + draw_plots(folder, table)

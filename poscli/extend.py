@@ -69,7 +69,7 @@ def extend(
     if attention is None and method not in methods:
         raise PoscliError(f"--method {method} does not apply to --pe {pe}; for run {parent['name']!r} use: {', '.join(methods) or 'none'}")
     steps = DEFAULT_STEPS if steps is None else steps
-    options = encoding.check_extension_options(method, options or {})
+    options = remapping.check_options(method, options or {}) if attention else encoding.check_extension_options(method, options or {})
     if parent.get("extension"):
         raise PoscliError(
             f"run {parent['name']!r} is already extended ({parent['extension']['method']}); extend its parent {parent.get('parent')!r} instead"
@@ -98,13 +98,14 @@ def extend(
 
     weights = runs.load_weights(parent_folder)
     parent_config = ModelConfig.from_dict(model)
-    try:
-        changes = encoding.extended_config(parent_config, method, factor, target, options, weights)
-    except Answer as answer:
-        raise Answer(f"run {parent['name']!r} {answer}") from None
     if attention is not None:  # no weights change: the attention sees far keys at other positions
-        remap = remapping.Remap.from_dict(changes["remap"])
-        options = changes["remap"]
+        remap = remapping.plan(method, original_length, target, **options)
+        changes, options = {"remap": remap.to_dict()}, remap.to_dict()
+    else:
+        try:
+            changes = encoding.extended_config(parent_config, method, factor, target, options, weights)
+        except Answer as answer:
+            raise Answer(f"run {parent['name']!r} {answer}") from None
     changes["train_length"] = finetune_length if steps else original_length
     model_config = ModelConfig.from_dict({**parent_config.to_dict(), **changes})
     train_config = TrainConfig.from_dict({

@@ -284,17 +284,17 @@ def _claims(summary, meta: dict) -> list[str]:
         citation, claim, _ = CLAIMS[label]
         verdict = class_verdict("keeps", cell["ratio_low"], cell["ratio_high"])
         verdict = {"agrees": "holds", "differs": "**does not hold**"}.get(verdict, "undecided (the interval crosses 1.10)")
-        tuning = "no training" if _steps(options) == 0 else f"{_steps(options)} steps"
-        rows.append(f"| {label} | {tuning} | {options['target']} | {_fmt(_cell(summary, group, int(cell['ratio_base'])))} | {_fmt(cell)} | "
-                    f"{cell['ratio']:.2f} [{cell['ratio_low']:.2f}, {cell['ratio_high']:.2f}] | {interval_class(cell['ratio_low'], cell['ratio_high'])} | "
-                    f"{claim} ({citation}) | {verdict} |")
+        tuning = "no training" if _steps(options) == 0 else f"{_steps(options)} fine-tuning steps"
+        base = int(cell["ratio_base"])
+        rows.append(f"- {label} ({tuning}), target {options['target']}: {_fmt(_cell(summary, group, base))} at {base}, {_fmt(cell)} at {target}, "
+                    f"ratio {cell['ratio']:.2f} [{cell['ratio_low']:.2f}, {cell['ratio_high']:.2f}] "
+                    f"({interval_class(cell['ratio_low'], cell['ratio_high'])}). Published: {claim} ({citation}). Here: {verdict}.")
     if not rows:
         return []
     return ["### The newer methods' claims\n",
             f"Ratio: perplexity at the target over the same model's at its train length, mean over seeds with its paired 95% interval; "
             f"a claim that perplexity stays flat holds where the whole interval is at most {KEEPS:.2f}, fails where all of it is above.\n",
-            "| method | training | target | at train length | at target | ratio | class | published claim | here |",
-            "|---|---|---|---|---|---|---|---|---|", *rows]
+            *rows]
 
 
 def beyond_yarn(summary, meta: dict) -> str:

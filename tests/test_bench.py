@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 import torch
 from torch import nn
 
@@ -77,11 +78,17 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     for heading in ("Targets", "Matrix-multiply peak", "Training throughput", "Evaluating one window", "Start-up"):
         assert f"## {heading}" in report
 
-    # --only-eval re-measures eval.csv and keeps the other tables
-    before = (out / "train.csv").read_text()
-    again = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--only-eval", "--out", str(out)], capture_output=True, text=True)
+    # --only-eval --encodings re-measures those rows of eval.csv and keeps the rest and the other tables
+    before, old_rows = (out / "train.csv").read_text(), evals.set_index(["encoding", "length"])
+    again = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--only-eval", "--encodings", "rope,rope+rerope", "--out", str(out)],
+                           capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert (out / "train.csv").read_text() == before and "--only-eval" in (out / "BENCH.md").read_text()
+    assert (out / "train.csv").read_text() == before and "--only-eval --encodings rope,rope+rerope" in (out / "BENCH.md").read_text()
+    merged = pd.read_csv(out / "eval.csv").set_index(["encoding", "length"])
+    assert set(merged.index) == set(old_rows.index)
+    assert merged.loc[("alibi", 64), "seconds"] == old_rows.loc[("alibi", 64), "seconds"]  # kept, not re-measured
+    assert merged.loc[("rope+rerope", 64), "ratio_to_plain"] == pytest.approx(
+        merged.loc[("rope+rerope", 64), "seconds"] / merged.loc[("rope", 64), "seconds"], abs=1e-3)
 
 
 def test_flop_count_uses_exactly_the_model_matmul_weights():

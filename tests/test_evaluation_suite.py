@@ -167,3 +167,24 @@ def test_passkey_rows_reach_the_table_run_by_run(passkey_run):
     assert saved == [2, 2]
     assert len(pd.read_csv(passkey_run / "partial.csv")) == 2  # the same run's rows replaced, not added
     assert not (passkey_run / "partial.md").exists()  # the Markdown and plots come once, at the end
+
+
+def test_perplexity_rows_reach_the_table_run_by_run(passkey_run):
+    """The same for perplexity: each run's rows, spans and positions are merged into TABLE.csv as
+    it finishes; a run that failed after them keeps them (here: the second run is missing)."""
+    from poscli.errors import PoscliError
+    from poscli.evaluate import evaluate_runs, write_tables
+
+    saved = []
+
+    def save(part):
+        saved.append({row["run"] for row in part["rows"]})
+        write_tables(part, passkey_run, "partial-ppl", draw=False)
+        raise PoscliError("stopped after the first run")
+
+    with pytest.raises(PoscliError, match="stopped"):
+        evaluate_runs(["alibi", "alibi"], [32, 128], passkey_run, max_tokens=1024, save=save)
+    assert saved == [{"alibi"}]
+    table = pd.read_csv(passkey_run / "partial-ppl.csv")
+    assert set(table["length"]) == {32, 128} and (passkey_run / "partial-ppl_spans.csv").exists()
+    assert not (passkey_run / "partial-ppl.md").exists()

@@ -121,6 +121,20 @@ def test_attention_remappings_extend_without_training_and_evaluate(rope_run):
     assert len(table) == 4 and (table["ppl"] > 1).all()
 
 
+def test_eval_with_sinks_evaluates_the_runs_streaming_variant(rope_run):
+    """poscli eval RUN --sinks S: RUN+sinksS is made once (no training) and its rows carry its name."""
+    for _ in range(2):  # the second time the variant exists and is reused
+        done = poscli("eval", "learned", "--sinks", "2", "--lengths", "32,128", "--results", str(rope_run), "--quiet",
+                      "--no-reference", "--table", "streaming")
+        assert done.returncode == 0, done.stderr
+    config = json.loads((rope_run / "runs" / "learned+sinks2" / "config.json").read_text())
+    assert config["model"]["remap"] == {"method": "sinks", "window": 30, "group": 1, "leak": None, "sinks": 2}
+    table = pd.read_csv(rope_run / "streaming.csv")
+    assert set(table["run"]) == {"learned+sinks2"} and len(table) == 2 and table["ppl"].notna().all()  # 128 > the table's 32 rows
+    lone = poscli("eval", "learned", "--window", "8", "--results", str(rope_run))
+    assert lone.returncode == 2 and "--window goes with --sinks" in lone.stderr
+
+
 def test_pose_fine_tunes_at_the_train_length_with_positions_up_to_the_target(rope_run):
     done = poscli("extend", "rope", "--method", "yarn", "--target", "256", "--steps", "2", "--pose", "--results", str(rope_run), "--quiet")
     assert done.returncode == 0, done.stderr

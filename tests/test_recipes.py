@@ -276,6 +276,27 @@ def test_peng2023_comparison_names_a_best_method_only_where_its_interval_separat
     assert "pi is best and YaRN's interval lies above it: **differs from the paper**" in peng2023(summary, meta)
 
 
+def test_beyond_yarn_ranks_every_method_and_checks_the_newer_claims_by_their_intervals():
+    """A claim that perplexity stays flat holds where the whole ratio interval is <= 1.10, fails
+    where all of it is above, and is undecided otherwise; PoSE is named apart from plain YaRN."""
+    from poscli.published import beyond_yarn
+
+    values = {"x+self-extend": {128: [5.0, 5.1, 5.2], 8192: [5.1, 5.2, 5.3]},     # ratio ~1.02: holds
+              "x+rerope": {128: [5.0, 5.1, 5.2], 8192: [9.0, 9.2, 9.4]},          # ratio ~1.8: fails
+              "x+yarn": {128: [5.0, 5.1, 5.2], 8192: [7.0, 7.1, 7.2]},
+              "x+yarn-pose": {128: [5.0, 5.1, 5.2], 8192: [5.0, 5.6, 6.2]}}       # ratio interval across 1.10: undecided
+    summary, _ = summary_from(values, {g: "rope" for g in values}, 128)
+    meta = {"x+self-extend": {"method": "self-extend", "target": "8k"}, "x+rerope": {"method": "rerope", "target": "8k"},
+            "x+yarn": {"method": "yarn", "target": "8k", "steps": 0},
+            "x+yarn-pose": {"method": "yarn", "target": "8k", "steps": 400, "pose": True}}
+    text = beyond_yarn(summary, meta)
+    assert "target 8k, no fine-tuning, at 8192: self-extend < yarn < rerope" in text
+    assert "target 8k, 400 fine-tuning steps, at 8192: yarn + PoSE" in text
+    claims = {line[2:].split(" (")[0]: line for line in text.splitlines() if "Published:" in line}
+    assert claims["self-extend"].endswith("Here: holds.") and claims["rerope"].endswith("Here: **does not hold**.")
+    assert "undecided" in claims["yarn + PoSE"] and "yarn" not in claims  # YaRN itself makes no flatness claim here
+
+
 def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
     tstl = load_recipe(REPO / "recipes" / "train-short-test-long.toml")
     from poscli import encodings
