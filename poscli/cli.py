@@ -362,28 +362,34 @@ def extend(
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
     given = {"beta_fast": beta_fast, "beta_slow": beta_slow, "attention_factor": attention_factor, "low_freq_factor": low_freq_factor,
              "high_freq_factor": high_freq_factor, "rope_base": rope_base, "window": window, "group": group, "leak": leak, "sinks": sinks}
-    if factors is not None:
-        from poscli.scaling import read_factors
-
-        if str(factors) == "search" and not factors.exists():
-            factors = _search(run, target, results, device, quiet)
-        given.update(read_factors(factors))
-    from poscli.runs import find_run
-
-    find_run(run, results)  # a missing run fails before torch is imported
+    options = {key: value for key, value in given.items() if value is not None} | _factors(factors, run, target, results, device, quiet)
     from poscli.extend import extend as run_extend
 
     console = _console()
     result = run_extend(
-        run, method, target, factor=factor, steps=steps, finetune_length=finetune_length,
-        options={key: value for key, value in given.items() if value is not None}, name=name, results=results, lr=lr,
-        batch_size=batch_size, seed=seed, device=device, console=console, show_progress=not quiet, replace=replace, pose=pose,
+        run, method, target, factor=factor, steps=steps, finetune_length=finetune_length, options=options, name=name, results=results,
+        lr=lr, batch_size=batch_size, seed=seed, device=device, console=console, show_progress=not quiet, replace=replace, pose=pose,
     )
     if result is None:
         return
     console.print(f"{result.summary()}. Evaluate with: poscli eval {result.run.name}")
     _record(results)
     print(result.run)
+
+
+def _factors(factors: Path | None, run: str, target: int, results, device: str, quiet: bool) -> dict:
+    """``--factors FILE`` read, or ``--factors search`` run first; {} without it. A missing run
+    fails here, before torch is imported."""
+    from poscli.runs import find_run
+
+    find_run(run, results)
+    if factors is None:
+        return {}
+    from poscli.scaling import read_factors
+
+    if str(factors) == "search" and not factors.exists():
+        factors = _search(run, target, results, device, quiet)
+    return read_factors(factors)
 
 
 def _with_sinks(run: str, sinks: int, window: int | None, lengths: list[int] | None, results, device: str) -> str:

@@ -81,10 +81,12 @@ class Fitness:
         from poscli.encodings.rope import RopeOptions
         from poscli.tokenizer import run_tokenizer
 
+        from poscli import encodings
+
         config = runs.read_config(folder)
         model = config["model"]
-        if model["pe"] != "rope":
-            raise PoscliError(f"run {config['name']!r} uses --pe {model['pe']}; the LongRoPE search needs a --pe rope run")
+        if "longrope" not in (encodings.get(model["pe"]).extension_methods() or {}):
+            raise PoscliError(f"run {config['name']!r} uses --pe {model['pe']}, which does not take --method longrope; search on a --pe rope run")
         if config.get("extension") or model.get("rope_scaling"):
             raise PoscliError(f"run {config['name']!r} is already extended; search on its parent {config.get('parent')!r}")
         self.model_config = ModelConfig.from_dict(model)

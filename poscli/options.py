@@ -53,7 +53,7 @@ LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--rando
 EVAL_TASKS = ("perplexity", "passkey")
 
 EXTEND_OPTIONS: dict[str, Any] = {
-    "method": None, "target": None, "factor": None, "steps": 400, "finetune_length": None, "lr": 3e-4,
+    "method": None, "target": None, "factor": None, "steps": None, "finetune_length": None, "lr": 3e-4,
     "batch_size": None, "beta_fast": None, "beta_slow": None, "attention_factor": None, "factors": None, "low_freq_factor": None, "high_freq_factor": None,
     "rope_base": None, "window": None, "group": None, "leak": None, "sinks": None, "pose": False, "seed": 0, "device": "auto",
 }
