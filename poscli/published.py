@@ -82,14 +82,15 @@ def _bounds(row) -> tuple[float, float]:
     return (row["ci_low"], row["ci_high"]) if not math.isnan(row["ci_low"]) else (row["mean"], row["mean"])
 
 
-def ranked(rows: dict[str, object], names: dict[str, str] | None = None) -> tuple[list[str], str]:
-    """Items ranked by mean, and the ranking as text: "<" between neighbours whose 95% intervals
-    separate, "≈" (tied) where they overlap."""
+def ranked(rows: dict[str, object], names: dict[str, str] | None = None, below=None) -> tuple[list[str], str]:
+    """Items ranked by mean, and the ranking as text: "<" between neighbours where ``below(a, b)``
+    (default: their 95% intervals separate), "≈" (tied) where not."""
     names = names or {}
+    below = below or (lambda a, b: _bounds(rows[a])[1] < _bounds(rows[b])[0])
     order = [k for k, row in sorted(rows.items(), key=lambda item: item[1]["mean"]) if row is not None and not math.isnan(row["mean"])]
     text = names.get(order[0], order[0]) if order else ""
     for a, b in zip(order, order[1:]):
-        text += (" < " if _bounds(rows[a])[1] < _bounds(rows[b])[0] else " ≈ ") + names.get(b, b)
+        text += (" < " if below(a, b) else " ≈ ") + names.get(b, b)
     return order, text
 
 
@@ -199,14 +200,33 @@ def peng2023(summary, meta: dict) -> str:
         lines.append(f"| {PENG_NAMES[method]} | " + " | ".join(f"{v:.2f}" for v in values.values()) + " |")
     lines += ["", "Published long runs: PI fine-tuned to 32k: 3.51 (8k), 2.64 (32k), 187.7 (64k); "
                   "YaRN s = 32 (128k): 3.56 (8k), 2.70 (32k), 2.45 (64k), 2.37 (128k).", "",
-              "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where neighbouring intervals "
-              "separate, `≈` where they overlap (tied).", ""]
+              "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where the ratio of neighbours, paired "
+              "(the same spans, the extensions of one base seed against each other), has its 95% interval below 1, `≈` (tied) where not.", ""]
 
     lines += _rankings(summary, meta)
     claims = _claims(summary, meta)
     if claims:
         lines += ["", *claims]
     return "\n".join(lines) + "\n"
+
+
+# The methods of Peng et al. (2023)'s comparisons; YaRN's verdict is about these only.
+PENG_METHODS = ("pi", "ntk", "dynamic-ntk", "ntk-by-parts", "yarn")
+
+
+def _paired_below(summary, groups: dict[str, str], rows: dict, length: int):
+    """below(a, b): a's perplexity is lower than b's with the paired ratio's 95% interval wholly
+    under 1 (same spans, bases paired by seed: ``poscli.recipes.paired_ratio``); where the pair was
+    not scored alike, the unpaired intervals must separate."""
+    from poscli.recipes import paired_ratio
+
+    def below(a: str, b: str) -> bool:
+        ratio = paired_ratio(summary, groups[a], groups[b], length)
+        if ratio is None:
+            return _bounds(rows[a])[1] < _bounds(rows[b])[0]
+        return ratio[2] < 1
+
+    return below
 
 
 def method_label(options: dict) -> str:
@@ -230,22 +250,27 @@ def _rankings(summary, meta: dict) -> list[str]:
     for target_text, steps in settings:
         members = {g: o for g, o in extensions.items() if str(o["target"]) == target_text and _steps(o) == steps}
         target = int(summary[summary["group"].isin(list(members))]["length"].max())
-        rows = {method_label(o): _cell(summary, g, target) for g, o in members.items()}
+        groups = {method_label(o): g for g, o in members.items()}
+        rows = {m: _cell(summary, g, target) for m, g in groups.items()}
         rows = {m: row for m, row in rows.items() if row is not None and not math.isnan(row["mean"])}
         if not rows:
             continue
-        order, text = ranked(rows)
+        below = _paired_below(summary, groups, rows, target)
+        order, text = ranked(rows, below=below)
         tuning = "no fine-tuning" if steps == 0 else f"{steps} fine-tuning steps"
         line = f"- poscli, target {target_text}, {tuning}, at {target}: {text} ({', '.join(f'{m} {_fmt(rows[m])}' for m in order)})"
-        best = order[0]
-        tied_best = [m for m in order[1:] if not _bounds(rows[best])[1] < _bounds(rows[m])[0]]
+        compared = [m for m in order if m in PENG_METHODS]  # YaRN's verdict: among the methods the paper compares
+        best = compared[0] if compared else order[0]
+        tied_best = [m for m in compared[1:] if not below(best, m)]
         if "yarn" in rows:
             if best == "yarn" and not tied_best:
                 verdict = "YaRN is best, as in the paper"
             elif "yarn" == best or "yarn" in tied_best:
                 verdict = f"YaRN is tied for best with {', '.join(m for m in [best, *tied_best] if m != 'yarn')}: the data do not decide"
             else:
-                verdict = f"{best}{' (tied with ' + ', '.join(tied_best) + ')' if tied_best else ''} is best and YaRN's interval lies above it: **differs from the paper**"
+                verdict = f"{best}{' (tied with ' + ', '.join(tied_best) + ')' if tied_best else ''} is best and YaRN lies above it: **differs from the paper**"
+            if len(compared) < len(order):
+                verdict = f"Among the methods Peng et al. compare ({', '.join(compared)}): {verdict}"
             line += f". {verdict}."
         lines.append(line)
     unextended = [g for g, o in meta.items() if "method" not in o and g in set(summary["group"])]
@@ -274,8 +299,8 @@ def _claims(summary, meta: dict) -> list[str]:
     rows = []
     for group, options in meta.items():
         label = method_label(options) if "method" in options else None
-        if label not in CLAIMS or group not in set(summary["group"]):
-            continue
+        if label not in CLAIMS or group not in set(summary["group"]) or (label == "longrope" and _steps(options)):
+            continue  # LongRoPE's claim is about no fine-tuning
         part = summary[summary["group"] == group]
         target = int(part["length"].max())
         cell = _cell(summary, group, target)
@@ -301,8 +326,9 @@ def beyond_yarn(summary, meta: dict) -> str:
     """Every extension method at one target (64x, 256x): the ranking at the target, and the
     newer methods' published claims checked (LongRoPE, Self-Extend, ReRoPE, sinks, PoSE)."""
     lines = ["### Every method at the target\n",
-             "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where neighbouring intervals separate, "
-             "`≈` where they overlap (tied).\n", *_rankings(summary, meta)]
+             "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where the ratio of neighbours, paired "
+             "(the same spans, the extensions of one base seed against each other), has its 95% interval below 1, `≈` (tied) where not.\n",
+             *_rankings(summary, meta)]
     claims = _claims(summary, meta)
     if claims:
         lines += ["", *claims]

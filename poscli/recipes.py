@@ -495,7 +495,7 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
         return None
     if spans is not None:
         spans = spans[(spans["mode"] == _mode(stride)) & (spans["protocol"] == protocol)]
-    records = []
+    records, paired = [], {}
     for group, part in rows.groupby("group", sort=False):
         lengths = sorted(part["length"].unique())
         train_length = int(part["train_length"].iloc[0])
@@ -519,6 +519,7 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
                     first = mine[mine["run"] == matrix.index[0]].sort_values("span")
                     samples[length] = bootstrap_perplexity(matrix.to_numpy(), first["tokens"].to_numpy(float), first["unit"].to_numpy())
                     record["ci_low"], record["ci_high"] = interval(samples[length])
+                    paired[(group, length)] = (record["eval_set"], len(matrix), samples[length])
             records.append(record)
         for record in records[-len(lengths):]:
             length = record["length"]
@@ -530,7 +531,28 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
     for column in ("ratio", "ratio_low", "ratio_high"):
         if column not in summary:
             summary[column] = np.nan
+    # The resamples behind each cell, for paired comparisons between groups (poscli.published): the
+    # same seeded draws of units and of run positions, so groups evaluated on the same spans with
+    # runs in the same seed order are compared draw by draw.
+    summary.attrs["samples"] = paired
     return summary
+
+
+def paired_ratio(summary, group_a: str, group_b: str, length: int) -> tuple[float, float, float] | None:
+    """Perplexity of group a over group b at ``length``, with the 95% interval of the ratio taken
+    draw by draw (same spans, runs paired by their seed order), or None where the two cells were
+    not scored on the same evaluation set with as many runs."""
+    from poscli.stats import interval
+
+    samples = summary.attrs.get("samples", {})
+    a, b = samples.get((group_a, length)), samples.get((group_b, length))
+    if a is None or b is None or a[0] != b[0] or a[1] != b[1]:
+        return None
+    ratio = a[2] / b[2]
+    low, high = interval(ratio)
+    mean_a = summary[(summary["group"] == group_a) & (summary["length"] == length)]["mean"].iloc[0]
+    mean_b = summary[(summary["group"] == group_b) & (summary["length"] == length)]["mean"].iloc[0]
+    return mean_a / mean_b, low, high
 
 
 def seed_markdown(summary) -> str:
