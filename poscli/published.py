@@ -210,16 +210,31 @@ def peng2023(summary, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired_ratio(summary, group_a: str, group_b: str, length: int) -> tuple[float, float, float] | None:
+    """Perplexity of group a over group b at ``length``, with the 95% interval of the ratio taken
+    draw by draw (same spans, runs paired by their seed order), or None where the two cells were
+    not scored on the same evaluation set with as many runs."""
+    from poscli.stats import interval
+
+    samples = summary.attrs.get("samples", {})
+    a, b = samples.get((group_a, length)), samples.get((group_b, length))
+    if a is None or b is None or a[0] != b[0] or a[1] != b[1]:
+        return None
+    ratio = a[2] / b[2]
+    low, high = interval(ratio)
+    mean_a = summary[(summary["group"] == group_a) & (summary["length"] == length)]["mean"].iloc[0]
+    mean_b = summary[(summary["group"] == group_b) & (summary["length"] == length)]["mean"].iloc[0]
+    return mean_a / mean_b, low, high
+
+
 # The methods of Peng et al. (2023)'s comparisons; YaRN's verdict is about these only.
 PENG_METHODS = ("pi", "ntk", "dynamic-ntk", "ntk-by-parts", "yarn")
 
 
 def _paired_below(summary, groups: dict[str, str], rows: dict, length: int):
     """below(a, b): a's perplexity is lower than b's with the paired ratio's 95% interval wholly
-    under 1 (same spans, bases paired by seed: ``poscli.recipes.paired_ratio``); where the pair was
+    under 1 (same spans, bases paired by seed: ``paired_ratio``); where the pair was
     not scored alike, the unpaired intervals must separate."""
-    from poscli.recipes import paired_ratio
-
     def below(a: str, b: str) -> bool:
         ratio = paired_ratio(summary, groups[a], groups[b], length)
         if ratio is None:

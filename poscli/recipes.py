@@ -538,22 +538,6 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
     return summary
 
 
-def paired_ratio(summary, group_a: str, group_b: str, length: int) -> tuple[float, float, float] | None:
-    """Perplexity of group a over group b at ``length``, with the 95% interval of the ratio taken
-    draw by draw (same spans, runs paired by their seed order), or None where the two cells were
-    not scored on the same evaluation set with as many runs."""
-    from poscli.stats import interval
-
-    samples = summary.attrs.get("samples", {})
-    a, b = samples.get((group_a, length)), samples.get((group_b, length))
-    if a is None or b is None or a[0] != b[0] or a[1] != b[1]:
-        return None
-    ratio = a[2] / b[2]
-    low, high = interval(ratio)
-    mean_a = summary[(summary["group"] == group_a) & (summary["length"] == length)]["mean"].iloc[0]
-    mean_b = summary[(summary["group"] == group_b) & (summary["length"] == length)]["mean"].iloc[0]
-    return mean_a / mean_b, low, high
-
 
 def seed_markdown(summary) -> str:
     from poscli.tables import format_interval, format_ppl, pivot_markdown
