@@ -312,6 +312,24 @@ def test_the_yarn_passkey_comparison_names_a_best_method_only_where_it_separates
     assert "unextended base base: 256: 1.00" in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta)
 
 
+def test_the_passkey_comparison_keeps_pose_apart_and_remappings_untrained():
+    """yarn and yarn + PoSE are two rows of one setting, not one overwriting the other; an attention
+    remapping (no steps in the recipe: it never trains) sits with the untrained methods."""
+    from poscli.published import yarn2023_passkey
+
+    per_group = {"base": {256: [50, 50, 50]}, "yarn": {256: [50, 50, 50]}, "yarn-pose": {256: [10, 12, 11]},
+                 "self-extend": {256: [20, 20, 20]}, "pi": {256: [0, 0, 0]}}
+    rows, groups = passkey_rows(per_group)
+    meta = {"base": {"pe": "rope"}, "yarn": {"method": "yarn", "target": "1k", "steps": 100},
+            "yarn-pose": {"method": "yarn", "target": "1k", "steps": 100, "pose": True},
+            "self-extend": {"method": "self-extend", "target": "1k"}, "pi": {"method": "pi", "target": "1k", "steps": 0}}
+    lines = yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines()
+    tuned = next(line for line in lines if "100 fine-tuning steps" in line)
+    assert "yarn > yarn + PoSE" in tuned and "+ PoSE: at the train length" in tuned
+    untrained = next(line for line in lines if "no fine-tuning" in line)
+    assert "self-extend > pi" in untrained and not any("400 fine-tuning" in line for line in lines)
+
+
 def test_perplexity_is_not_retrieval_is_said_only_where_both_intervals_decide():
     from poscli.published import retrieval_vs_perplexity
     from tests.test_recipes import summary_from
