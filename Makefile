@@ -8,7 +8,7 @@ REFERENCE := results/reference
 # override with e.g. `make install TORCH="torch==2.13.0"`.
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 
-.PHONY: help install demo test smoke reproduce passkey tokenizers bench bench-data clean
+.PHONY: help install demo test smoke reproduce passkey tokenizers bench bench-data gpu-check clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
@@ -18,6 +18,7 @@ help:
 	@echo "make reproduce   the reference study in $(REFERENCE): recipes/train-short-test-long.toml and extend-rope.toml"
 	@echo "make passkey     the passkey studies in $(REFERENCE): retrieval at the train length, after extension, across encodings"
 	@echo "make bench       speed and memory benchmarks -> $(REFERENCE)/bench/ (~13 min; NANOGPT=path adds nanoGPT)"
+	@echo "make gpu-check   on a CUDA machine: flex attention against the reference, small bf16 --compile training, ALiBi at 16k (minutes)"
 	@echo "make bench-data  a 2 GB corpus prepared on disk and trained on: time and peak memory (docs/data.md)"
 	@echo "make tokenizers  the default model on bytes and on a BPE, in bits per byte (recipes/bytes-vs-bpe.toml)"
 
@@ -75,6 +76,10 @@ bench: install
 	$(PY) -m poscli.bench --out $(REFERENCE)/bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
 
 # A 2 GB corpus prepared on disk and trained on: time and peak memory of each step (docs/data.md).
+# What a CUDA machine adds (poscli/gpu_check.py); on a machine without CUDA it says so and exits 0.
+gpu-check: install
+	$(PY) -m poscli.gpu_check --out $(REFERENCE)/gpu-check
+
 bench-data: install
 	$(PY) tools/bench_data.py --size 2G --steps 200
 

@@ -183,6 +183,34 @@ def benchmark_training(plan: Plan, peaks: dict[str, float], nanogpt: Path | None
     return rows
 
 
+# Encodings whose training step is measured compiled against eager (issue 19: none, rope, alibi).
+COMPILED = ("none", "rope", "alibi")
+
+
+def benchmark_compile(plan: Plan, log) -> list[dict]:
+    """Training tokens/s with ``--compile`` against eager, fp32, the two measured side by side per
+    encoding (the compile itself, in the warm-up steps, is not timed; its seconds are reported)."""
+    from poscli.device import compile_model
+
+    rows = []
+    for pe in COMPILED:
+        rates = {}
+        for mode in ("eager", "compiled"):
+            torch.manual_seed(0)
+            model = GPT(replace(plan.model, pe=pe))
+            start = time.perf_counter()
+            compiled = mode == "compiled" and compile_model(model, torch.device("cpu"), plan.model.train_length, report=log)
+            tokens_per_second(model, plan, "fp32")  # warm-up, and the training graph's compile
+            seconds = time.perf_counter() - start
+            rates[mode] = summarise(tokens_per_second(model, plan, "fp32"))
+            if mode == "compiled":
+                rows.append({"encoding": pe, "eager_tokens_per_s": round(rates["eager"][0]), "compiled_tokens_per_s": round(rates[mode][0]),
+                             "ratio": round(rates[mode][0] / rates["eager"][0], 3), "compiled": bool(compiled),
+                             "compile_seconds": round(seconds, 1), "spread": round(max(rates["eager"][1], rates[mode][1]), 3)})
+        log(f"compile {pe}: {rows[-1]['ratio']}x eager ({rows[-1]['compiled_tokens_per_s']:,} against {rows[-1]['eager_tokens_per_s']:,} tok/s)")
+    return rows
+
+
 # --- evaluation time and memory ---------------------------------------------------------------
 
 
@@ -314,9 +342,11 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def targets(train: list[dict], evals: list[dict], startup: list[dict], nanogpt: bool) -> list[dict]:
-    """Issue 5's targets, each with the measured value and whether it is met."""
+def targets(train: list[dict], evals: list[dict], startup: list[dict], nanogpt: bool, compiled: list[dict] = ()) -> list[dict]:
+    """Issue 5's targets (and later issues'), each with the measured value and whether it is met."""
     out = []
+    for row in compiled:  # issue 19 states the ratio and aims for 1.2x
+        out.append({"target": f"train {row['encoding']} --compile >= 1.2x eager (aim; fp32)", "measured": row["ratio"], "met": row["ratio"] >= 1.2})
     fp32 = [r for r in train if r["dtype"] == "fp32"]
     for row in fp32:
         if row["encoding"] in ("none",) or row["encoding"].startswith("nanoGPT"):
@@ -346,7 +376,8 @@ def targets(train: list[dict], evals: list[dict], startup: list[dict], nanogpt: 
     return out
 
 
-def write_report(out: Path, info: dict, matmul: list[dict], train: list[dict], evals: list[dict], startup: list[dict], checks: list[dict], command: str) -> None:
+def write_report(out: Path, info: dict, matmul: list[dict], train: list[dict], evals: list[dict], startup: list[dict], checks: list[dict], command: str,
+                 compiled: list[dict] = ()) -> None:
     met = sum(c["met"] for c in checks)
     text = f"""# poscli benchmarks
 
@@ -366,6 +397,10 @@ Each number is the median of several repeats; spread = (max - min) / median.
 
 {markdown(train, ['encoding', 'dtype', 'tokens_per_s', 'spread', 'ratio_to_none', 'ratio_to_fp32', 'mfu'])}
 
+## Training with --compile against eager (fp32, side by side; compile seconds include the first steps)
+
+{markdown(list(compiled), ['encoding', 'eager_tokens_per_s', 'compiled_tokens_per_s', 'ratio', 'compiled', 'compile_seconds', 'spread']) if compiled else 'Not measured in this run.'}
+
 ## Evaluating one window (forward pass and loss, batch 1, fp32, each encoding in a fresh process)
 
 {markdown(evals, ['encoding', 'length', 'seconds', 'spread', 'ratio_to_none', 'ratio_to_plain', 'peak_rss_gib', 'baseline_rss_gib'])}
@@ -378,10 +413,11 @@ Each number is the median of several repeats; spread = (max - min) / median.
 
 
 def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, command: str, log=print, only_eval: bool = False,
-        only: list[str] | None = None) -> dict:
+        only: list[str] | None = None, only_compile: bool = False) -> dict:
     """Every table; ``only_eval`` re-measures evaluation only (``only``: of these encodings, the
     other rows kept) and keeps the training, matmul and start-up tables of the last full run
-    (BENCH.md says which command wrote it)."""
+    (BENCH.md says which command wrote it); ``only_compile`` re-measures the compiled training
+    rows only and keeps every other table."""
     out.mkdir(parents=True, exist_ok=True)
     info = machine()
     write_json(out / "machine.json", info)
@@ -411,15 +447,26 @@ def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, comma
 
         kept = [{k: v for k, v in row.items() if k not in ("ratio_to_none", "ratio_to_plain")}
                 for row in pd.read_csv(out / "eval.csv").to_dict("records")]
-    evals = benchmark_eval(plan_args, log, only, kept)
-    write_csv(out / "eval.csv", evals)
+    if only_compile and kept is not None:  # the evaluation table as it is
+        evals = pd.read_csv(out / "eval.csv").to_dict("records")
+    else:
+        evals = benchmark_eval(plan_args, log, only, kept)
+        write_csv(out / "eval.csv", evals)
     if not only_eval:
         startup = benchmark_startup(plan, log)
         write_csv(out / "startup.csv", startup)
-    checks = targets(train, evals, startup, nanogpt is not None)
+    compiled = []
+    if only_compile or not only_eval:
+        compiled = benchmark_compile(plan, log)
+        write_csv(out / "compile.csv", compiled)
+    elif (out / "compile.csv").exists():
+        import pandas as pd
+
+        compiled = pd.read_csv(out / "compile.csv").to_dict("records")
+    checks = targets(train, evals, startup, nanogpt is not None, compiled)
     write_csv(out / "targets.csv", checks)
-    write_report(out, info, matmul, train, evals, startup, checks, command)
-    return {"matmul": matmul, "train": train, "eval": evals, "startup": startup, "targets": checks}
+    write_report(out, info, matmul, train, evals, startup, checks, command, compiled)
+    return {"matmul": matmul, "train": train, "eval": evals, "startup": startup, "compile": compiled, "targets": checks}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -431,6 +478,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a tiny model at short lengths (for tests)")
     parser.add_argument("--only-eval", action="store_true", help="re-measure evaluation only; keep the other tables of the last full run")
     parser.add_argument("--encodings", default=None, help="with --only-eval: re-measure these (comma-separated, e.g. none,rope,rope+self-extend); keep the other rows")
+    parser.add_argument("--only-compile", action="store_true", help="re-measure training with --compile against eager only; keep the other tables")
     parser.add_argument("--eval-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan(ModelConfig())
@@ -449,8 +497,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.only_eval:
         which = f" --encodings {args.encodings}" if only else ""
         command = f"python -m poscli.bench --only-eval{which}{' --quick' if args.quick else ''} (eval rows; the other tables from the last make bench)"
+    if args.only_compile:
+        command = f"python -m poscli.bench --only-compile{' --quick' if args.quick else ''} (compile rows; the other tables from the last make bench)"
     start = time.perf_counter()
-    run(Path(args.out), plan, plan_args, args.nanogpt, command, only_eval=args.only_eval, only=only)
+    run(Path(args.out), plan, plan_args, args.nanogpt, command, only_eval=args.only_eval or args.only_compile, only=only,
+        only_compile=args.only_compile)
     print(f"benchmarks done in {(time.perf_counter() - start) / 60:.1f} min; tables in {args.out}")
 
 

@@ -9,6 +9,7 @@ so ``--help`` answers quickly.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from enum import Enum
@@ -68,6 +69,12 @@ def _lengths(value) -> list[int]:
         return parse_lengths(str(value))
     except PoscliError:
         raise typer.BadParameter(f"{value!r} is not a list of lengths; use e.g. 256,1k,4k") from None
+
+
+class Size(str, Enum):  # poscli.options.SIZES
+    tiny = "tiny"
+    small = "small"
+    base = "base"
 
 
 class DType(str, Enum):
@@ -181,10 +188,11 @@ def train(
     pe: Annotated[str, typer.Option("--pe", metavar="NAME[,NAME...]", autocompletion=_complete_encodings, help=_encoding_help())] = "rope",
     pe_option: Annotated[Optional[list[str]], typer.Option("--pe-option", "-O", metavar="KEY=VALUE",
                          help="An option of the encoding, repeatable, e.g. -O base=500000 (poscli encodings lists them).")] = None,
-    layers: Annotated[int, typer.Option(metavar="N", help="Transformer layers.")] = 4,
-    heads: Annotated[int, typer.Option(metavar="N", help="Attention heads.")] = 4,
-    width: Annotated[int, typer.Option(metavar="N", help="Model width (d_model).")] = 128,
-    train_length: Annotated[int, typer.Option("--train-length", parser=_length, metavar="LENGTH", help="Tokens per training sequence, e.g. 256 or 1k.")] = 256,
+    size: Annotated[Size, typer.Option(help="A preset of the options marked [size] below: tiny (4 x 128, CPU minutes), small (6 x 384, nanoGPT's), base (12 x 768, GPT-2 small's); a flag given overrides it.")] = Size.tiny,
+    layers: Annotated[Optional[int], typer.Option(metavar="N", help="Transformer layers [size; tiny: 4].")] = None,
+    heads: Annotated[Optional[int], typer.Option(metavar="N", help="Attention heads [size; tiny: 4].")] = None,
+    width: Annotated[Optional[int], typer.Option(metavar="N", help="Model width (d_model) [size; tiny: 128].")] = None,
+    train_length: Annotated[Optional[int], typer.Option("--train-length", parser=_length, metavar="LENGTH", help="Tokens per training sequence, e.g. 256 or 1k [size; tiny: 256].")] = None,
     data: Annotated[str, typer.Option(metavar="CORPUS", help="stdlib, passkey, a text file / folder / glob, dataset files (.parquet, .jsonl, .arrow, .csv), a prepared folder, or hf:NAME[:CONFIG].")] = "stdlib",
     tokenizer: Annotated[str, typer.Option(metavar="bytes|bpe:N|PATH", help="bytes (default), bpe:N (a byte-level BPE of N tokens trained on the training split) or a tokenizer.json.")] = "bytes",
     split: Annotated[str, typer.Option(metavar="auto|documents|tail|blocks:K", help="Held-out text: by document, the tail, or K blocks spread through the text (auto: tail for a single document).")] = "auto",
@@ -199,16 +207,18 @@ def train(
     passkey_keys: Annotated[int, typer.Option("--passkey-keys", metavar="K", help="Keys per passkey prompt; K > 1 adds distractors with other names.")] = 1,
     passkey_lengths: Annotated[PasskeyLengths, typer.Option("--passkey-lengths", help="random: each passkey example ends its sequence at a random length, corpus text before it; full: it fills the sequence.")] = PasskeyLengths.random,
     answer_loss: Annotated[float, typer.Option("--answer-loss", metavar="W", help="Add W x the mean loss of passkey answers' tokens to the loss (0: off).")] = 0.0,
-    batch_size: Annotated[int, typer.Option("--batch-size", metavar="N", help="Sequences per step.")] = 16,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", metavar="N", help="Sequences per optimizer step, the global batch [size; tiny: 16].")] = None,
+    accumulate: Annotated[int, typer.Option(metavar="N", help="Gradient accumulation: each step runs N micro-batches of batch-size / N sequences (same step, less memory).")] = 1,
     steps: Annotated[int, typer.Option(metavar="N", help="Optimizer steps (training stops at steps or --minutes, whichever first).")] = 1000,
     minutes: Annotated[Optional[float], typer.Option(metavar="M", help="Time budget in minutes.")] = None,
-    lr: Annotated[float, typer.Option(metavar="LR", help="Peak learning rate.")] = 1e-3,
-    warmup: Annotated[int, typer.Option(metavar="N", help="Warmup steps (linear), then cosine decay to lr/10.")] = 100,
+    lr: Annotated[Optional[float], typer.Option(metavar="LR", help="Peak learning rate [size; tiny: 1e-3].")] = None,
+    warmup: Annotated[Optional[int], typer.Option(metavar="N", help="Warmup steps (linear), then cosine decay to lr/10 [size; tiny: 100].")] = None,
     seed: Annotated[int, typer.Option(metavar="N", help="Random seed for initialisation and batches.")] = 0,
     dtype: Annotated[DType, typer.Option(help="bf16: autocast (matmuls in bfloat16, softmax statistics and RoPE angles in float32).")] = DType.fp32,
     random_positions: Annotated[int, typer.Option("--random-positions", parser=_length_or_zero, metavar="LENGTH",
                                 help="Train each sequence at a sorted random subset of positions in [0, MAX), e.g. 4k (Ruoss et al., 2023); 0: off.")] = 0,
     device: Device = "auto",
+    compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model (one line and eager where the backend is missing).")] = False,
     name: Annotated[Optional[str], typer.Option(metavar="NAME", help="Run name (default: the encoding's name).")] = None,
     replace: Replace = False,
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", metavar="N", help="Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).")] = 200,
@@ -233,7 +243,7 @@ def train(
         _sweep(encodings_swept, _parse_seeds(seeds) if seeds is not None else [seed], jobs, nproc, name, results)
         return
     if nproc != 1:  # everything is checked here first, so a bad option fails once, not once per process
-        _launch_torchrun(nproc, batch_size)
+        _launch_torchrun(nproc, train_config.batch_size)
 
     from poscli.train import train as run_training
 
@@ -466,6 +476,7 @@ def evaluate(
     sinks: Annotated[Optional[int], typer.Option(metavar="S", help="StreamingLLM: evaluate with S attention sinks and a window of recent keys (any encoding), as the run RUN+sinksS made by poscli extend RUN --method sinks.")] = None,
     window: Annotated[Optional[int], typer.Option(metavar="R", help="with --sinks: recent keys kept (default: the train length - S).")] = None,
     device: Device = "auto",
+    compile: Annotated[bool, typer.Option("--compile", help="perplexity: torch.compile each model (one line and eager where the backend is missing).")] = False,
     results: Results = None,
     quiet: Quiet = False,
 ):
@@ -495,7 +506,7 @@ def evaluate(
 
         with _progress(console, quiet) as progress:
             result = evaluate_runs(run_names, lengths, results, max_tokens, device, progress, stride, protocol.value, data,
-                                   reference, allow_split_mismatch, save=lambda part: write_tables(part, results, table, draw=False))
+                                   reference, allow_split_mismatch, save=lambda part: write_tables(part, results, table, draw=False), compile=compile)
         written = write_tables(result, results, table)
         _print_table(console_table(result["rows"], protocol.value, stride))
     console.print("wrote " + ", ".join(str(p) for p in written))
@@ -579,6 +590,28 @@ def run_recipe(
     from poscli.recipes import run_recipe as run
 
     run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console())
+
+
+@app.command(epilog="Examples: poscli export rope exports/rope | poscli export rope+yarn-4k exports/rope-yarn --no-check")
+def export(
+    run: Annotated[str, typer.Argument(metavar="RUN", autocompletion=_complete_runs, help="A RoPE or learned-position run (trained or extended).")],
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The transformers model folder to write.")],
+    check: Annotated[bool, typer.Option("--check/--no-check", help="Load DIR with transformers and compare its logits with poscli's (needs transformers).")] = True,
+    results: Results = None,
+):
+    """Write RUN as a transformers model folder: AutoModelForCausalLM.from_pretrained(DIR) loads it."""
+    from poscli.export import check_export, export as export_run
+    from poscli.runs import find_run
+
+    found = find_run(run, results)
+    written = export_run(found, folder)
+    print(f"wrote {folder} ({written['architectures'][0]})")
+    if check and importlib.util.find_spec("transformers") is None:
+        print("not checked: transformers is not installed (pip install 'transformers>=4.57' to load and check it)")
+    elif check:
+        checked = check_export(found, folder)
+        lengths = ", ".join(str(length) for length in checked["lengths"])
+        print(f"checked with transformers {checked['transformers']}: max |logit difference| {checked['max_abs_diff']:.2e} at lengths {lengths}")
 
 
 @app.command(epilog="Example: poscli report --results results/reference")

@@ -114,7 +114,9 @@ class TrainConfig(FlatConfig):
     answer_loss: float = 0.0  # W > 0: the loss adds W times the mean loss of the passkey answers' tokens
     heldout_fraction: float = 0.1
     # --- optimisation ---
-    batch_size: int = 16
+    size: str = "tiny"  # the --size preset the model and optimisation started from (poscli.options.SIZES)
+    batch_size: int = 16  # sequences per optimizer step (the global batch, whatever --accumulate and --nproc)
+    accumulate: int = 1  # micro-batches per step: each holds batch_size / accumulate sequences
     steps: int = 1000
     minutes: float | None = None  # a time budget; training stops at whichever of steps/minutes comes first
     lr: float = 1e-3
@@ -133,6 +135,7 @@ class TrainConfig(FlatConfig):
     # --- bookkeeping ---
     seed: int = 0
     device: str = "auto"
+    compile: bool = False  # torch.compile the model (falls back to eager, with one line, where the backend is missing)
     log_every: int = 10
     checkpoint_every: int = 200
     eval_tokens: int = 65536  # held-out tokens scored at the train length at the end of training
@@ -148,6 +151,11 @@ class TrainConfig(FlatConfig):
     def validate(self, min_steps: int = 1) -> None:
         if self.batch_size < 1:
             raise PoscliError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.accumulate < 1:
+            raise PoscliError(f"--accumulate must be at least 1, got {self.accumulate}")
+        if self.batch_size % self.accumulate:
+            raise PoscliError(f"--batch-size {self.batch_size} does not split into {self.accumulate} equal micro-batches; "
+                              f"use a multiple of {self.accumulate} (the batch stays --batch-size, --accumulate only saves memory)")
         if self.steps < min_steps:
             raise PoscliError(f"--steps must be at least {min_steps}, got {self.steps}")
         if self.minutes is not None and self.minutes <= 0:

@@ -90,11 +90,12 @@ def stop() -> None:
         dist.destroy_process_group()
 
 
-def check_batch(group: Group, batch_size: int) -> None:
-    if group.active and batch_size % group.world_size:
+def check_batch(group: Group, batch_size: int, accumulate: int = 1) -> None:
+    if group.active and batch_size % (group.world_size * accumulate):
+        parts = f"{group.world_size} processes" + (f" x {accumulate} micro-batches" if accumulate > 1 else "")
         raise PoscliError(
-            f"--batch-size {batch_size} does not split evenly over {group.world_size} processes; "
-            f"use a multiple of {group.world_size} (the global batch stays the same at any process count)"
+            f"--batch-size {batch_size} does not split evenly over {parts}; "
+            f"use a multiple of {group.world_size * accumulate} (the global batch stays the same at any process count)"
         )
 
 

@@ -210,6 +210,7 @@ def evaluate_runs(
     reference: bool = True,
     allow_split_mismatch: bool = False,
     save: Callable[[dict], None] | None = None,
+    compile: bool = False,
 ) -> dict[str, list[dict]]:
     """Evaluate each run at each length on one evaluation set per corpus. ``lengths`` None means
     ``default_lengths`` of each run; the set's spans are as long as the longest length asked of
@@ -223,9 +224,10 @@ def evaluate_runs(
     request fails fast and writes nothing. Returns {"rows", "positions", "spans"}: the
     perplexity rows, the loss-by-position rows and the per-span rows (for summaries over seeds).
     ``save``, if given, receives each run's part of that as soon as the run is done (so an
-    interrupted evaluation of many runs keeps the finished ones).
+    interrupted evaluation of many runs keeps the finished ones). ``compile`` runs each model
+    through ``torch.compile`` (``poscli.device.compile_model``).
     """
-    from poscli.device import select_device
+    from poscli.device import compile_model, select_device
 
     if stride is not None and stride < 1:
         raise PoscliError(f"--stride must be at least 1, got {stride}")
@@ -282,6 +284,8 @@ def evaluate_runs(
         done = (len(rows), len(position_rows), len(span_rows))
         eval_set = eval_sets[key]
         model, config = runs.load_model(folder, str(device))
+        if compile:
+            compile_model(model, device, min(run_lengths), report=progress.console.print if progress else print)
         for length in run_lengths:
             identity = _identity(config, eval_set, length, stride)
             count = len(eval_set.windows(length, stride))

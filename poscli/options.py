@@ -8,17 +8,32 @@ from __future__ import annotations
 from typing import Any
 
 from poscli.config import ModelConfig, TrainConfig
+from poscli.errors import PoscliError
 
 _MODEL, _TRAIN = ModelConfig(), TrainConfig()
 
+# --size presets: the model's shape and the optimisation that suits it; an option given explicitly
+# overrides its preset's value. tiny is poscli's CPU default (0.8M parameters); small is nanoGPT's
+# character-level Shakespeare model (Karpathy, 2022: 6 x 384 x 6); base is GPT-2 small's shape
+# (Radford et al., 2019: 12 x 768 x 12, 1024 tokens, lr 6e-4), for a GPU (--accumulate N reaches
+# GPT-2's 0.5M-token batch in N micro-batches).
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"layers": _MODEL.n_layer, "heads": _MODEL.n_head, "width": _MODEL.d_model, "train_length": _MODEL.train_length,
+             "batch_size": _TRAIN.batch_size, "lr": _TRAIN.lr, "warmup": _TRAIN.warmup_steps},
+    "small": {"layers": 6, "heads": 6, "width": 384, "train_length": 512, "batch_size": 32, "lr": 6e-4, "warmup": 200},
+    "base": {"layers": 12, "heads": 12, "width": 768, "train_length": 1024, "batch_size": 32, "lr": 6e-4, "warmup": 500},
+}
+
 # option (as a Python name) -> (config field, default). Lengths are given as numbers of tokens.
+# None: the --size preset's value (SIZES).
 TRAIN_OPTIONS: dict[str, tuple[str, Any]] = {
     "pe": ("pe", _MODEL.pe),
     "pe_option": ("pe_options", []),
-    "layers": ("n_layer", _MODEL.n_layer),
-    "heads": ("n_head", _MODEL.n_head),
-    "width": ("d_model", _MODEL.d_model),
-    "train_length": ("train_length", _MODEL.train_length),
+    "size": ("size", _TRAIN.size),
+    "layers": ("n_layer", None),
+    "heads": ("n_head", None),
+    "width": ("d_model", None),
+    "train_length": ("train_length", None),
     "data": ("data", _TRAIN.data),
     "tokenizer": ("tokenizer", _TRAIN.tokenizer),
     "split": ("split", _TRAIN.split),
@@ -33,19 +48,21 @@ TRAIN_OPTIONS: dict[str, tuple[str, Any]] = {
     "passkey_keys": ("passkey_keys", _TRAIN.passkey_keys),
     "passkey_lengths": ("passkey_lengths", _TRAIN.passkey_lengths),
     "answer_loss": ("answer_loss", _TRAIN.answer_loss),
-    "batch_size": ("batch_size", _TRAIN.batch_size),
+    "batch_size": ("batch_size", None),
+    "accumulate": ("accumulate", _TRAIN.accumulate),
     "steps": ("steps", _TRAIN.steps),
     "minutes": ("minutes", _TRAIN.minutes),
-    "lr": ("lr", _TRAIN.lr),
-    "warmup": ("warmup_steps", _TRAIN.warmup_steps),
+    "lr": ("lr", None),
+    "warmup": ("warmup_steps", None),
     "seed": ("seed", _TRAIN.seed),
     "dtype": ("dtype", _TRAIN.dtype),
     "random_positions": ("random_positions", _TRAIN.random_positions),
     "device": ("device", _TRAIN.device),
+    "compile": ("compile", _TRAIN.compile),
     "checkpoint_every": ("checkpoint_every", _TRAIN.checkpoint_every),
 }
 # Options that change how a run is run, not what it is: they never make a run "different".
-RUN_ONLY = {"device", "checkpoint_every"}
+RUN_ONLY = {"device", "checkpoint_every", "accumulate", "compile"}
 # Options the runner of a sweep or recipe sets itself.
 RUNNER_OPTIONS = {"name", "resume", "results", "quiet", "seeds", "jobs", "nproc", "replace"}
 LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--random-positions"}
@@ -61,6 +78,14 @@ EXTEND_OPTIONS: dict[str, Any] = {
 
 def train_defaults() -> dict[str, Any]:
     return {option: default for option, (_, default) in TRAIN_OPTIONS.items()}
+
+
+def with_size(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with every option left unset (None) taken from the --size preset."""
+    size = getattr(values.get("size"), "value", values.get("size")) or _TRAIN.size
+    if size not in SIZES:
+        raise PoscliError(f"--size {size!r} is not a preset; choose one of: {', '.join(SIZES)} (e.g. --size small)")
+    return {**values, **{option: value for option, value in SIZES[size].items() if values.get(option) is None}, "size": size}
 
 
 def saved_value(config: dict, option: str) -> Any:
@@ -96,6 +121,7 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     from poscli.passkey import PasskeyTraining
 
     names = [encodings.check_name(each) for each in values["pe"].split(",")]
+    values = with_size(values)
     options = encodings.parse_option_pairs(values.get("pe_option") or [])
     model = {TRAIN_OPTIONS[o][0]: values[o] for o in ("layers", "heads", "width", "train_length")}
     train = {TRAIN_OPTIONS[o][0]: getattr(values[o], "value", values[o]) for o, (field, _) in TRAIN_OPTIONS.items()

@@ -285,3 +285,43 @@ def rope_parameters(
     if original_length < 1:
         raise PoscliError(f"the original length must be positive, got {original_length}")
     return get_method(method).recipe(head_dim, base, factor, original_length, seq_len, **check_options(method, options))
+
+
+# poscli method -> transformers' rope_type (``modeling_rope_utils.ROPE_INIT_FUNCTIONS``), for ``poscli export``.
+TRANSFORMERS_ROPE_TYPES = {"pi": "linear", "dynamic-ntk": "dynamic", "yarn": "yarn", "ntk-by-parts": "yarn",
+                           "llama3": "llama3", "longrope": "longrope"}
+
+
+def transformers_rope(method: str, rotary_dim: int, base: float, factor: float, original_length: int,
+                      **options) -> tuple[float, dict | None]:
+    """The same frequencies in transformers' terms: (rope_theta, rope_scaling or None).
+
+    NTK-aware and a base change are plain RoPE at another base, b s^(d/(d-2)) and --rope-base;
+    NTK-by-parts is YaRN with attention_factor 1; the others are transformers' own rope types,
+    with ``original_max_position_embeddings`` the train length (dynamic NTK reads it from
+    max_position_embeddings instead, which the exporter sets to the train length).
+    """
+    options = check_options(method, options)
+    if method == "default":
+        return base, None
+    if method == "ntk":
+        return base * factor ** (rotary_dim / (rotary_dim - 2)), None
+    if method == "base":
+        return options["rope_base"], None
+    rope_type = TRANSFORMERS_ROPE_TYPES[method]
+    scaling: dict = {"rope_type": rope_type, "factor": float(factor)}
+    if rope_type != "linear" and rope_type != "dynamic":
+        scaling["original_max_position_embeddings"] = original_length
+    if rope_type == "yarn":
+        scaling.update(beta_fast=options["beta_fast"], beta_slow=options["beta_slow"])
+        attention_factor = options.get("attention_factor", 1.0) if method == "yarn" else 1.0
+        if attention_factor > 0:
+            scaling["attention_factor"] = attention_factor
+    if rope_type == "llama3":
+        scaling.update(low_freq_factor=options["low_freq_factor"], high_freq_factor=options["high_freq_factor"])
+    if rope_type == "longrope":
+        half = rotary_dim // 2
+        scaling.update(long_factor=list(options["long_factor"]), short_factor=list(options["short_factor"] or (1.0,) * half))
+        if options["attention_factor"] > 0:
+            scaling["attention_factor"] = options["attention_factor"]
+    return base, scaling

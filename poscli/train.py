@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -29,7 +30,7 @@ from poscli.data import Corpus, CorpusOptions, absolute_spec, load_corpus
 from poscli.prepared import PreparedCorpus, TokenFile
 from poscli.tokenizer import run_tokenizer
 from poscli.evalset import build_eval_set
-from poscli.device import select_device
+from poscli.device import autocast, compile_model, select_device
 from poscli.distributed import Group, check_batch, data_parallel_loss, group_from_environment
 from poscli.distributed import start as start_group
 from poscli.errors import Answer, PoscliError
@@ -144,39 +145,55 @@ class TrainResult:
                 f"{self.heldout_bpb if self.heldout_bpb is not None else self.heldout_loss / math.log(2):.3f} bits/byte)")
 
 
-def autocast(device: torch.device, dtype: str):
-    """The precision context of a training step: nothing for fp32, bfloat16 autocast for bf16.
-
-    Under autocast, matmuls and attention run in bfloat16 while layer norms, the loss and
-    softmax statistics stay in float32; poscli's RoPE computes its angles and rotation in
-    float32 and its banded attention keeps its band in float32 whatever the autocast dtype.
-    """
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
-
-
 def training_step(
     model, optimizer, tokens: torch.Tensor, targets: torch.Tensor, grad_clip: float, dtype: str = "fp32",
     loss_fn=None, group: Group | None = None, positions: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+    accumulate: int = 1,
 ) -> torch.Tensor:
-    """One optimizer step on a batch; returns the loss before the step (a 0-d tensor).
+    """One optimizer step on a batch; returns the batch's mean loss before the step (a 0-d tensor).
 
-    A non-finite loss returns at once, before any gradient touches the weights. The training
-    loop and ``make bench`` both call this, so the benchmark measures the step users run.
-    Data-parallel: ``loss_fn`` is the DDP-wrapped loss and ``group`` averages the reported loss
-    over the processes, so they all see the same value and all skip a non-finite step together.
-    ``positions`` (B, T), if given, are each sequence's positions (``--random-positions``);
+    ``accumulate`` N > 1 splits the batch into N micro-batches of equal size whose gradients add up
+    (each loss divided by N), so the step is the full batch's step (to float rounding) with a
+    micro-batch's activation memory. A non-finite loss skips the update: gradients are computed
+    (every data-parallel process runs the same backward passes) but the weights are not touched.
+    The training loop and ``make bench`` both call this, so the benchmark measures the step users run.
+    Data-parallel: ``loss_fn`` is the DDP-wrapped loss, which averages gradients on the last
+    micro-batch only, and ``group`` averages the reported loss over the processes, so they all see
+    the same value and all skip a non-finite step together.
+    ``positions`` (B, T) or (T,), if given, are the positions (``--random-positions``, PoSE);
     ``weights`` (B, T), each target's weight in the loss (``--answer-loss``).
     """
-    with autocast(tokens.device, dtype):
-        loss = (loss_fn or model.loss)(tokens, targets, positions, weights)
-    reported = group.mean(loss.detach()) if group is not None else loss.detach()
+    compute_loss = loss_fn or model.loss
+    optimizer.zero_grad(set_to_none=True)
+    total = torch.zeros((), device=tokens.device)
+    for index, (rows_tokens, rows_targets, rows_positions, rows_weights) in enumerate(micro_batches(accumulate, tokens, targets, positions, weights)):
+        last = index == accumulate - 1
+        sync = contextlib.nullcontext() if last or not hasattr(compute_loss, "no_sync") else compute_loss.no_sync()
+        with sync:
+            with autocast(tokens.device, dtype):
+                loss = compute_loss(rows_tokens, rows_targets, rows_positions, rows_weights) / accumulate
+            total += loss.detach().float()
+            if accumulate == 1 and group is None and not torch.isfinite(total):
+                return total  # nothing to average with other processes: skip the backward pass too
+            loss.backward()
+    reported = group.mean(total) if group is not None else total
     if not torch.isfinite(reported):
         return reported
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     return reported
+
+
+def micro_batches(accumulate: int, tokens: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor | None,
+                  weights: torch.Tensor | None) -> list[tuple]:
+    """The batch cut into ``accumulate`` equal runs of rows; positions shared by every row ((T,),
+    PoSE) stay whole. -> [(tokens, targets, positions, weights)] with (B / N, T) tensors."""
+    if accumulate == 1:
+        return [(tokens, targets, positions, weights)]
+    rows = tokens.shape[0] // accumulate
+    cut = lambda x: [x[i * rows : (i + 1) * rows] for i in range(accumulate)] if x is not None else [None] * accumulate  # noqa: E731
+    shared = positions is not None and positions.dim() == 1
+    return list(zip(cut(tokens), cut(targets), [positions] * accumulate if shared else cut(positions), cut(weights)))
 
 
 def make_optimizer(model, train_config: TrainConfig) -> torch.optim.Optimizer:
@@ -247,7 +264,7 @@ def train(
     group = group_from_environment()
     model_config.validate()
     train_config.validate(min_steps=0 if initial_weights is not None else 1)
-    check_batch(group, train_config.batch_size)
+    check_batch(group, train_config.batch_size, train_config.accumulate)
     name = name or encodings.run_name_base(model_config.pe)
     runs.check_name(name)
     if group.is_main and not replace:
@@ -292,6 +309,11 @@ def train(
     }
     if not group.is_main:
         return _train_loop(run, config, model, optimizer, generator, corpus, device, console, False, group=group, tokenizer=tokenizer)
+    from poscli.memory import training_memory
+
+    estimate = training_memory(model, model_config.train_length, train_config.batch_size, train_config.accumulate, device,
+                               train_config.dtype, group.world_size)
+    config["memory_estimate_gib"] = round(estimate.total / 2**30, 3)
     tokenizer.save(run)
     runs.write_config(run, config)
     runs.save_checkpoint(run, model, optimizer, generator, step=0, elapsed=0.0)
@@ -300,11 +322,13 @@ def train(
         f"train length {model_config.train_length}, on {device}{f' x {group.world_size} processes' if group.active else ''}; corpus {corpus.spec!r}: "
         f"{config['data']['train_tokens'] / 1e6:.1f}M train / {config['data']['heldout_tokens'] / 1e6:.2f}M held-out tokens"
     )
+    accumulation = f" in {train_config.accumulate} micro-batches" if train_config.accumulate > 1 else ""
+    console.print(f"batch {train_config.batch_size} sequences x {model_config.train_length} tokens per step{accumulation}; {estimate.line()}")
     return _train_loop(run, config, model, optimizer, generator, corpus, device, console, show_progress, group=group, tokenizer=tokenizer)
 
 
 # Options that may differ when a run is resumed: where it runs and how often it reports, not what it computes.
-RESUMABLE_CHANGES = {"device", "log_every", "checkpoint_every"}
+RESUMABLE_CHANGES = {"device", "log_every", "checkpoint_every", "accumulate", "compile"}
 
 
 def resume(
@@ -336,11 +360,14 @@ def resume(
         raise PoscliError(f"cannot resume {run.name!r} with a different config: {listed}; drop those options to resume as it was")
     if config.get("status") == "finished":
         raise Answer(f"run {run.name!r} has finished its {config.get('steps_done')} steps; nothing to resume")
-    if given and "device" in given:
-        train_config = TrainConfig.from_dict({**train_config.to_dict(), "device": given["device"]})
+    changed = {key: value for key, value in (given or {}).items() if key in RESUMABLE_CHANGES}
+    if changed:
+        train_config = TrainConfig.from_dict({**train_config.to_dict(), **changed})
+        config["train"] = train_config.to_dict()  # the loop reads it: how the rest of the run runs
+        train_config.validate(min_steps=0)
     fresh = not (run / runs.CHECKPOINT_FILE).exists() and config.get("parent") is None
     checkpoint = None if fresh else runs.load_checkpoint(run)  # a damaged file fails before anything loads
-    check_batch(group, train_config.batch_size)
+    check_batch(group, train_config.batch_size, train_config.accumulate)
     device = _select_device(group, train_config.device)
     corpus = load_corpus(train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config))
     tokenizer = run_tokenizer(train_config.tokenizer, run)
@@ -435,6 +462,8 @@ def _train_loop(
     model_config = ModelConfig.from_dict(config["model"])
     train_config = TrainConfig.from_dict(config["train"])
     passkey = PasskeyTraining.plan(train_config, model_config, tokenizer)
+    if train_config.compile:
+        compile_model(model, device, model_config.train_length, report=console.print if main else lambda line: None)
     stream = corpus.train_tokens()  # (N_train,) uint8 or wider; a TokenFile for a prepared corpus
     if not isinstance(stream, TokenFile):
         stream = torch.from_numpy(stream if stream.dtype == np.uint8 else stream.astype(np.int32))
@@ -494,7 +523,8 @@ def _train_loop(
                 if step == start_step:
                     config["first_step_at"] = time.time()  # with the launch time, how long start-up took
                 loss = training_step(model, optimizer, tokens, targets, train_config.grad_clip, train_config.dtype,
-                                     loss_fn=loss_fn, group=group if group.active else None, positions=positions, weights=weights)
+                                     loss_fn=loss_fn, group=group if group.active else None, positions=positions, weights=weights,
+                                     accumulate=train_config.accumulate)
                 if not torch.isfinite(loss):
                     if main:
                         runs.write_config(run, {**config, "status": "failed", "steps_done": step})
@@ -543,6 +573,8 @@ def _train_loop(
     )
     if step == start_step:
         config.pop("tokens_per_s")
+    if device.type == "cuda":
+        config["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     runs.write_config(run, config)
     return TrainResult(run=run, steps=step, heldout_loss=heldout["loss"], heldout_perplexity=heldout["ppl"], seconds=seconds,
                        heldout_length=model_config.train_length, heldout_bpb=heldout["bpb"])

@@ -377,6 +377,7 @@ def test_the_options_recipes_and_resume_read_are_the_clis_own():
     extend = {p.name: p.default for p in commands["extend"].params if p.param_type_name == "option"}
     assert options.EXTEND_OPTIONS == {k: v for k, v in extend.items() if k not in options.RUNNER_OPTIONS}
     assert tuple(task.value for task in cli.Task) == options.EVAL_TASKS
+    assert tuple(size.value for size in cli.Size) == tuple(options.SIZES)
 
 
 def test_a_run_trained_on_a_relative_path_is_evaluated_from_any_folder(trained, tmp_path):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -122,6 +122,21 @@ class PositionalEncoding(nn.Module):
     @property
     def max_length(self) -> int | None:
         """The longest sequence this encoding can represent, or None if unbounded."""
+        return None
+
+    def score_mod(self, q: Tensor, positions: Tensor, layer: int) -> Callable | None:
+        """The score bias as a FlexAttention ``score_mod`` (score, b, h, q_idx, kv_idx) -> score,
+        where q_idx and kv_idx index ``positions`` (T,), so the bias runs fused on CUDA
+        (``poscli.flex``); None: the model derives one from ``relative_bias`` when that exists,
+        else uses the blocked path. Tensors it reads (parameters included) are captured, and
+        gradients reach them. q: (B, H, T, hd)."""
+        return None
+
+    def transformers_layout(self) -> dict[str, Any] | None:
+        """How a transformers architecture expresses this encoding, for ``poscli export``: a dict with
+        ``architecture`` (a key of ``poscli.export.ARCHITECTURES``) and that architecture's encoding
+        settings, or None when no transformers architecture has it. Raise
+        :class:`~poscli.errors.PoscliError` for a setting of this encoding transformers cannot express."""
         return None
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:

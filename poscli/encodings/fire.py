@@ -58,3 +58,21 @@ class Fire(PositionalEncoding):
         rows = max(1, PAIRS_PER_CHUNK // x.shape[1])
         bias = torch.cat([self.mlp(part[..., None].float()) for part in x.split(rows)])  # (Tq, Tk, H)
         return bias.permute(2, 0, 1).to(q.dtype)  # (H, Tq, Tk)
+
+    def score_mod(self, q: Tensor, positions: Tensor, layer: int):
+        """The same bias per (query, key) pair, for FlexAttention: f's 32 hidden units written out
+        as scalar arithmetic, which the compiled kernel fuses into the attention loop."""
+        w1, b1 = self.mlp[0].weight[:, 0], self.mlp[0].bias  # (32,) each
+        w2, b2 = self.mlp[2].weight, self.mlp[2].bias  # (H, 32), (H,)
+        constants = torch.stack((self.c.abs(), self.threshold()))  # (2,): c and L (FlexAttention captures no 0-d tensors)
+        where = positions.to(torch.float32)  # (T,)
+
+        def fire(score, b, h, q_idx, kv_idx):
+            query, c = where[q_idx], constants[0]
+            x = torch.log1p(c * (query - where[kv_idx]).clamp(min=0)) / torch.log1p(c * (constants[1] + (query - constants[1]).clamp(min=0)))  # max(i, L)
+            bias = b2[h]
+            for unit in range(MLP_WIDTH):
+                bias = bias + w2[h, unit] * torch.relu(w1[unit] * x + b1[unit])
+            return score + bias
+
+        return fire

@@ -40,6 +40,17 @@ class Kerple(PositionalEncoding):
         r1, r2 = self.strengths()
         return (-r1[:, None, None] * torch.log1p(r2[:, None, None] * distance)).to(q.dtype)  # (H, Tq, Tk)
 
+    def score_mod(self, q: Tensor, positions: Tensor, layer: int):
+        """The same bias per (query, key) pair, for FlexAttention."""
+        r1, r2 = self.strengths()  # (H,) each
+        where = positions.to(torch.float32)  # (T,)
+
+        def kerple(score, b, h, q_idx, kv_idx):
+            distance = (where[q_idx] - where[kv_idx]).clamp(min=0)
+            return score - r1[h] * torch.log1p(r2[h] * distance)
+
+        return kerple
+
 
 def _softplus_inverse(x: Tensor) -> Tensor:
     return x + torch.log(-torch.expm1(-x))  # softplus(y) = x  <=>  y = x + log(1 - e^-x)

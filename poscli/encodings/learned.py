@@ -48,6 +48,10 @@ class Learned(PositionalEncoding):
     def max_length(self) -> int:
         return self.table.num_embeddings
 
+    def transformers_layout(self) -> dict:
+        """GPT-2 (transformers' ``GPT2LMHeadModel``): its ``wpe`` table is this one, every row of it."""
+        return {"architecture": "gpt2", "n_positions": self.max_length}
+
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         if int(positions.max()) >= self.max_length:
             raise NotApplicable(

@@ -149,14 +149,16 @@ class RoPE(PositionalEncoding):
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos and sin of every angle, times the attention scale, per element. positions (T,) -> (T, hd) each."""
-        if self._table is not None and self._table[0] is positions and self._table[1].device == positions.device:
+        compiling = torch.compiler.is_compiling()  # under torch.compile: no cache, no data-dependent length
+        if not compiling and self._table is not None and self._table[0] is positions and self._table[1].device == positions.device:
             return self._table[1], self._table[2]
-        inv_freq, attention_scale = self.frequencies(int(positions.max()) + 1)
+        inv_freq, attention_scale = self.frequencies(int(positions.max()) + 1) if self.method.per_length else (self.inv_freq, self.attention_scale)
         angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]  # (T, hd/2)
         layout = self.options.layout
         cos = _per_element(angles.cos() * attention_scale, layout)  # (T, hd)
         sin = _per_element(angles.sin() * attention_scale, layout)  # (T, hd)
-        self._table = (positions, cos, sin)
+        if not compiling:
+            self._table = (positions, cos, sin)
         return cos, sin
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:
@@ -168,13 +170,41 @@ class RoPE(PositionalEncoding):
             return q_rot, k_rot
         # --rotary-fraction: rotate the first rd dimensions; the rest pass through, scaled like the
         # rotated ones so an extension's attention scale still multiplies the whole score.
-        scale = self.frequencies(int(positions.max()) + 1)[1]
+        scale = self.frequencies(int(positions.max()) + 1)[1] if self.method.per_length else self.attention_scale
 
         def partly(x: Tensor) -> Tensor:
             turned = _Rotation.apply(x[..., :rotary].to(torch.float32), cos, sin, layout)  # (B, H, T, rd)
             return torch.cat((turned, x[..., rotary:].to(torch.float32) * scale), dim=-1).to(x.dtype)  # (B, H, T, hd)
 
         return partly(q), partly(k)
+
+    def transformers_layout(self) -> dict:
+        """GPT-NeoX's rotary embedding (transformers' ``GPTNeoXForCausalLM``): the halves layout,
+        ``partial_rotary_factor`` for --pe-option rotary_fraction, the extension as a rope type
+        (``scaling.transformers_rope``). An interleaved model exports as the halves layout with its
+        query and key dimensions reordered (``pair_order``), which changes no dot product."""
+        options, head_dim = self.options, self.config.head_dim
+        if options.keep < 1:
+            raise PoscliError("p-RoPE (--pe-option keep < 1) zeroes frequencies, which no transformers rope type does")
+        if int(head_dim * options.rotary_fraction) != self.rotary_dim:
+            raise PoscliError(f"rotary_fraction {options.rotary_fraction:g} rotates {self.rotary_dim} of {head_dim} dimensions, "
+                              f"but transformers would rotate int({head_dim} x {options.rotary_fraction:g}); use a fraction that gives an even count")
+        if self.rotary_dim < head_dim and self.attention_scale != 1:
+            raise PoscliError("transformers scales only the rotated dimensions by an extension's attention factor; "
+                              "this run (partial rotary with an attention scale) would not give the same logits")
+        method = self.method.name
+        original_length = int(self._scaling["original_length"])
+        factor = float(self._scaling["factor"])
+        own = {key: value for key, value in self._scaling.items() if key not in ("factor", "original_length")}
+        theta, rope_scaling = scaling.transformers_rope(method, self.rotary_dim, options.base, factor, original_length, **own)
+        pair_order = None
+        if options.layout == "interleaved":  # pairs (2i, 2i+1) -> (i, i + rd/2)
+            rotated = list(range(0, self.rotary_dim, 2)) + list(range(1, self.rotary_dim, 2))
+            pair_order = rotated + list(range(self.rotary_dim, head_dim))
+        per_length = rope_scaling is not None and rope_scaling["rope_type"] == "dynamic"
+        return {"architecture": "gpt_neox", "rope_theta": float(theta), "partial_rotary_factor": self.rotary_dim / head_dim,
+                "rope_scaling": rope_scaling, "pair_order": pair_order,
+                "max_position_embeddings": original_length if per_length else max(original_length, round(factor * original_length))}
 
     # ------------------------------------------------------------------ context extension
 

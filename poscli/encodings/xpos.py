@@ -50,6 +50,9 @@ class XPos(RoPE):
         zeta = (2 * pairs / config.head_dim + 0.4) / 1.4  # (hd/2,), in (0.29, 1)
         self.register_buffer("log_zeta", _per_element(zeta.log()[None, :], self.options.layout)[0], persistent=False)  # (hd,)
 
+    def transformers_layout(self) -> None:
+        return None  # no transformers architecture has xPos's decay
+
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:
         q_rot, k_rot = super().rotate(q, k, positions, layer)  # (B, H, T, hd) each
         relative = positions.to(torch.float32) - positions.to(torch.float32).mean()  # (T,), offset from the middle

@@ -1,0 +1,151 @@
+"""poscli export: a run as a transformers model folder that gives poscli's logits.
+
+The round trip is the test: poscli's GPT and the transformers model loaded from the folder score
+the same random tokens, at the train length and past it for extended RoPE runs (every rope type
+transformers has), to 1e-4 in float32 as issue 19 asks. Weights are random, layer norms included,
+so a transposed or misordered matrix cannot hide behind an identity.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+
+from poscli import runs, scaling
+from poscli.cli import main
+from poscli.config import ModelConfig
+from poscli.errors import NotApplicable, PoscliError
+from poscli.export import byte_level_tokenizer, check_export, export, exportable_encodings
+from poscli.model import GPT
+from tests.conftest import tiny_config
+
+TOLERANCE = 1e-4  # issue 19: max absolute logit difference in float32
+
+
+def make_run(folder, config: ModelConfig, name: str = "run", tokenizer: str = "bytes"):
+    """A run folder holding a model with random weights (every parameter, norms included)."""
+    torch.manual_seed(1)
+    model = GPT(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)  # norms' weights near 1, every bias non-zero
+    run = folder / name
+    run.mkdir(parents=True)
+    runs.write_config(run, {"name": name, "model": config.to_dict(), "train": {"tokenizer": tokenizer}, "status": "finished"})
+    runs.save_weights(model, run)
+    return run
+
+
+def logits_differ(run, folder, lengths) -> float:
+    model, _ = runs.load_model(run)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    worst = 0.0
+    for length in lengths:
+        tokens = torch.randint(0, model.config.vocab_size, (2, length))
+        with torch.no_grad():
+            worst = max(worst, float((model(tokens) - hf(tokens).logits).abs().max()))
+    return worst
+
+
+@pytest.mark.parametrize("options", [{}, {"layout": "interleaved"}, {"layout": "interleaved", "rotary_fraction": 0.5}, {"base": 500.0}])
+def test_rope_runs_give_poscli_logits_in_transformers(tmp_path, options):
+    run = make_run(tmp_path, tiny_config("rope", options))
+    written = export(run, tmp_path / "hf")
+    assert written["architectures"] == ["GPTNeoXForCausalLM"]
+    assert logits_differ(run, tmp_path / "hf", [32, 80]) < TOLERANCE
+
+
+def longrope_options(rotary_dim: int) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    long = (1 + 3 * torch.rand(rotary_dim // 2, generator=generator)).sort().values
+    short = 1 + 0.2 * torch.rand(rotary_dim // 2, generator=generator)
+    return {"long_factor": tuple(long.tolist()), "short_factor": tuple(short.tolist())}
+
+
+EXTENSIONS = {
+    "pi": {}, "ntk": {}, "dynamic-ntk": {}, "yarn": {}, "ntk-by-parts": {}, "llama3": {}, "base": {"rope_base": 40000.0},
+    "longrope": longrope_options(8), "yarn-tuned": {"beta_fast": 8.0, "beta_slow": 2.0, "attention_factor": 1.2},
+}
+
+
+@pytest.mark.parametrize("method", sorted(EXTENSIONS))
+def test_extended_rope_runs_match_past_the_train_length(tmp_path, method):
+    """Each extension method as a transformers rope type (or a new base), compared below the
+    original length (LongRoPE's short factors, dynamic NTK's plain RoPE) and at 4x (long factors)."""
+    options = scaling.check_options(method.removesuffix("-tuned"), EXTENSIONS[method])
+    rope_scaling = {"method": method.removesuffix("-tuned"), "factor": 4.0, "original_length": 32, "options": options}
+    run = make_run(tmp_path, tiny_config("rope", rope_scaling=rope_scaling))
+    export(run, tmp_path / "hf")
+    assert logits_differ(run, tmp_path / "hf", [24, 128]) < TOLERANCE
+
+
+def test_learned_runs_export_as_gpt2_with_every_table_row(tmp_path):
+    run = make_run(tmp_path, tiny_config("learned", position_rows=64))
+    written = export(run, tmp_path / "hf")
+    assert written["architectures"] == ["GPT2LMHeadModel"] and written["n_positions"] == 64
+    assert logits_differ(run, tmp_path / "hf", [32, 64]) < TOLERANCE
+
+
+def test_check_export_reports_the_difference_at_the_extended_length(tmp_path):
+    rope_scaling = {"method": "yarn", "factor": 4.0, "original_length": 32, "options": scaling.check_options("yarn", {})}
+    run = make_run(tmp_path, tiny_config("rope", rope_scaling=rope_scaling))
+    export(run, tmp_path / "hf")
+    checked = check_export(run, tmp_path / "hf")
+    assert checked["lengths"] == [32, 128] and checked["max_abs_diff"] < TOLERANCE
+
+
+def test_encodings_transformers_lacks_answer_in_one_line(tmp_path):
+    assert set(exportable_encodings()) == {"rope", "learned"}
+    for pe in ("alibi", "t5", "xpos", "none"):
+        with pytest.raises(NotApplicable, match=f"--pe {pe}, which no transformers architecture has; poscli export takes runs of --pe learned, rope"):
+            export(make_run(tmp_path / pe, tiny_config(pe)), tmp_path / "hf")
+    remapped = tiny_config("rope", remap={"method": "self-extend", "window": 8, "group": 4})
+    with pytest.raises(NotApplicable, match="self-extend, attention at remapped positions"):
+        export(make_run(tmp_path / "remap", remapped), tmp_path / "hf")
+    with pytest.raises(PoscliError, match="p-RoPE"):
+        export(make_run(tmp_path / "keep", tiny_config("rope", {"keep": 0.5})), tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()  # nothing written for a run that cannot be exported
+
+
+def test_byte_runs_get_a_tokenizer_whose_ids_are_bytes(tmp_path):
+    text = "naïve café: 12345 ✓\n"
+    assert byte_level_tokenizer().encode(text).ids == list(text.encode("utf-8"))
+    run = make_run(tmp_path, tiny_config("rope"))
+    export(run, tmp_path / "hf")
+    loaded = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    ids = loaded(text, add_special_tokens=False)["input_ids"]
+    assert ids == list(text.encode("utf-8")) and loaded.decode(ids) == text
+
+
+def test_cli_export_checks_and_generation_follows_poscli(tmp_path, capsys):
+    """`poscli export` writes and checks the folder; greedy generation in transformers picks the
+    tokens poscli's logits pick."""
+    results = tmp_path / "results"
+    run = make_run(results / "runs", tiny_config("rope"), name="tiny-rope")
+    with pytest.raises(SystemExit) as done:
+        main(["export", "tiny-rope", str(tmp_path / "hf"), "--results", str(results)])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "wrote" in out and "GPTNeoXForCausalLM" in out and "max |logit difference|" in out
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["poscli"]["run"] == "tiny-rope"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
+    prompt = torch.tensor([list(b"def f(x):")])
+    generated = hf.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    model, _ = runs.load_model(run)
+    tokens = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            tokens = torch.cat((tokens, model(tokens)[:, -1].argmax(-1, keepdim=True)), dim=1)
+    assert generated.tolist() == tokens.tolist()
+
+
+def test_cli_refuses_an_unexportable_run_in_one_line(tmp_path, capsys):
+    results = tmp_path / "results"
+    make_run(results / "runs", tiny_config("alibi"), name="tiny-alibi")
+    with pytest.raises(SystemExit) as done:
+        main(["export", "tiny-alibi", str(tmp_path / "hf"), "--results", str(results)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and len(err.strip().splitlines()) == 1 and "tiny-alibi has --pe alibi" in err
