@@ -162,13 +162,27 @@ class NanoGPTAdapter(torch.nn.Module):
         return self.gpt(tokens, targets)[1]
 
 
+# A dtype whose matrix multiply runs slower than this has no kernel on the machine (bf16 on a CPU
+# without AVX-512 BF16 or AMX measured under 1 GFLOP/s): its training rows would take hours.
+MIN_DTYPE_GFLOPS = 1.0
+
+
+def measured_dtypes(peaks: dict[str, float], log=print) -> list[str]:
+    """fp32, and each other dtype whose measured matmul peak shows a kernel for it."""
+    kept = [dtype for dtype in DTYPES if dtype == "fp32" or peaks.get(dtype, 0.0) >= MIN_DTYPE_GFLOPS]
+    for dtype in DTYPES:
+        if dtype not in kept:
+            log(f"train {dtype}: skipped, this machine's {dtype} matmul runs at {peaks.get(dtype, 0.0):g} GFLOP/s (no kernel)")
+    return kept
+
+
 def benchmark_training(plan: Plan, peaks: dict[str, float], nanogpt: Path | None, log) -> list[dict]:
     rows = []
     models = [(pe, lambda pe=pe: GPT(replace(plan.model, pe=pe))) for pe in encodings.names()]
     if nanogpt is not None:
         models.append(("nanoGPT (learned)", lambda: NanoGPTAdapter(nanogpt, plan.model)))
     flops = training_flops_per_token(plan.model)
-    for dtype in DTYPES:
+    for dtype in measured_dtypes(peaks, log):
         for name, build in models:
             torch.manual_seed(0)
             median, spread = summarise(tokens_per_second(build(), plan, dtype))
@@ -394,7 +408,7 @@ Each number is the median of several repeats; spread = (max - min) / median.
 {markdown(matmul, ['dtype', 'size', 'gflops', 'spread'])}
 
 ## Training throughput (default model, batch {train[0].get('batch', '')}; MFU against the peak of the same dtype)
-
+{'' if {r['dtype'] for r in train} >= set(DTYPES) else chr(10) + 'Rows of ' + ', '.join(sorted(set(DTYPES) - {r['dtype'] for r in train})) + ' skipped: no matmul kernel for that dtype on this machine (see the peak above).' + chr(10)}
 {markdown(train, ['encoding', 'dtype', 'tokens_per_s', 'spread', 'ratio_to_none', 'ratio_to_fp32', 'mfu'])}
 
 ## Training with --compile against eager (fp32, side by side; compile seconds include the first steps)
