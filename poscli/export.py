@@ -131,7 +131,12 @@ def layout_of(model, name: str) -> dict:
     if config.remap:
         raise NotApplicable(f"{name} uses --method {config.remap.get('method')}, attention at remapped positions, which no "
                             "transformers model implements; export the run it was extended from")
-    layout = model.encoding.transformers_layout()
+    try:
+        layout = model.encoding.transformers_layout()
+    except NotApplicable:
+        raise
+    except PoscliError as error:  # a setting of the encoding transformers cannot express
+        raise NotApplicable(f"{name} cannot be exported: {error}") from None
     if layout is None:
         raise NotApplicable(f"{name} has --pe {config.pe}, which no transformers architecture has; poscli export takes runs of "
                             f"--pe {', '.join(exportable_encodings())}")
@@ -142,12 +147,7 @@ def export(run: Path, folder: Path) -> dict:
     """Write ``folder`` as a transformers model folder for ``run``. Returns its config.json dict."""
     model, config = runs.load_model(run)
     model_config = model.config
-    try:
-        layout = layout_of(model, config["name"])
-    except NotApplicable:
-        raise
-    except PoscliError as error:
-        raise NotApplicable(f"{config['name']} cannot be exported: {error}") from None
+    layout = layout_of(model, config["name"])
     architecture = ARCHITECTURES[layout["architecture"]]
     state = {key: value.detach().float().cpu() for key, value in model.state_dict().items()}
     hf_config = {

@@ -101,6 +101,15 @@ def relative_score_mod(bias: RelativeBias) -> ScoreMod:
     return banded
 
 
+def score_mod_for(encoding, q: Tensor, positions: Tensor, layer: int, consecutive: bool = True) -> ScoreMod | None:
+    """An encoding's bias as a score_mod: its own ``score_mod``, else its ``relative_bias``'s
+    (which needs consecutive positions), else None."""
+    score_mod = encoding.score_mod(q, positions, layer)
+    if score_mod is None and consecutive and (relative := encoding.relative_bias(q, layer)) is not None:
+        score_mod = relative_score_mod(relative)
+    return score_mod
+
+
 def _causal(b, h, q_idx, kv_idx):
     return q_idx >= kv_idx
 

@@ -50,9 +50,7 @@ def check_flex(device: torch.device, length: int, backward: bool) -> list[dict]:
                 parameter.normal_(std=0.5)
         q, k, v = (torch.randn(1, 4, length, 16, device=device, requires_grad=backward) for _ in range(3))
         positions = torch.arange(length, device=device)
-        score_mod = encoding.score_mod(q, positions, 0)
-        if score_mod is None:
-            score_mod = flex.relative_score_mod(encoding.relative_bias(q, 0))
+        score_mod = flex.score_mod_for(encoding, q, positions, 0)
         got = flex.flex_causal_attention(q, k, v, score_mod, compiled=device.type == "cuda")
         bias = encoding.score_bias(q, positions, positions, 0).double()
         scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(16) + bias

@@ -42,7 +42,7 @@ class CausalSelfAttention(nn.Module):
         q, k = encoding.rotate(q, k, positions, self.layer)
         if not encoding.has_score_bias:
             y = fused_causal_attention(q, k, v)  # (B, H, T, hd)
-        elif flex.wanted(q) and (score_mod := self._score_mod(q, positions, consecutive)) is not None:
+        elif flex.wanted(q) and (score_mod := flex.score_mod_for(encoding, q, positions, self.layer, consecutive)) is not None:
             y = flex.flex_causal_attention(q, k, v, score_mod)  # (B, H, T, hd)
         elif consecutive and fast_path_available(q) and (relative := encoding.relative_bias(q, self.layer)) is not None:
             y = relative_causal_attention(q, k, v, relative, self.config.attention_block)  # (B, H, T, hd)
@@ -51,15 +51,6 @@ class CausalSelfAttention(nn.Module):
             y = blocked_biased_attention(q, k, v, score_bias, positions, self.config.attention_block)  # (B, H, T, hd)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.proj(y)
-
-    def _score_mod(self, q: Tensor, positions: Tensor, consecutive: bool):
-        """The encoding's bias as a FlexAttention score_mod: its own, or its relative bias's
-        (consecutive positions only), or None."""
-        encoding = self.encoding[0]
-        score_mod = encoding.score_mod(q, positions, self.layer)
-        if score_mod is None and consecutive and (relative := encoding.relative_bias(q, self.layer)) is not None:
-            score_mod = flex.relative_score_mod(relative)
-        return score_mod
 
     def _remapped(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, remap: remapping.Remap) -> Tensor:
         """Attention with far keys at remapped positions (``poscli.remap``): the encoding rotates

@@ -27,12 +27,6 @@ def cpu_backward(monkeypatch):
     monkeypatch.setattr(flex_attention, "_validate_device", lambda *args, **kwargs: None)
 
 
-def score_mod_of(encoding, q, positions):
-    """What the model uses: the encoding's own score_mod, or its relative bias's."""
-    own = encoding.score_mod(q, positions, layer=1)
-    return own if own is not None else flex.relative_score_mod(encoding.relative_bias(q, layer=1))
-
-
 @pytest.mark.parametrize("pe", WITH_BIAS)
 @pytest.mark.parametrize("length,start", [(1, 0), (150, 0), (200, 37)])
 def test_flex_equals_the_textbook_formula_forward_and_backward(pe, length, start, cpu_backward):
@@ -42,7 +36,7 @@ def test_flex_equals_the_textbook_formula_forward_and_backward(pe, length, start
     positions = torch.arange(start, start + length)
     inputs = [q, k, v, *encoding.parameters()]
 
-    got = flex.flex_causal_attention(q, k, v, score_mod_of(encoding, q, positions), compiled=False)
+    got = flex.flex_causal_attention(q, k, v, flex.score_mod_for(encoding, q, positions, layer=1), compiled=False)
     got_grads = torch.autograd.grad(got.square().sum(), inputs, allow_unused=True)
     want = textbook_attention(q, k, v, encoding.score_bias(q, positions, positions, layer=1))
     want_grads = torch.autograd.grad(want.square().sum(), inputs, allow_unused=True)

@@ -137,6 +137,14 @@ class RoPE(PositionalEncoding):
             inv_freq = torch.cat((inv_freq[:kept], torch.zeros(len(inv_freq) - kept, dtype=inv_freq.dtype)))
         return inv_freq, attention_scale
 
+    def frequencies_at(self, positions: Tensor) -> tuple[Tensor, float]:
+        """``frequencies`` for a forward pass at ``positions`` (T,): the length is read from them
+        only for a method that needs it, so a static one stays free of a data-dependent scalar
+        (a graph break under torch.compile)."""
+        if self.method.per_length:
+            return self._frequencies_for(int(positions.max()) + 1)
+        return self.inv_freq, self.attention_scale
+
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
         """The inverse frequencies and attention scale used for a sequence of ``seq_len`` tokens.
 
@@ -152,7 +160,7 @@ class RoPE(PositionalEncoding):
         compiling = torch.compiler.is_compiling()  # under torch.compile: no cache, no data-dependent length
         if not compiling and self._table is not None and self._table[0] is positions and self._table[1].device == positions.device:
             return self._table[1], self._table[2]
-        inv_freq, attention_scale = self.frequencies(int(positions.max()) + 1) if self.method.per_length else (self.inv_freq, self.attention_scale)
+        inv_freq, attention_scale = self.frequencies_at(positions)
         angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]  # (T, hd/2)
         layout = self.options.layout
         cos = _per_element(angles.cos() * attention_scale, layout)  # (T, hd)
@@ -170,7 +178,7 @@ class RoPE(PositionalEncoding):
             return q_rot, k_rot
         # --rotary-fraction: rotate the first rd dimensions; the rest pass through, scaled like the
         # rotated ones so an extension's attention scale still multiplies the whole score.
-        scale = self.frequencies(int(positions.max()) + 1)[1] if self.method.per_length else self.attention_scale
+        scale = self.frequencies_at(positions)[1]
 
         def partly(x: Tensor) -> Tensor:
             turned = _Rotation.apply(x[..., :rotary].to(torch.float32), cos, sin, layout)  # (B, H, T, rd)
