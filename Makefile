@@ -17,7 +17,7 @@ help:
 	@echo "make smoke       both reference studies in miniature (recipes/smoke.toml, ~2 min)"
 	@echo "make reproduce   the reference study in $(REFERENCE): recipes/train-short-test-long.toml and extend-rope.toml"
 	@echo "make passkey     the passkey studies in $(REFERENCE): retrieval at the train length, after extension, across encodings"
-	@echo "make bench       speed and memory benchmarks -> $(REFERENCE)/bench/ (~13 min; NANOGPT=path adds nanoGPT)"
+	@echo "make bench       speed and memory benchmarks -> $(REFERENCE)/bench/ (~50 min on 2 cores; NANOGPT=path adds nanoGPT)"
 	@echo "make gpu-check   on a CUDA machine: flex attention against the reference, small bf16 --compile training, ALiBi at 16k (minutes)"
 	@echo "make bench-data  a 2 GB corpus prepared on disk and trained on: time and peak memory (docs/data.md)"
 	@echo "make tokenizers  the default model on bytes and on a BPE, in bits per byte (recipes/bytes-vs-bpe.toml)"

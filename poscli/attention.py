@@ -330,6 +330,27 @@ class _BandBiasAttention(torch.autograd.Function):
             return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_band.to(band.dtype), None, None
 
 
+def _written_out_forward(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """S = q k^T / sqrt(hd) + mask, P = softmax(S), O = P v, in float32, with the mask (B|1, H, T, T)
+    broadcast over the batch, never copied. -> P (B, H, T, T), O (B, H, T, hd)."""
+    scores = torch.matmul(q.float() * (1.0 / math.sqrt(q.shape[-1])), k.float().transpose(-1, -2))  # (B, H, T, T)
+    probs = torch.softmax(scores.add_(mask), -1)
+    return probs, torch.matmul(probs, v.float())
+
+
+def _written_out_backward(d_out: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, out: Tensor) -> tuple[Tensor, ...]:
+    """dq, dk, dv and dS (B, H, T, T), the scores' gradient (the bias's gradient before any reduction):
+    dS = P (dP - D) with D = rowsum(P dP) = rowsum(dO O)."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    d_out = d_out.float()
+    dv = torch.matmul(probs.transpose(-1, -2), d_out)
+    d_scores = torch.matmul(d_out, v.float().transpose(-1, -2))  # dP, (B, H, T, T)
+    d_scores.sub_((d_out * out).sum(-1, keepdim=True)).mul_(probs)  # dS
+    dq = torch.matmul(d_scores, k.float()).mul_(scale)
+    dk = torch.matmul(d_scores.transpose(-1, -2), q.float()).mul_(scale)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_scores
+
+
 class _WideBandAttention(torch.autograd.Function):
     """Training-length attention with a band as wide as a quarter of the sequence or more (T5's
     128 at 256), written out: S = q k^T / sqrt(hd) + bias, P = softmax(S), O = P v, with P saved.
@@ -341,33 +362,55 @@ class _WideBandAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, band: Tensor) -> Tensor:
         with torch.autocast(q.device.type, enabled=False):
-            B, H, T, hd = q.shape
-            mask = _dense_bias(band.float(), T).expand(B, H, T, T).reshape(B * H, T, T)
-            flat_q, flat_k, flat_v = (x.float().reshape(B * H, T, hd) for x in (q, k, v))
-            probs = torch.softmax(torch.baddbmm(mask, flat_q, flat_k.transpose(1, 2), alpha=1.0 / math.sqrt(hd)), -1)  # (B * H, T, T)
-            ctx.save_for_backward(q, k, v, probs)
+            probs, out = _written_out_forward(q, k, v, _dense_bias(band.float(), q.shape[2]))
+            ctx.save_for_backward(q, k, v, probs, out)
             ctx.band_shape, ctx.band_dtype = band.shape, band.dtype
-            return torch.bmm(probs, flat_v).view(B, H, T, hd).to(q.dtype)
+            return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, d_out: Tensor):
         with torch.autocast(d_out.device.type, enabled=False):
-            q, k, v, probs = ctx.saved_tensors
-            B, H, T, hd = q.shape
-            scale, width = 1.0 / math.sqrt(hd), ctx.band_shape[-1]
-            flat_q, flat_k, flat_v = (x.float().reshape(B * H, T, hd) for x in (q, k, v))
-            d_flat = d_out.float().reshape(B * H, T, hd)
-            dv = torch.bmm(probs.transpose(1, 2), d_flat)
-            d_scores = torch.bmm(d_flat, flat_v.transpose(1, 2))  # dP, (B * H, T, T)
-            d_scores.sub_((d_scores * probs).sum(-1, keepdim=True)).mul_(probs)  # dS = P (dP - D), D = rowsum(P dP)
-            dq = torch.bmm(d_scores, flat_k).mul_(scale)
-            dk = torch.bmm(d_scores.transpose(1, 2), flat_q).mul_(scale)
-            grid = d_scores.view(B, H, T, T)
-            if ctx.band_shape[0] == 1:
-                grid = grid.sum(0, keepdim=True)  # (1, H, T, T)
+            dq, dk, dv, d_scores = _written_out_backward(d_out, *ctx.saved_tensors)
+            width = ctx.band_shape[-1]
+            grid = d_scores.sum(0, keepdim=True) if ctx.band_shape[0] == 1 else d_scores  # (B|1, H, T, T)
             d_band = _sum_to(_unskew(F.pad(grid, (width - 1, 0)), width).flip(-1), ctx.band_shape)  # by distance 0 .. W-1
-            shape = (B, H, T, hd)
-            return dq.view(shape).to(q.dtype), dk.view(shape).to(k.dtype), dv.view(shape).to(v.dtype), d_band.to(ctx.band_dtype)
+            return dq, dk, dv, d_band.to(ctx.band_dtype)
+
+
+class _DenseBiasAttention(torch.autograd.Function):
+    """The same written-out attention with any dense bias (1, H, T, T) (-inf on future keys); its
+    gradient is dS summed over the batch, for autograd to carry into whatever built the bias."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+        with torch.autocast(q.device.type, enabled=False):
+            probs, out = _written_out_forward(q, k, v, bias.float())
+            ctx.save_for_backward(q, k, v, probs, out)
+            ctx.bias_dtype = bias.dtype
+            return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, d_out: Tensor):
+        with torch.autocast(d_out.device.type, enabled=False):
+            dq, dk, dv, d_scores = _written_out_backward(d_out, *ctx.saved_tensors)
+            return dq, dk, dv, d_scores.sum(0, keepdim=True).to(ctx.bias_dtype)
+
+
+def dense_fits(batch: int, heads: int, length: int) -> bool:
+    """Whether a (B, H, T, T) score matrix per layer is within BIAS_BLOCK_ELEMENTS."""
+    return batch * heads * length * length <= BIAS_BLOCK_ELEMENTS
+
+
+def written_out_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """softmax(q k^T / sqrt(hd) + bias) v with P saved for the backward pass, for training lengths
+    where ``dense_fits``. bias: (1, H, T, T), -inf on future keys; gradients reach it.
+    q, k, v: (B, H, T, hd) -> (B, H, T, hd)."""
+    return _DenseBiasAttention.apply(q, k, v, bias)
+
+
+def band_attention(q: Tensor, k: Tensor, v: Tensor, band: Tensor) -> Tensor:
+    """``written_out_attention`` with the bias given as a band (1, H, 1, W) over distances 0 .. W-1."""
+    return _WideBandAttention.apply(q, k, v, band)
 
 
 def _dense_bias(band: Tensor, length: int) -> Tensor:
@@ -429,7 +472,7 @@ def relative_causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: RelativeBia
     if bias.slopes is not None:
         return _LinearBiasAttention.apply(q, k, v, bias.slopes, block)
     B, H, T, _ = q.shape
-    wide = 4 * bias.width >= T and max(B, bias.band.shape[0]) * H * T * T <= BIAS_BLOCK_ELEMENTS
+    wide = 4 * bias.width >= T and dense_fits(max(B, bias.band.shape[0]), H, T)
     if wide and torch.is_grad_enabled() and (q.requires_grad or bias.band.requires_grad):
         return _WideBandAttention.apply(q, k, v, bias.band)  # training T5: one dS for every gradient
     tile = max(BAND_TILE, bias.width - 1)  # a window's overlap must fit in one tile

@@ -56,7 +56,7 @@ class Plan:
     model: ModelConfig
     batch_size: int = 16
     train_steps: int = 8  # optimizer steps per timed repeat
-    train_repeats: int = 3
+    train_repeats: int = 5  # taken round-robin over the encodings (interleaved_tokens_per_second)
     eval_lengths: tuple[int, ...] = (4096, 16384, 32768, 65536)
     eval_repeats: int = 3
     matmul_size: int = 2048
@@ -98,7 +98,16 @@ def machine() -> dict:
 
 
 def matmul_peak(dtype: str, size: int, repeats: int = 5) -> list[float]:
-    """GFLOP/s of a square float matrix multiply, the ceiling MFU is measured against."""
+    """GFLOP/s of a square float matrix multiply, the ceiling MFU is measured against. A dtype
+    without a kernel (bf16 on a CPU lacking one: 0 GFLOP/s, minutes per 2048 x 2048 product) is
+    measured at 256 and reported at that rate, under MIN_DTYPE_GFLOPS, instead of at ``size``."""
+    probe = torch.randn(256, 256).to(DTYPES[dtype])
+    probe @ probe  # warm up
+    start = time.perf_counter()
+    probe @ probe
+    probe_rate = 2 * 256**3 / (time.perf_counter() - start) / 1e9
+    if probe_rate < MIN_DTYPE_GFLOPS:
+        return [probe_rate]
     a, b = (torch.randn(size, size).to(DTYPES[dtype]) for _ in range(2))
     a @ b  # warm up: first call allocates and picks kernels
     rates = []
@@ -120,8 +129,9 @@ def training_flops_per_token(config: ModelConfig) -> float:
     return 6 * matmul_weights + 6 * layers * config.train_length * d
 
 
-def tokens_per_second(model: torch.nn.Module, plan: Plan, dtype: str) -> list[float]:
-    """Median-ready tokens/s of ``training_step`` (the step ``poscli train`` runs) on random bytes."""
+def timed_trainer(model: torch.nn.Module, plan: Plan, dtype: str):
+    """Warm ``model`` up on ``training_step`` (the step ``poscli train`` runs) on random bytes and
+    return a function that times one repeat of ``plan.train_steps`` steps -> tokens/s."""
     optimizer = make_optimizer(model, TrainConfig())
     generator = torch.Generator().manual_seed(0)
     length = plan.model.train_length
@@ -132,13 +142,32 @@ def tokens_per_second(model: torch.nn.Module, plan: Plan, dtype: str) -> list[fl
 
     for _ in range(2):  # warm up
         training_step(model, optimizer, *batch(), grad_clip=1.0, dtype=dtype)
-    rates = []
-    for _ in range(plan.train_repeats):
+
+    def repeat() -> float:
         batches = [batch() for _ in range(plan.train_steps)]
         start = time.perf_counter()
         for tokens, targets in batches:
             training_step(model, optimizer, tokens, targets, grad_clip=1.0, dtype=dtype)
-        rates.append(plan.train_steps * plan.batch_size * length / (time.perf_counter() - start))
+        return plan.train_steps * plan.batch_size * length / (time.perf_counter() - start)
+
+    return repeat
+
+
+def tokens_per_second(model: torch.nn.Module, plan: Plan, dtype: str) -> list[float]:
+    """Median-ready tokens/s of ``training_step``, ``plan.train_repeats`` repeats."""
+    repeat = timed_trainer(model, plan, dtype)
+    return [repeat() for _ in range(plan.train_repeats)]
+
+
+def interleaved_tokens_per_second(models: dict[str, torch.nn.Module], plan: Plan, dtype: str) -> dict[str, list[float]]:
+    """Each model's tokens/s with the repeats taken round-robin (one repeat of every model, then the
+    next), so a machine whose speed drifts during the run (a shared VM: spreads of 15-25% measured
+    one encoding after another) slows every encoding alike and the ratios stay comparable."""
+    trainers = {name: timed_trainer(model, plan, dtype) for name, model in models.items()}
+    rates: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(plan.train_repeats):
+        for name, repeat in trainers.items():
+            rates[name].append(repeat())
     return rates
 
 
@@ -163,8 +192,9 @@ class NanoGPTAdapter(torch.nn.Module):
 
 
 # A dtype whose matrix multiply runs slower than this has no kernel on the machine (bf16 on a CPU
-# without AVX-512 BF16 or AMX measured under 1 GFLOP/s): its training rows would take hours.
-MIN_DTYPE_GFLOPS = 1.0
+# without AVX-512 BF16 or AMX: 1.3 GFLOP/s at 256, 0.3 at 2048 on an AMD EPYC, against 180 for
+# fp32): its training rows would take hours, and timing its 2048 product alone takes minutes.
+MIN_DTYPE_GFLOPS = 5.0
 
 
 def measured_dtypes(peaks: dict[str, float], log=print) -> list[str]:
@@ -178,21 +208,28 @@ def measured_dtypes(peaks: dict[str, float], log=print) -> list[str]:
 
 def benchmark_training(plan: Plan, peaks: dict[str, float], nanogpt: Path | None, log) -> list[dict]:
     rows = []
-    models = [(pe, lambda pe=pe: GPT(replace(plan.model, pe=pe))) for pe in encodings.names()]
+    models = [(pe, lambda pe=pe: GPT(replace(plan.model, pe=pe))) for pe in (*encodings.names(), *user_defined())]
     if nanogpt is not None:
         models.append(("nanoGPT (learned)", lambda: NanoGPTAdapter(nanogpt, plan.model)))
     flops = training_flops_per_token(plan.model)
     for dtype in measured_dtypes(peaks, log):
+        built = {}
         for name, build in models:
             torch.manual_seed(0)
-            median, spread = summarise(tokens_per_second(build(), plan, dtype))
+            built[name] = build()
+        measured = interleaved_tokens_per_second(built, plan, dtype)
+        for name, rates in measured.items():
+            median, spread = summarise(rates)
+            # Paired: each round's rate over none's in the same round, so a machine that slows
+            # between rounds moves both; the median of the rounds, and their range.
+            ratios = [rate / none for rate, none in zip(rates, measured["none"])]
+            ratio, _ = summarise(ratios)
             rows.append({"encoding": name, "dtype": dtype, "tokens_per_s": round(median), "spread": round(spread, 3),
-                         "mfu": round(median * flops / (peaks[dtype] * 1e9), 3)})
-            log(f"train {name} {dtype}: {median:,.0f} tok/s (spread {spread:.1%})")
+                         "mfu": round(median * flops / (peaks[dtype] * 1e9), 3), "ratio_to_none": round(ratio, 3),
+                         "ratio_range": f"{min(ratios):.2f}-{max(ratios):.2f}"})
+            log(f"train {name} {dtype}: {median:,.0f} tok/s (spread {spread:.1%}), {ratio:.3f}x none paired ({min(ratios):.2f}-{max(ratios):.2f})")
     for row in rows:
-        none = next(r for r in rows if r["encoding"] == "none" and r["dtype"] == row["dtype"])
         fp32 = next(r for r in rows if r["encoding"] == row["encoding"] and r["dtype"] == "fp32")
-        row["ratio_to_none"] = round(row["tokens_per_s"] / none["tokens_per_s"], 3)
         row["ratio_to_fp32"] = round(row["tokens_per_s"] / fp32["tokens_per_s"], 3)
     return rows
 
@@ -227,6 +264,21 @@ def benchmark_compile(plan: Plan, log) -> list[dict]:
 
 # --- evaluation time and memory ---------------------------------------------------------------
 
+
+# A user-defined encoding (not in poscli/encodings/) that implements only bias_of_distance, so
+# the table shows what the fast path gives an encoding nobody wrote a kernel for (issue 20).
+USER_DEFINED = ("examples.power_penalty:PowerPenalty",)
+
+
+def user_defined() -> tuple[str, ...]:
+    """USER_DEFINED, with the checkout's root on sys.path so examples/ imports whatever the current
+    folder; none outside a checkout (an installed poscli has no examples/)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "examples" / "power_penalty.py").is_file():
+        return ()
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return USER_DEFINED
 
 # Attention remappings measured as extensions (poscli.remap): ENCODING+METHOD, each planned for the
 # longest length it is measured at, at the lengths up to 32k (issue 18's bars: 16k time, 32k memory).
@@ -289,7 +341,7 @@ def benchmark_eval(plan_args: list[str], log, only: list[str] | None = None, kep
     """Each encoding (``only``: these) in a fresh process; ``kept`` rows of other encodings from an
     earlier run are merged in, and the ratios are computed over the merged table."""
     rows = [row for row in kept or [] if only is None or row["encoding"] not in only]
-    for pe in only or [*encodings.names(), *REMAPPED]:
+    for pe in only or [*encodings.names(), *user_defined(), *REMAPPED]:
         child = subprocess.run(
             [sys.executable, "-m", "poscli.bench", "--eval-child", pe, *plan_args], capture_output=True, text=True
         )
@@ -377,8 +429,13 @@ def targets(train: list[dict], evals: list[dict], startup: list[dict], nanogpt: 
         if row["dtype"] == "bf16" and row["encoding"] == "none":
             out.append({"target": "bf16 >= 1.4x fp32 (none)", "measured": row["ratio_to_fp32"], "met": row["ratio_to_fp32"] >= 1.4})
     for row in evals:
-        if row["length"] in (32768, 65536):
+        plain = "+" not in row["encoding"]
+        if row["length"] == 65536 and plain:  # issue 20: every encoding, FIRE, KERPLE and user-defined included
+            out.append({"target": f"eval {row['encoding']} at 64k peak RSS < 1 GiB", "measured": row["peak_rss_gib"], "met": row["peak_rss_gib"] < 1})
+        elif row["length"] in (32768, 65536):
             out.append({"target": f"eval {row['encoding']} at {row['length']} peak RSS < 2 GiB", "measured": row["peak_rss_gib"], "met": row["peak_rss_gib"] < 2})
+        if row["length"] == 32768 and plain and row["encoding"] != "none":
+            out.append({"target": f"eval {row['encoding']} at 32k within 3x none", "measured": row["ratio_to_none"], "met": row["ratio_to_none"] <= 3})
         if row["length"] == 16384 and "+" in row["encoding"]:
             plain = row["encoding"].split("+")[0]
             out.append({"target": f"eval {row['encoding']} at 16k within 3x {plain}", "measured": row["ratio_to_plain"], "met": row["ratio_to_plain"] <= 3})
@@ -408,8 +465,11 @@ Each number is the median of several repeats; spread = (max - min) / median.
 {markdown(matmul, ['dtype', 'size', 'gflops', 'spread'])}
 
 ## Training throughput (default model, batch {train[0].get('batch', '')}; MFU against the peak of the same dtype)
+
+Repeats are taken round-robin over the encodings; x none is the median over repeats of each
+repeat's rate over none's in the same round (paired), ratio_range their smallest and largest.
 {'' if {r['dtype'] for r in train} >= set(DTYPES) else chr(10) + 'Rows of ' + ', '.join(sorted(set(DTYPES) - {r['dtype'] for r in train})) + ' skipped: no matmul kernel for that dtype on this machine (see the peak above).' + chr(10)}
-{markdown(train, ['encoding', 'dtype', 'tokens_per_s', 'spread', 'ratio_to_none', 'ratio_to_fp32', 'mfu'])}
+{markdown(train, ['encoding', 'dtype', 'tokens_per_s', 'spread', 'ratio_to_none', 'ratio_range', 'ratio_to_fp32', 'mfu'])}
 
 ## Training with --compile against eager (fp32, side by side; compile seconds include the first steps)
 
@@ -427,27 +487,29 @@ Each number is the median of several repeats; spread = (max - min) / median.
 
 
 def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, command: str, log=print, only_eval: bool = False,
-        only: list[str] | None = None, only_compile: bool = False) -> dict:
+        only: list[str] | None = None, only_compile: bool = False, only_train: bool = False) -> dict:
     """Every table; ``only_eval`` re-measures evaluation only (``only``: of these encodings, the
     other rows kept) and keeps the training, matmul and start-up tables of the last full run
     (BENCH.md says which command wrote it); ``only_compile`` re-measures the compiled training
-    rows only and keeps every other table."""
+    rows only and ``only_train`` the matmul peak and training rows only, keeping every other table."""
     out.mkdir(parents=True, exist_ok=True)
     info = machine()
     write_json(out / "machine.json", info)
     matmul = []
-    if only_eval and not all((out / name).exists() for name in ("train.csv", "startup.csv", "matmul.csv")):
-        raise SystemExit(f"error: --only-eval updates the tables of a full run; {out} has none yet (run make bench)")
-    for dtype in DTYPES if not only_eval else ():
+    import pandas as pd
+
+    only_eval = only_eval or only_train  # both keep tables of the last full run
+    if only_eval and not all((out / name).exists() for name in ("train.csv", "startup.csv", "matmul.csv", "eval.csv")[: 4 if only_train else 3]):
+        raise SystemExit(f"error: --only-eval / --only-train update the tables of a full run; {out} has none yet (run make bench)")
+    for dtype in DTYPES if not only_eval or only_train else ():
         median, spread = summarise(matmul_peak(dtype, plan.matmul_size))
-        matmul.append({"dtype": dtype, "size": plan.matmul_size, "gflops": round(median, 1), "spread": round(spread, 3)})
+        size = plan.matmul_size if median >= MIN_DTYPE_GFLOPS else min(256, plan.matmul_size)  # no kernel: timed at 256 only
+        matmul.append({"dtype": dtype, "size": size, "gflops": round(median, 1), "spread": round(spread, 3)})
         log(f"matmul {dtype}: {median:.0f} GFLOP/s")
-    if not only_eval:
+    if matmul:
         write_csv(out / "matmul.csv", matmul)
     peaks = {row["dtype"]: row["gflops"] for row in matmul}
-    if only_eval:  # the other tables as the last full run wrote them
-        import pandas as pd
-
+    if only_eval and not only_train:  # the other tables as the last full run wrote them
         train, startup = (pd.read_csv(out / name).to_dict("records") for name in ("train.csv", "startup.csv"))
         matmul = pd.read_csv(out / "matmul.csv").to_dict("records")
     else:
@@ -457,16 +519,16 @@ def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, comma
         write_csv(out / "train.csv", train)
     kept = None
     if only_eval and (out / "eval.csv").exists():
-        import pandas as pd
-
         kept = [{k: v for k, v in row.items() if k not in ("ratio_to_none", "ratio_to_plain")}
                 for row in pd.read_csv(out / "eval.csv").to_dict("records")]
-    if only_compile and kept is not None:  # the evaluation table as it is
+    if (only_compile or only_train) and kept is not None:  # the evaluation table as it is
         evals = pd.read_csv(out / "eval.csv").to_dict("records")
     else:
         evals = benchmark_eval(plan_args, log, only, kept)
         write_csv(out / "eval.csv", evals)
-    if not only_eval:
+    if only_train:
+        startup = pd.read_csv(out / "startup.csv").to_dict("records")
+    elif not only_eval:
         startup = benchmark_startup(plan, log)
         write_csv(out / "startup.csv", startup)
     compiled = []
@@ -474,8 +536,6 @@ def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, comma
         compiled = benchmark_compile(plan, log)
         write_csv(out / "compile.csv", compiled)
     elif (out / "compile.csv").exists():
-        import pandas as pd
-
         compiled = pd.read_csv(out / "compile.csv").to_dict("records")
     checks = targets(train, evals, startup, nanogpt is not None, compiled)
     write_csv(out / "targets.csv", checks)
@@ -493,11 +553,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only-eval", action="store_true", help="re-measure evaluation only; keep the other tables of the last full run")
     parser.add_argument("--encodings", default=None, help="with --only-eval: re-measure these (comma-separated, e.g. none,rope,rope+self-extend); keep the other rows")
     parser.add_argument("--only-compile", action="store_true", help="re-measure training with --compile against eager only; keep the other tables")
+    parser.add_argument("--only-train", action="store_true", help="re-measure the matmul peak and training rows only; keep the other tables")
     parser.add_argument("--eval-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan(ModelConfig())
     plan_args = ["--quick"] if args.quick else []
     if args.eval_child:
+        user_defined()  # examples/ importable in the child too
         print(json.dumps(eval_child(args.eval_child, plan)))
         return
     if args.nanogpt is not None and not (args.nanogpt / "model.py").is_file():
@@ -513,9 +575,11 @@ def main(argv: list[str] | None = None) -> None:
         command = f"python -m poscli.bench --only-eval{which}{' --quick' if args.quick else ''} (eval rows; the other tables from the last make bench)"
     if args.only_compile:
         command = f"python -m poscli.bench --only-compile{' --quick' if args.quick else ''} (compile rows; the other tables from the last make bench)"
+    if args.only_train:
+        command = f"python -m poscli.bench --only-train{' --quick' if args.quick else ''} (matmul and training rows; the other tables from the last make bench)"
     start = time.perf_counter()
     run(Path(args.out), plan, plan_args, args.nanogpt, command, only_eval=args.only_eval or args.only_compile, only=only,
-        only_compile=args.only_compile)
+        only_compile=args.only_compile, only_train=args.only_train)
     print(f"benchmarks done in {(time.perf_counter() - start) / 60:.1f} min; tables in {args.out}")
 
 

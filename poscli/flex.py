@@ -6,7 +6,8 @@ materialises the T x T scores, on CUDA and on CPU (inductor's C++ kernel).
 Where the score_mod comes from:
 
 - an encoding's ``relative_bias`` (ALiBi's slopes, T5's and Shaw's band): ``relative_score_mod``;
-- otherwise its ``score_mod`` hook (KERPLE, FIRE, a user-defined encoding that gives one).
+- otherwise its ``score_mod`` hook (KERPLE, FIRE, a user-defined encoding that gives one);
+- otherwise its table over distances (``bias_of_distance``, a user-defined encoding): ``table_score_mod``.
 
 ``flex_mode`` says when the model takes this path: "auto" (the default) on CUDA, where poscli's
 CPU fast paths do not run; "always" on every device (before the CPU fast paths); "never" (the
@@ -28,6 +29,7 @@ import torch
 from torch import Tensor
 
 from poscli.attention import RelativeBias
+from poscli.distance_attention import DistanceTable
 from poscli.errors import PoscliError
 
 MODES = ("auto", "always", "never")
@@ -107,7 +109,18 @@ def score_mod_for(encoding, q: Tensor, positions: Tensor, layer: int, consecutiv
     score_mod = encoding.score_mod(q, positions, layer)
     if score_mod is None and consecutive and (relative := encoding.relative_bias(q, layer)) is not None:
         score_mod = relative_score_mod(relative)
+    if score_mod is None and consecutive and isinstance(form := encoding.distance_bias(positions, layer), DistanceTable):
+        score_mod = table_score_mod(form.table)
     return score_mod
+
+
+def table_score_mod(table: Tensor) -> ScoreMod:
+    """A bias over distances (``bias_of_distance``: a user-defined encoding's table (H, T)) as a score_mod."""
+
+    def distance_table(score, b, h, q_idx, kv_idx):
+        return score + table[h, (q_idx - kv_idx).clamp(min=0)]
+
+    return distance_table
 
 
 def _causal(b, h, q_idx, kv_idx):

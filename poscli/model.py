@@ -20,7 +20,22 @@ from poscli import encodings, flex
 from poscli import remap as remapping
 from poscli.attention import relative_causal_attention, blocked_biased_attention, fast_path_available, fused_causal_attention, remapped_attention
 from poscli.config import ModelConfig
+from poscli.distance_attention import distance_biased_attention
 from poscli.encodings.base import PositionalEncoding
+
+def fast_biased_attention(q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, positions: Tensor, layer: int, block: int) -> Tensor | None:
+    """The encoding's bias through a memory-bounded fast path over consecutive ``positions``, or
+    None where it has none here: its banded or linear form (``relative_bias``: ALiBi, T5, Shaw),
+    else its distance form (``distance_bias``: KERPLE, FIRE, ``bias_of_distance``). CPU only.
+    q, k, v: (B, H, T, hd) -> (B, H, T, hd)."""
+    if not fast_path_available(q):
+        return None
+    if (relative := encoding.relative_bias(q, layer)) is not None:
+        return relative_causal_attention(q, k, v, relative, block)
+    if (form := encoding.distance_bias(positions, layer)) is not None:
+        return distance_biased_attention(q, k, v, form)
+    return None
+
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, encoding: PositionalEncoding):
@@ -44,8 +59,8 @@ class CausalSelfAttention(nn.Module):
             y = fused_causal_attention(q, k, v)  # (B, H, T, hd)
         elif flex.wanted(q) and (score_mod := flex.score_mod_for(encoding, q, positions, self.layer, consecutive)) is not None:
             y = flex.flex_causal_attention(q, k, v, score_mod)  # (B, H, T, hd)
-        elif consecutive and fast_path_available(q) and (relative := encoding.relative_bias(q, self.layer)) is not None:
-            y = relative_causal_attention(q, k, v, relative, self.config.attention_block)  # (B, H, T, hd)
+        elif consecutive and (fast := fast_biased_attention(q, k, v, encoding, positions, self.layer, self.config.attention_block)) is not None:
+            y = fast  # (B, H, T, hd)
         else:
             score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, self.layer)  # noqa: E731
             y = blocked_biased_attention(q, k, v, score_bias, positions, self.config.attention_block)  # (B, H, T, hd)

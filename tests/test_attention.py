@@ -12,11 +12,14 @@ import math
 import pytest
 import torch
 
-from poscli import attention, encodings
-from poscli.model import GPT
+from poscli import attention, distance_attention, encodings
+import poscli.model
+from poscli.model import GPT, fast_biased_attention
 from tests.conftest import tiny_config
 
-WITH_BIAS = [name for name in encodings.names() if encodings.get(name).has_score_bias]
+# Every built-in bias encoding, and a user-defined one that implements only bias_of_distance.
+USER_DEFINED = "examples.power_penalty:PowerPenalty"
+WITH_BIAS = [name for name in encodings.names() if encodings.get(name).has_score_bias] + [USER_DEFINED]
 
 
 def textbook_attention(q, k, v, bias):
@@ -38,7 +41,8 @@ def random_encoding(pe, **overrides):
 
 
 def fast(q, k, v, encoding, positions, block):
-    return attention.relative_causal_attention(q, k, v, encoding.relative_bias(q, layer=1), block)
+    """The path the model takes: banded/linear (ALiBi, T5, Shaw) or distance form (KERPLE, FIRE)."""
+    return fast_biased_attention(q, k, v, encoding, positions, 1, block)
 
 
 def fallback(q, k, v, encoding, positions, block):
@@ -54,6 +58,7 @@ def fast_mode(request, monkeypatch):
         monkeypatch.setattr(attention, "BIAS_BLOCK_ELEMENTS", 0)
         monkeypatch.setattr(attention, "BAND_TILE", 8)
         monkeypatch.setattr(attention, "BAND_CHUNK", 40)
+        monkeypatch.setattr(distance_attention, "VIEW_BLOCK", 16)
     return request.param
 
 
@@ -63,8 +68,6 @@ def fast_mode(request, monkeypatch):
 def test_attention_equals_the_textbook_formula_forward_and_backward(pe, length, path, fast_mode):
     # A band wider than some tiles (t5_max_distance 40 > tile 8) and narrower than others.
     encoding = random_encoding(pe, options=dict(max_distance=40, num_buckets=12, clip=5))
-    if path is fast and encoding.relative_bias(torch.zeros(1, 4, 2, 8), layer=1) is None:
-        pytest.skip(f"{pe} has no banded form; the model uses the fallback")
     B, H, hd = 2, 4, 8
     q, k, v = (torch.randn(B, H, length, hd, requires_grad=True) for _ in range(3))
     positions = torch.arange(length)
@@ -82,6 +85,26 @@ def test_attention_equals_the_textbook_formula_forward_and_backward(pe, length, 
         atol = 5e-5 * max(1.0, want_grad.abs().max().item())
         message = lambda detail, name=name: f"gradient of {name}: {detail}"  # noqa: E731
         torch.testing.assert_close(got_grad, want_grad, rtol=1e-4, atol=atol, msg=message)
+
+
+@pytest.mark.parametrize("pe", ["fire", "kerple", USER_DEFINED])
+@pytest.mark.parametrize("blocks", ["one", "many"])
+def test_distance_forms_are_exact_at_an_offset_and_past_fires_threshold(pe, blocks, monkeypatch):
+    """Consecutive positions that start at 300 (a later window): FIRE's bias then depends on the
+    query row (past L = 32, s_i = 1 / psi(i) changes every row), and the forward pass (no grad,
+    the evaluation path: reversed keys, strided views, runs of one segment) must still equal the
+    formula, in one block or in many small ones."""
+    if blocks == "many":
+        monkeypatch.setattr(attention, "BIAS_BLOCK_ELEMENTS", 0)
+        monkeypatch.setattr(distance_attention, "VIEW_BLOCK", 16)
+    encoding = random_encoding(pe)
+    length, hd = 400, 8
+    q, k, v = (torch.randn(1, 4, length, hd) for _ in range(3))
+    positions = 300 + torch.arange(length)
+    with torch.no_grad():
+        got = fast(q, k, v, encoding, positions, block=16)
+    want = textbook_attention(q, k, v, encoding.score_bias(q, positions, positions, layer=1))
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_alibi_fast_path_is_exact_far_from_the_start():
@@ -106,15 +129,15 @@ def test_model_takes_the_fast_path_only_for_consecutive_positions(pe, monkeypatc
     model = GPT(tiny_config(pe)).eval()
     tokens = torch.randint(0, 256, (1, 37))
     calls = []
-    real = attention.relative_causal_attention
-    monkeypatch.setattr("poscli.model.relative_causal_attention", lambda *a: calls.append(1) or real(*a))
+    for path in ("relative_causal_attention", "distance_biased_attention"):
+        real = getattr(poscli.model, path)
+        monkeypatch.setattr(poscli.model, path, lambda *a, real=real: calls.append(1) or real(*a))
     with torch.no_grad():
         consecutive = model(tokens)
         fast_calls = len(calls)
         spread = model(tokens, positions=torch.arange(37) * 2)
-    has_band = model.encoding.relative_bias(torch.zeros(1, 4, 2, 8), layer=0) is not None
-    assert fast_calls == (model.config.n_layer if has_band else 0)
-    assert len(calls) == fast_calls, "positions 0, 2, 4, ... must not take the banded path"
+    assert fast_calls == model.config.n_layer, "every bias encoding has a fast path for consecutive positions"
+    assert len(calls) == fast_calls, "positions 0, 2, 4, ... must not take the fast path"
     assert torch.isfinite(spread).all() and consecutive.shape == spread.shape
 
 

@@ -55,7 +55,7 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    names = set(encodings.names())
+    names = set(encodings.names()) | set(bench.USER_DEFINED)  # a user-defined encoding too
     matmul = pd.read_csv(out / "matmul.csv")
     assert set(matmul["dtype"]) == {"fp32", "bf16"} and (matmul["gflops"] > 0).all()
     with_kernel = set(matmul.loc[matmul["gflops"] >= bench.MIN_DTYPE_GFLOPS, "dtype"]) | {"fp32"}  # bf16 rows only where it has one
@@ -66,7 +66,7 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     assert (train.loc[train["encoding"] == "none", "ratio_to_none"] == 1.0).all()
 
     evals = pd.read_csv(out / "eval.csv")
-    assert set(evals["encoding"]) == names | set(bench.REMAPPED), "every encoding, learned included, and every remapping"
+    assert set(evals["encoding"]) == names | set(bench.REMAPPED), "every encoding, learned and user-defined included, and every remapping"
     assert set(evals["length"]) == {64}
     assert (evals["peak_rss_gib"] >= evals["baseline_rss_gib"]).all()
 
@@ -91,6 +91,35 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     assert merged.loc[("rope+rerope", 64), "ratio_to_plain"] == pytest.approx(
         merged.loc[("rope+rerope", 64), "seconds"] / merged.loc[("rope", 64), "seconds"], abs=1e-3)
 
+    # --only-train re-measures the matmul peak and training rows and keeps the evaluation table
+    eval_before = (out / "eval.csv").read_text()
+    trained = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--only-train", "--out", str(out)], capture_output=True, text=True)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert (out / "eval.csv").read_text() == eval_before and "--only-train" in (out / "BENCH.md").read_text()
+    train = pd.read_csv(out / "train.csv")
+    assert set(train["encoding"]) == names and (train.loc[train["encoding"] == "none", "ratio_to_none"] == 1.0).all()
+
+
+def test_training_rates_are_taken_round_robin_and_ratios_paired():
+    """Every model's repeat r runs before any model's repeat r + 1, so a machine that slows down
+    between rounds slows every encoding alike; the ratio to none is taken within each round."""
+    order = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.name, self.weight = name, torch.nn.Parameter(torch.zeros(1))
+
+        def loss(self, tokens, targets, positions=None, weights=None):
+            order.append(self.name)
+            return self.weight.sum() * 0 + tokens.float().mean() * 0
+
+    plan = bench.Plan.quick()
+    rates = bench.interleaved_tokens_per_second({"none": Recorder("none"), "t5": Recorder("t5")}, plan, "fp32")
+    timed = order[2 * 2 :]  # after each model's two warm-up steps
+    assert timed == ["none"] * plan.train_steps + ["t5"] * plan.train_steps + ["none"] * plan.train_steps + ["t5"] * plan.train_steps
+    assert len(rates["none"]) == len(rates["t5"]) == plan.train_repeats
+
 
 def test_flop_count_uses_exactly_the_model_matmul_weights():
     """The 6N term of MFU counts every weight that enters a matmul, once: the Linear weights and
@@ -108,9 +137,10 @@ def test_summary_is_the_median_and_the_relative_range():
 
 
 def test_a_dtype_without_a_matmul_kernel_is_skipped_in_one_line():
-    """bf16 on a CPU without a bf16 kernel runs its matmul under 1 GFLOP/s: its training rows would
+    """bf16 on a CPU without a bf16 kernel runs its matmul at about 1 GFLOP/s: its training rows would
     take hours, so make bench says so and measures fp32 only; fp32 is always measured."""
     lines = []
     assert bench.measured_dtypes({"fp32": 170.0, "bf16": 0.3}, lines.append) == ["fp32"]
     assert lines == ["train bf16: skipped, this machine's bf16 matmul runs at 0.3 GFLOP/s (no kernel)"]
     assert bench.measured_dtypes({"fp32": 0.5, "bf16": 160.0}, lines.append) == ["fp32", "bf16"]
+    assert bench.matmul_peak("bf16", 2048)[0] > 0  # at 256 only where the kernel is missing: seconds, not minutes

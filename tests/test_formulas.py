@@ -250,6 +250,29 @@ def test_fire_input_is_the_progressively_normalised_log_distance():
     torch.testing.assert_close(below[40, 30], below[20, 10])
 
 
+def test_fire_mlp_is_its_linear_pieces():
+    """A one-layer ReLU MLP of a scalar is piecewise linear with a switch per unit at x = -b1 / w1
+    (the form poscli.distance_attention applies): the pieces from relu_pieces equal the MLP in
+    float64 everywhere, exactly at each switch and on either side of it, and off the switches
+    their gradients with respect to the weights equal the MLP's."""
+    from poscli.encodings.fire import relu_pieces
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(1, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).double()
+    with torch.no_grad():
+        mlp[0].weight[3] = 0.0  # a unit that never switches: a constant relu(b1)
+    w1, b1, w2, b2 = mlp[0].weight[:, 0], mlp[0].bias, mlp[2].weight, mlp[2].bias
+    breakpoints, intercept, slope = relu_pieces(w1, b1, w2, b2)
+    assert len(breakpoints) == 31 and bool((breakpoints.diff() >= 0).all())
+    x = torch.cat((torch.linspace(-5, 5, 1001, dtype=torch.float64), breakpoints, breakpoints - 1e-9, breakpoints + 1e-9))
+    segment = torch.searchsorted(breakpoints, x, right=True)  # pieces: x >= breakpoint k is past it
+    pieces = intercept[segment] + slope[segment] * x[:, None]  # (N, H)
+    torch.testing.assert_close(pieces, mlp(x[:, None]), rtol=1e-12, atol=1e-12)
+    weights, generic = list(mlp.parameters()), slice(0, 1001)  # off the switches, where ReLU's gradient is defined
+    for got, want in zip(torch.autograd.grad(pieces[generic].sum(), weights), torch.autograd.grad(mlp(x[generic, None]).sum(), weights)):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
+
 def test_fire_can_represent_alibi():
     """FIRE learns ALiBi as a special case (Li et al., 2023): with L above every position and
     c -> 0, psi(i - j) / psi(L) -> (i - j) / L, and the MLP only has to scale it by -m_h L.

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from poscli.encodings import register
-from poscli.encodings.base import PositionalEncoding, causal_distance
+from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError
 
 
@@ -49,9 +49,8 @@ class LearnedSlope(PositionalEncoding):
         super().__init__(config)
         self.slopes = nn.Parameter(torch.full((config.n_head,), float(self.options.slope)))  # (H,)
 
-    def score_bias(self, q, q_positions, k_positions, layer):
-        distance = causal_distance(q_positions, k_positions).to(torch.float32)  # (Tq, Tk)
-        return (-self.slopes[:, None, None] * distance).to(q.dtype)  # (H, Tq, Tk)
+    def bias_of_distance(self, distance, layer):
+        return -self.slopes[:, None] * distance  # distance (N,) -> (H, N): score_bias and the fast path follow
 '''
 
 

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from poscli.attention import RelativeBias
+from poscli.distance_attention import DistanceTable, ScaledDistanceBias
 from poscli.config import LEGACY_OPTION_KEYS, ModelConfig
 from poscli.errors import PoscliError
 
@@ -151,8 +152,28 @@ class PositionalEncoding(nn.Module):
         """q: (B, H, Tq, hd). Returns a bias broadcastable to (B, H, Tq, Tk), added to q.k / sqrt(hd).
 
         Only causal pairs (k_position <= q_position) are ever used; the model masks the rest.
+        By default, ``bias_of_distance`` at each pair's distance (None when that gives none).
+        """
+        distance = causal_distance(q_positions, k_positions).to(torch.float32)  # (Tq, Tk)
+        bias = self.bias_of_distance(distance.flatten(), layer)  # (H, Tq * Tk) or None
+        return None if bias is None else bias.view(-1, *distance.shape).to(q.dtype)  # (H, Tq, Tk)
+
+    def bias_of_distance(self, distance: Tensor, layer: int) -> Tensor | None:
+        """The bias as a function of the distance d = i - j alone: distance (N,) float32 -> (H, N).
+
+        The simplest way to write a bias encoding: implement this (and set ``has_score_bias``) and
+        ``score_bias`` and the memory-bounded fast path (``distance_bias``) both come from it.
         """
         return None
+
+    def distance_bias(self, positions: Tensor, layer: int) -> DistanceTable | ScaledDistanceBias | None:
+        """The bias over consecutive ``positions`` (T,) in a form ``poscli.distance_attention``
+        applies block by block at any length, forward and backward: a table over distances 0..T-1
+        (by default, from ``bias_of_distance``), or a piecewise-linear function of a distance
+        feature scaled per query row (FIRE). None: the model uses the blocked ``score_bias`` path.
+        Consulted after ``relative_bias``, whose banded and linear forms are faster still."""
+        table = self.bias_of_distance(torch.arange(len(positions), dtype=torch.float32, device=positions.device), layer)
+        return None if table is None else DistanceTable(table.float())  # (H, T)
 
     def relative_bias(self, q: Tensor, layer: int) -> RelativeBias | None:
         """The same bias in the form the fast attention path takes, or None to use ``score_bias``.

@@ -3,6 +3,7 @@
 import torch
 from torch import Tensor, nn
 
+from poscli.distance_attention import ScaledDistanceBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
 
@@ -25,7 +26,8 @@ class Fire(PositionalEncoding):
     multiplier s starting at 1, so Adam moves L by a fraction of itself per step rather than by
     ~lr tokens. poscli starts L0 at the train length (stored with the weights), so training
     sees normalised distances across [0, 1). One f is shared by all layers, as T5's table is.
-    The bias depends on i as well as i - j, so FIRE uses the general blocked attention.
+    The bias depends on i as well as i - j; ``distance_bias`` writes it as a piecewise-linear
+    function of psi(i - j) scaled per query row, which the memory-bounded fast path applies.
     """
 
     citation = "Li et al., 2023"
@@ -59,6 +61,15 @@ class Fire(PositionalEncoding):
         bias = torch.cat([self.mlp(part[..., None].float()) for part in x.split(rows)])  # (Tq, Tk, H)
         return bias.permute(2, 0, 1).to(q.dtype)  # (H, Tq, Tk)
 
+    def distance_bias(self, positions: Tensor, layer: int) -> ScaledDistanceBias:
+        """The same bias, exactly, as g(psi(d) * s_i) with s_i = 1 / psi(max(L, i)) and g = f written
+        as its linear pieces: a ReLU unit w1 x + b1 switches at x = -b1 / w1, so between consecutive
+        switches f is intercept + slope * x (``relu_pieces``). Gradients reach c, L and f's weights."""
+        distance = torch.arange(len(positions), dtype=torch.float32, device=positions.device)  # (T,)
+        row_scale = 1.0 / self.psi(torch.maximum(positions.to(torch.float32), self.threshold()))  # (T,)
+        breakpoints, intercept, slope = relu_pieces(self.mlp[0].weight[:, 0], self.mlp[0].bias, self.mlp[2].weight, self.mlp[2].bias)
+        return ScaledDistanceBias(self.psi(distance), row_scale, breakpoints, intercept, slope)
+
     def score_mod(self, q: Tensor, positions: Tensor, layer: int):
         """The same bias per (query, key) pair, for FlexAttention: f's 32 hidden units written out
         as scalar arithmetic, which the compiled kernel fuses into the attention loop."""
@@ -76,3 +87,20 @@ class Fire(PositionalEncoding):
             return score + bias
 
         return fire
+
+
+def relu_pieces(w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """f(x) = b2 + w2 relu(w1 x + b1) (scalar x, U hidden units, H outputs) as linear pieces:
+    breakpoints (K,) sorted, and per segment m (x between breakpoints m-1 and m) intercept and
+    slope (K + 1, H), with f(x) = intercept[m] + slope[m] x there. Differentiable in the weights;
+    which units are on in a segment is a constant of the pieces. w1, b1: (U,), w2: (H, U), b2: (H,)."""
+    hinged = w1 != 0
+    breakpoints = (-b1[hinged] / w1[hinged]).detach().sort().values  # (K,)
+    if len(breakpoints) == 0:
+        inside = torch.zeros(1, device=w1.device)
+    else:  # a point inside each segment, the outer two included
+        inside = torch.cat((breakpoints[:1] - 1, (breakpoints[1:] + breakpoints[:-1]) / 2, breakpoints[-1:] + 1))  # (K + 1,)
+    on = (w1.detach()[None, :] * inside[:, None] + b1.detach()[None, :] > 0).to(w1.dtype)  # (K + 1, U)
+    intercept = b2[None, :] + (on * b1[None, :]) @ w2.T  # (K + 1, H)
+    slope = (on * w1[None, :]) @ w2.T  # (K + 1, H)
+    return breakpoints, intercept, slope

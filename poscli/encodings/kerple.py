@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poscli.encodings import register
-from poscli.encodings.base import PositionalEncoding, causal_distance
+from poscli.encodings.base import PositionalEncoding
 
 
 @register("kerple")
@@ -16,8 +16,8 @@ class Kerple(PositionalEncoding):
     Positivity comes from a softplus of unconstrained parameters. poscli starts r1 at 1 and
     spreads r2 over heads geometrically from 1 down to 2^-7, so heads start with different
     reaches (the paper only requires r1, r2 > 0). The bias grows without bound, like ALiBi's,
-    but logarithmically, so no constant far value exists and the model uses the general
-    blocked attention rather than a banded fast path.
+    but logarithmically, so no constant far value exists: the fast path takes it as a table over
+    distances (``bias_of_distance``, ``poscli.distance_attention``) rather than a band.
     """
 
     citation = "Chi et al., 2022"
@@ -35,10 +35,10 @@ class Kerple(PositionalEncoding):
         """r1, r2: (H,) each, both positive."""
         return F.softplus(self.raw_r1), F.softplus(self.raw_r2)
 
-    def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
-        distance = causal_distance(q_positions, k_positions).to(torch.float32)  # (Tq, Tk)
+    def bias_of_distance(self, distance: Tensor, layer: int) -> Tensor:
+        """distance (N,) -> (H, N); ``score_bias`` and the fast path's table come from it."""
         r1, r2 = self.strengths()
-        return (-r1[:, None, None] * torch.log1p(r2[:, None, None] * distance)).to(q.dtype)  # (H, Tq, Tk)
+        return -r1[:, None] * torch.log1p(r2[:, None] * distance)  # (H, N)
 
     def score_mod(self, q: Tensor, positions: Tensor, layer: int):
         """The same bias per (query, key) pair, for FlexAttention."""
