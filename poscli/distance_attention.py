@@ -215,19 +215,19 @@ class _DistanceBiasAttention(torch.autograd.Function):
                 end = min(start + block, T)
                 rows = slice(start, end)
                 distance = torch.arange(start, end, device=q.device)[:, None] - torch.arange(end, device=q.device)  # (Bq, Tk)
-                with torch.no_grad():
-                    bias = form.exact(tuple(t.detach().float() for t in tensors), distance, rows)  # (H, Bq, Tk)
-                scores = torch.matmul(q32[:, :, rows] * scale, k32[:, :, :end].transpose(-1, -2)).add_(bias)  # (B, H, Bq, Tk)
+                # The block's bias, built once: its values for the scores, its graph (when the bias's
+                # tensors want gradients) for their gradient below.
+                with torch.set_grad_enabled(bool(wanted)):
+                    inputs = [t.detach().float().requires_grad_(i in wanted) for i, t in enumerate(tensors)]
+                    block_bias = form.exact(tuple(inputs), distance, rows)  # (H, Bq, Tk)
+                scores = torch.matmul(q32[:, :, rows] * scale, k32[:, :, :end].transpose(-1, -2)).add_(block_bias.detach())  # (B, H, Bq, Tk)
                 probs = scores.sub_(lse[:, :, rows, None]).exp_()  # P
                 dv[:, :, :end] += torch.matmul(probs.transpose(-1, -2), d_out[:, :, rows])
                 d_scores = torch.matmul(d_out[:, :, rows], v32[:, :, :end].transpose(-1, -2)).sub_(d_rows[:, :, rows]).mul_(probs)  # dS
                 dq[:, :, rows] = torch.matmul(d_scores, k32[:, :, :end]).mul_(scale)
                 dk[:, :, :end] += torch.matmul(d_scores.transpose(-1, -2), q32[:, :, rows]).mul_(scale)
                 if wanted:
-                    with torch.enable_grad():
-                        inputs = [t.detach().requires_grad_(i in wanted) for i, t in enumerate(tensors)]
-                        block_bias = form.exact(tuple(inputs), distance, rows)
-                        found = torch.autograd.grad(block_bias, [inputs[i] for i in wanted], d_scores.sum(0), allow_unused=True)
+                    found = torch.autograd.grad(block_bias, [inputs[i] for i in wanted], d_scores.sum(0), allow_unused=True)
                     for i, grad in zip(wanted, found):
                         if grad is not None:
                             grads[i] = grad if grads[i] is None else grads[i] + grad
