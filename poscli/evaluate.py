@@ -27,7 +27,7 @@ from poscli.data import Corpus, CorpusOptions, absolute_spec, load_corpus
 from poscli.prepared import TokenFile
 from poscli.tokenizer import run_tokenizer
 from poscli.errors import NotApplicable, PoscliError
-from poscli.evalset import EvalSet, build_eval_set
+from poscli.evalset import EvalSet, build_eval_set, null_stride
 from poscli.io import atomic_write, locked
 from poscli.stats import bootstrap_perplexity, interval
 from poscli.tables import format_interval, format_ppl, merge_rows, pivot_markdown
@@ -35,6 +35,7 @@ from poscli.tables import format_interval, format_ppl, merge_rows, pivot_markdow
 TABLE_COLUMNS = [
     "run", "label", "pe", "train_length", "corpus", "protocol", "length", "mode", "ppl", "ci_low", "ci_high", "bpb", "loss",
     "windows", "spans", "documents", "tokens", "eval_set", "note", "evaluated", "bpb_low", "bpb_high", "bytes",
+    "tokens_seen", "tokens_per_parameter", "train_flops",
 ]
 TABLE_KEY = ["run", "corpus", "protocol", "mode", "length"]
 SPAN_COLUMNS = [*TABLE_KEY, "span", "unit", "loss", "tokens"]
@@ -48,8 +49,20 @@ class SplitMismatch(PoscliError):
     """The held-out documents a run recorded are not the ones this corpus would hold out now."""
 
 
-def mode_name(stride: int | None) -> str:
+NULL_PREFIX = "truncated-"
+
+
+def mode_name(stride: int | None, context: int | None = None) -> str:
+    """How a row's windows were cut: nonoverlapping, sliding-S, or truncated-C (the truncation null)."""
+    if context is not None:
+        return f"{NULL_PREFIX}{context}"
     return "nonoverlapping" if stride is None else f"sliding-{stride}"
+
+
+def null_context(config: dict) -> int:
+    """The context of a run's truncation null: the length it was trained at (an extension's base's)."""
+    extension = config.get("extension") or {}
+    return int(extension.get("original_length") or config["model"]["train_length"])
 
 
 @torch.inference_mode()
@@ -60,15 +73,17 @@ def perplexity(
     device,
     stride: int | None = None,
     on_window: Callable[[int], None] | None = None,
+    context: int | None = None,
 ) -> dict:
-    """Token-weighted perplexity of ``model`` on ``eval_set`` with windows of ``length`` inputs.
+    """Token-weighted perplexity of ``model`` on ``eval_set`` with windows of ``length`` inputs
+    (with ``context``: the truncation null, ``poscli.evalset.truncated_windows``).
 
     Returns loss (nats/token), ppl, ci_low / ci_high (95% bootstrap over the set's units), bpb
     (bits per byte), windows, spans, documents and tokens scored; ``span_loss`` / ``span_tokens``:
     (S,) summed loss and targets of each span; ``position_loss`` / ``position_tokens``: (length,)
     sums of loss and counts at each position of a window.
     """
-    windows = eval_set.windows(length, stride)
+    windows = eval_set.windows(length, stride, context)
     width = min(length, eval_set.span_length)
     span_loss = np.zeros(eval_set.num_spans)
     span_tokens = np.zeros(eval_set.num_spans)
@@ -152,6 +167,45 @@ def loss_by_position(position_loss, position_tokens, length: int) -> list[dict]:
     return rows
 
 
+CONTEXT_TOLERANCE = 0.01  # nats: a later bucket must lower the loss by 1% of perplexity to count as using more context
+
+
+def effective_context(buckets: list[dict]) -> tuple[int, bool]:
+    """The context a model uses: the start of the first position bucket after which no later
+    bucket's loss is lower by ``CONTEXT_TOLERANCE`` nats or more (the loss by position stops
+    falling there). buckets: ``loss_by_position`` rows at one length. -> (tokens of context, whether
+    the loss still falls in the last bucket, so the model may use all of the length it was given)."""
+    ordered = sorted(buckets, key=lambda b: b["position_start"])
+    losses = [b["loss"] for b in ordered]
+    for index, bucket in enumerate(ordered):
+        if all(losses[index] - later < CONTEXT_TOLERANCE for later in losses[index + 1:]):
+            return int(bucket["position_start"]), index == len(ordered) - 1
+    return int(ordered[-1]["position_start"]), True
+
+
+def budget_markdown(table, positions) -> list[str]:
+    """Each run's training budget and effective context at its train length, as Markdown lines."""
+    runs_rows = table[(table["pe"] != "reference") & (table["mode"] == "nonoverlapping")].drop_duplicates("run")
+    if runs_rows.empty or "tokens_seen" not in runs_rows:
+        return []
+    lines = ["Training budget of each run (tokens seen, with its base's for an extension; FLOPs 6 N D + 6 L T d D, Kaplan "
+             "et al., 2020) and its effective context: the position after which its loss by position at its train length stops "
+             f"falling (no later bucket lower by {CONTEXT_TOLERANCE} nats; '+': still falling at the end).\n",
+             "| run | tokens seen | tokens per parameter | training FLOPs | effective context |", "|---|---|---|---|---|"]
+    for _, row in runs_rows.iterrows():
+        mine = positions[(positions["run"] == row["run"]) & (positions["length"] == row["train_length"]) & (positions["mode"] == "nonoverlapping")] \
+            if positions is not None else positions
+        context = "-"
+        if mine is not None and len(mine):
+            tokens, open_ended = effective_context(mine.to_dict("records"))
+            context = f"{tokens}{'+' if open_ended else ''} of {int(row['train_length'])}"
+        seen = row.get("tokens_seen", float("nan"))
+        if not np.isfinite(seen):
+            continue
+        lines.append(f"| {row['label']} | {seen / 1e6:.2f}M | {row['tokens_per_parameter']:.1f} | {row['train_flops']:.2e} | {context} |")
+    return [*lines, ""] if len(lines) > 3 else []
+
+
 def default_lengths(config: dict) -> list[int]:
     """A trained run: its train length x1, x4, x16. An extended run: its original length, its
     fine-tuning length and its target."""
@@ -184,8 +238,10 @@ def check_split(config: dict, corpus: Corpus) -> None:
     )
 
 
-def _identity(config: dict, eval_set: EvalSet, length: int, stride: int | None) -> dict:
-    return {
+def _identity(config: dict, eval_set: EvalSet, length: int, stride: int | None, context: int | None = None) -> dict:
+    """The columns naming a row: the run, its training budget (``runs.training_budget``), the sample and the length."""
+    budget = runs.training_budget(config) if "train" in config else {}
+    return {**budget,
         "run": config["name"],
         "label": runs.run_label(config),
         "pe": config["model"]["pe"],
@@ -193,7 +249,7 @@ def _identity(config: dict, eval_set: EvalSet, length: int, stride: int | None) 
         "corpus": eval_set.corpus,
         "protocol": eval_set.protocol,
         "length": length,
-        "mode": mode_name(stride),
+        "mode": mode_name(stride, context),
     }
 
 
@@ -211,6 +267,7 @@ def evaluate_runs(
     allow_split_mismatch: bool = False,
     save: Callable[[dict], None] | None = None,
     compile: bool = False,
+    null: bool = False,
 ) -> dict[str, list[dict]]:
     """Evaluate each run at each length on one evaluation set per corpus. ``lengths`` None means
     ``default_lengths`` of each run; the set's spans are as long as the longest length asked of
@@ -225,7 +282,9 @@ def evaluate_runs(
     perplexity rows, the loss-by-position rows and the per-span rows (for summaries over seeds).
     ``save``, if given, receives each run's part of that as soon as the run is done (so an
     interrupted evaluation of many runs keeps the finished ones). ``compile`` runs each model
-    through ``torch.compile`` (``poscli.device.compile_model``).
+    through ``torch.compile`` (``poscli.device.compile_model``). ``null`` adds, at every length
+    longer than a run's train length, the truncation null (mode ``truncated-C``, C = ``null_context``):
+    the same targets and cold starts with the context cut to the train length.
     """
     from poscli.device import compile_model, select_device
 
@@ -303,6 +362,12 @@ def evaluate_runs(
             for bucket in loss_by_position(result.pop("position_loss"), result.pop("position_tokens"), min(length, eval_set.span_length)):
                 position_rows.append({**identity, **bucket})
             add(identity, eval_set, result)
+            context = null_context(config)
+            if null and length > context and stride is None:
+                identity = _identity(config, eval_set, length, None, context)
+                result = perplexity(model, eval_set, length, device, context=context)
+                del result["position_loss"], result["position_tokens"]
+                add(identity, eval_set, result)
         if save:
             save({"rows": rows[done[0]:], "positions": position_rows[done[1]:], "spans": span_rows[done[2]:]})
 
@@ -352,14 +417,23 @@ def write_tables(result: dict[str, list[dict]], results: str | Path | None = Non
             merge_rows(written[-1], result["positions"], POSITION_COLUMNS, [*TABLE_KEY, "position_start"], replace=TABLE_KEY)
         if not draw:
             return written
+        import pandas as pd
+
+        positions_path = folder / f"{table}_by_position.csv"
+        positions = pd.read_csv(positions_path) if positions_path.exists() else None
         with atomic_write(md_path) as handle:
-            handle.write(markdown_pivot(combined))
+            handle.write(markdown_pivot(combined) + "\n" + "\n".join(budget_markdown(combined, positions)))
         return [*written, md_path] + draw_plots(folder, table)
 
 
 def describe_set(first, protocol: str, mode: str) -> str:
     """One sentence naming what stands behind every cell of a block."""
-    windows = "non-overlapping windows" if mode == "nonoverlapping" else f"sliding windows, stride {mode.split('-', 1)[1]}"
+    if mode.startswith(NULL_PREFIX):
+        context = int(mode.removeprefix(NULL_PREFIX))
+        windows = (f"the truncation null (each non-overlapping window scored with its context cut to {context} tokens: "
+                   f"sliding windows of {context}, stride {null_stride(context)})")
+    else:
+        windows = "non-overlapping windows" if mode == "nonoverlapping" else f"sliding windows, stride {mode.split('-', 1)[1]}"
     how = "held-out documents joined into one stream, cut into spans" if protocol == "stream" else "one or more spans from the start of each document long enough"
     return (f"corpus {first['corpus']}, {protocol} protocol ({how}), {windows}: every length scores the same "
             f"{int(first['tokens']):,} tokens ({int(first['spans'])} spans from {int(first['documents'])} documents; evaluation set {first['eval_set']})")
@@ -410,20 +484,26 @@ def markdown_pivot(table) -> str:
 
 
 def console_table(rows: list[dict], protocol: str, stride: int | None):
-    """An evaluation's rows as a rich table for the console, titled with the sample behind them."""
+    """An evaluation's rows as a rich table for the console, titled with the sample behind them;
+    a truncation null's perplexity beside the cell it belongs to (column "context cut")."""
     from rich.table import Table
 
+    nulls = {(row["run"], row["length"]): row for row in rows if str(row["mode"]).startswith(NULL_PREFIX)}
+    rows = [row for row in rows if not str(row["mode"]).startswith(NULL_PREFIX)]
     first = next((row for row in rows if row["tokens"]), None)
     windows = "non-overlapping windows" if stride is None else f"sliding windows, stride {stride}"
     sample = f"; every length scores the same {first['tokens']:,} tokens: {first['spans']} spans from {first['documents']} documents" if first else ""
     shown = Table(title=f"perplexity ({protocol} protocol, {windows}{sample})")
-    for column in ("run", "pe", "train len", "length", "ppl", "95% interval", "bits/byte", "windows", "note"):
+    columns = ["run", "pe", "train len", "length", "ppl", "95% interval", *(["context cut"] if nulls else []), "bits/byte", "windows", "note"]
+    for column in columns:
         shown.add_column(column, justify="left" if column in ("run", "pe", "note") else "right")
     for row in rows:
         na = row["note"].startswith("n/a")
+        null = nulls.get((row["run"], row["length"]))
+        cut = [f"{format_ppl(null['ppl'])} @ {null['mode'].removeprefix(NULL_PREFIX)}" if null is not None else "-"] if nulls else []
         shown.add_row(
             row["label"], row["pe"], "-" if row["pe"] == "reference" else str(row["train_length"]), str(row["length"]),
-            format_ppl(row["ppl"]), format_interval(row["ci_low"], row["ci_high"]),
+            format_ppl(row["ppl"]), format_interval(row["ci_low"], row["ci_high"]), *cut,
             "n/a" if na else f"{row['bpb']:.3f}", str(row["windows"]), row["note"],
         )
     return shown

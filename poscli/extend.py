@@ -19,6 +19,7 @@ from poscli.config import ModelConfig, TrainConfig
 from poscli.errors import Answer, PoscliError
 from poscli.lengths import format_length
 
+CONTINUE = "continue"  # the control: no rescaling at all, the same fine-tuning (any encoding)
 DEFAULT_STEPS = 400
 DEFAULT_LR = 3e-4
 FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
@@ -59,6 +60,10 @@ def extend(
     encoding = encodings.get(pe)
     methods = encoding.extension_methods()
     attention = remapping.METHODS.get(method)
+    if method == CONTINUE:  # the control of a fine-tuned extension: the extra training without the rescaling
+        methods = [*(methods or []), CONTINUE]
+        if not steps:
+            raise PoscliError("--method continue is continued training, the control of a fine-tuned extension; give --steps N (e.g. 400)")
     if attention is not None:
         steps = _check_remap(parent, encoding, methods, attention, steps)
     elif methods is None:
@@ -69,7 +74,10 @@ def extend(
     if attention is None and method not in methods:
         raise PoscliError(f"--method {method} does not apply to --pe {pe}; for run {parent['name']!r} use: {', '.join(methods) or 'none'}")
     steps = DEFAULT_STEPS if steps is None else steps
-    options = remapping.check_options(method, options or {}) if attention else encoding.check_extension_options(method, options or {})
+    if method == CONTINUE and options:
+        raise PoscliError(f"--method continue changes nothing but the training; drop {', '.join(sorted(options))}")
+    options = remapping.check_options(method, options or {}) if attention else \
+        (options or {}) if method == CONTINUE else encoding.check_extension_options(method, options or {})
     if parent.get("extension"):
         raise PoscliError(
             f"run {parent['name']!r} is already extended ({parent['extension']['method']}); extend its parent {parent.get('parent')!r} instead"
@@ -101,6 +109,8 @@ def extend(
     if attention is not None:  # no weights change: the attention sees far keys at other positions
         remap = remapping.plan(method, original_length, target, **options)
         changes, options = {"remap": remap.to_dict()}, remap.to_dict()
+    elif method == CONTINUE:
+        changes = {}
     else:
         try:
             changes = encoding.extended_config(parent_config, method, factor, target, options, weights)
@@ -123,10 +133,13 @@ def extend(
     label = extension_label(runs.run_label(parent), method, factor, steps, finetune_length)
     if attention is not None:
         label = f"{runs.run_label(parent)} +{remap.describe()}, no training"
+    elif method == CONTINUE:
+        label = f"{runs.run_label(parent)} +continued training (no rescaling), {steps} steps at {format_length(finetune_length)}"
     elif pose:
         label += f" (PoSE to {format_length(target)})"
     lineage = {
         "parent": parent["name"],
+        "parent_budget": runs.training_budget(parent),  # what the base had seen: tokens_seen counts both
         "label": label,
         "extension": {
             "method": method,

@@ -52,6 +52,7 @@ TRAIN_OPTIONS: dict[str, tuple[str, Any]] = {
     "accumulate": ("accumulate", _TRAIN.accumulate),
     "steps": ("steps", _TRAIN.steps),
     "minutes": ("minutes", _TRAIN.minutes),
+    "optimizer": ("optimizer", _TRAIN.optimizer),
     "lr": ("lr", None),
     "warmup": ("warmup_steps", None),
     "seed": ("seed", _TRAIN.seed),
@@ -60,6 +61,7 @@ TRAIN_OPTIONS: dict[str, tuple[str, Any]] = {
     "device": ("device", _TRAIN.device),
     "compile": ("compile", _TRAIN.compile),
     "checkpoint_every": ("checkpoint_every", _TRAIN.checkpoint_every),
+    "snapshots": ("snapshots", _TRAIN.snapshots),
 }
 # Options that change how a run is run, not what it is: they never make a run "different".
 RUN_ONLY = {"device", "checkpoint_every", "accumulate", "compile"}

@@ -68,6 +68,7 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
     """Perplexity versus evaluation length, one line per run (and mode), log-log axes."""
     figure, axes = plt.subplots(figsize=(11, 5))
     rows = table.dropna(subset=["ppl"])
+    rows = rows[~rows["mode"].astype(str).str.startswith("truncated-")]  # the truncation null is in the tables, not the figure
     modes = rows["mode"].unique()
     _distinct_colors(axes, rows.groupby(["label", "mode"]).ngroups)
     for (label, mode), part in rows.groupby(["label", "mode"], sort=False):
@@ -97,6 +98,36 @@ def plot_seed_summary(summary, path: Path, title: str) -> Path:
         axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.15)
     _plain_log_y(axes)
     return _finish_length_plot(figure, axes, summary, "evaluation length (tokens)", "perplexity (mean over seeds; band: 95% interval)", title, path)
+
+
+def plot_budgets(summary, path: Path, title: str, multiples=(16, 64)) -> Path | None:
+    """Each group's ratio (perplexity at 16x and 64x its train length over its own at the train
+    length, 95% interval) against the tokens it had seen: its snapshots (GROUP@STEP) and itself."""
+    from poscli.runs import SNAPSHOT_MARK
+
+    rows = summary[(summary["seeds"] > 0) & summary["ratio"].notna()].copy()
+    rows["base"] = rows["group"].str.split(SNAPSHOT_MARK).str[0]
+    rows["length_multiple"] = rows["length"] / rows["train_length"].replace(0, np.nan)
+    longer = sorted(m for m in rows["length_multiple"].dropna().unique() if m > 1)
+    shown = [m for m in multiples if m in longer] or longer[-1:]  # 16x and 64x, else the longest there is
+    if not shown or not rows["group"].str.contains(SNAPSHOT_MARK, regex=False).any():
+        return None
+    figure, panels = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.5), squeeze=False)
+    for axes, multiple in zip(panels[0], shown):
+        part = rows[rows["length_multiple"] == multiple]
+        _distinct_colors(axes, part["base"].nunique())
+        for base, line in part.groupby("base", sort=False):
+            line = line.sort_values("tokens_seen")
+            drawn = axes.plot(line["tokens_seen"], line["ratio"], marker="o", label=base)[0]
+            axes.fill_between(line["tokens_seen"], line["ratio_low"], line["ratio_high"], color=drawn.get_color(), alpha=0.12)
+        axes.set_xscale("log")
+        _plain_log_y(axes)
+        axes.set_xlabel("tokens seen in training")
+        axes.set_ylabel(f"perplexity at {multiple:g}x / at the train length")
+        axes.set_title(f"{title}: {multiple:g}x", fontsize=10)
+        axes.grid(True, which="both", alpha=0.3)
+    panels[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(figure, path)
 
 
 def plot_loss_by_position(table, path: Path, title: str) -> Path:

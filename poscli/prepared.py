@@ -56,12 +56,14 @@ def file_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
 
 
 def source_documents(spec: str, rows=None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
-    """The documents of a corpus, one at a time: ``stdlib`` (a file each), text files (cut into
+    """The documents of a corpus, one at a time: ``stdlib`` and ``shakespeare`` (a file each), text files (cut into
     chunks), dataset files or ``hf:NAME`` (rows joined as ``rows``, a ``sources.RowOptions``)."""
     from poscli import sources
 
-    if spec == "stdlib":
-        for path in sources.stdlib_files():
+    if spec in ("stdlib", "shakespeare"):
+        from poscli import shakespeare
+
+        for path in sources.stdlib_files() if spec == "stdlib" else shakespeare.files():
             yield path.read_text(encoding="utf-8", errors="replace")
         return
     if spec.startswith("hf:") or sources.dataset_files(spec) is not None:

@@ -104,13 +104,118 @@ def separated_pairs(rows: dict[str, object]) -> set[tuple[str, str]]:
     return pairs
 
 
+class Decisions:
+    """The paired decisions of one published file, corrected together (Holm, 1979).
+
+    Each decision compares two groups evaluated on the same spans, run against run in seed order:
+    the per-seed log perplexity ratio is tested with a paired t-test (``stats.paired_seed_test``).
+    ``add`` collects a test and returns its index; ``finish`` adjusts every p-value at once; only
+    then are ``symbol`` and ``describe`` read, so the first decision knows how many there were."""
+
+    def __init__(self):
+        self.tests: list[tuple[float, float, float, float]] = []
+        self.adjusted: list[float] | None = None
+
+    def add(self, log_ratios) -> int | None:
+        from poscli.stats import paired_seed_test
+
+        if log_ratios is None or len(log_ratios) < 2:
+            return None
+        self.tests.append(paired_seed_test(log_ratios))
+        return len(self.tests) - 1
+
+    def finish(self) -> None:
+        from poscli.stats import holm
+
+        self.adjusted = holm([test[3] for test in self.tests])
+
+    def symbol(self, index: int | None) -> str:
+        from poscli.stats import decide
+
+        return "≈" if index is None else decide(self.tests[index][0], self.adjusted[index])
+
+    def describe(self, index: int | None) -> str:
+        if index is None:
+            return "not tested (fewer than 2 seeds scored alike)"
+        ratio, low, high, _ = self.tests[index]
+        return f"{ratio:.3f} [{low:.3f}, {high:.3f}], Holm p {self.adjusted[index]:.3g}"
+
+    def footer(self) -> str:
+        from poscli.stats import ALPHA, MIN_EFFECT
+
+        return (f"Decisions (`<`, `>`, `≈`, keeps / uses): paired t-test over seeds of the log perplexity ratio (the same spans, "
+                f"seed against seed), Holm's correction across the {len(self.tests)} decisions of this file (family-wise "
+                f"{ALPHA:.0%}), minimum effect {MIN_EFFECT:.0%} of perplexity: a smaller or uncorrected-only difference is tied (`≈`). "
+                "Ratios are geometric means over seeds with their 95% t interval.")
+
+
+def seed_log_ratios(summary_a, group_a: str, summary_b, group_b: str, length: int):
+    """Per-seed log perplexity ratio of group a over group b at ``length`` (runs paired in name
+    order, i.e. by seed), or None where the two were not scored on the same spans with as many runs."""
+    import numpy as np
+
+    a = summary_a.attrs.get("run_losses", {}).get((group_a, length))
+    b = summary_b.attrs.get("run_losses", {}).get((group_b, length))
+    if a is None or b is None or a[0] != b[0] or len(a[1]) != len(b[1]):
+        return None
+    return np.array(a[1]) - np.array(b[1])
+
+
+def null_summary(summary, group: str, length: int):
+    """The truncation null's summary holding (group, length), if the table has one."""
+    for part in summary.attrs.get("null", []):
+        if (group, length) in part.attrs.get("run_losses", {}):
+            return part
+    return None
+
+
+NULL_WORDS = {"<": "uses the longer context (better than its context cut to the train length)",
+              "≈": "keeps (no better and no worse than its context cut to the train length)",
+              ">": "loses to its own context cut to the train length (the unseen positions hurt)"}
+
+
+def _budget_groups(meta: dict, group: str, summary) -> list[str]:
+    """A group's snapshots (GROUP@STEP, by step) then the group itself: its budgets, smallest first."""
+    from poscli.runs import SNAPSHOT_MARK
+
+    present = set(summary["group"])
+    snapshots = sorted((g for g in meta if g.startswith(group + SNAPSHOT_MARK) and g in present), key=lambda g: int(g.rsplit(SNAPSHOT_MARK, 1)[1]))
+    return [*snapshots, group]
+
+
 def press2022(summary, meta: dict) -> str:
-    """Train short, test long: the paper's perplexity and extrapolation classes beside poscli's,
-    each claim made only where poscli's 95% intervals separate."""
-    groups = [g for g in dict.fromkeys(summary["group"]) if g in meta]
+    """Train short, test long: the paper's perplexity and extrapolation classes beside poscli's.
+    Classes come from the 95% interval of each ratio to the train length; orderings and "keeps" /
+    "uses the longer context" (against the truncation null) from paired tests over seeds with
+    Holm's correction and a minimum effect (``Decisions``); a class at several training budgets
+    is "settled" only where the last two budgets agree."""
+    from poscli.runs import SNAPSHOT_MARK
+
+    groups = [g for g in dict.fromkeys(summary["group"]) if g in meta and SNAPSHOT_MARK not in g]
     train_length = int(summary[summary["group"].isin(groups)]["train_length"].iloc[0])
     lengths = sorted(summary["length"].unique())
     longer = [length for length in lengths if length > train_length]
+    by_pe = {}
+    for group in groups:
+        by_pe.setdefault(summary[summary["group"] == group]["pe"].iloc[0], group)
+    press = {pe: by_pe[pe] for pe in PAPER_NAMES if pe in by_pe}
+
+    # every test of the file first, so that one Holm correction covers them all
+    decisions = Decisions()
+    null_tests = {}
+    for group in groups:
+        for length in longer:
+            null = null_summary(summary, group, length)
+            if null is not None:
+                null_tests[(group, length)] = decisions.add(seed_log_ratios(summary, group, null, group, length))
+    order_tests = {}
+    for length in longer:
+        for a in press:
+            for b in press:
+                if a < b:
+                    order_tests[(a, b, length)] = decisions.add(seed_log_ratios(summary, press[a], summary, press[b], length))
+    decisions.finish()
+
     lines = [
         "### Beside Press et al. (2022), \"Train Short, Test Long\"\n",
         f"Published: WikiText-103 validation perplexity of a 16-layer, d = 1024 word-level model trained at "
@@ -142,10 +247,6 @@ def press2022(summary, meta: dict) -> str:
         klass = interval_class(last["ratio_low"], last["ratio_high"]) if last is not None and not math.isnan(last.get("ratio", float("nan"))) else "n/a"
         lines.append(f"| {group} | " + " | ".join(cells) + f" | {klass} |")
 
-    by_pe = {}
-    for group in groups:
-        pe = summary[summary["group"] == group]["pe"].iloc[0]
-        by_pe.setdefault(pe, group)
     lines += ["", f"Classes: ratio ≤ {KEEPS} keeps its perplexity, {KEEPS}–{BLOWS_UP} degrades gracefully, ≥ {BLOWS_UP} blows up; "
                   "an interval that crosses a threshold gets both classes and decides nothing.\n"]
     for pe, name in PAPER_NAMES.items():
@@ -166,29 +267,85 @@ def press2022(summary, meta: dict) -> str:
         lines.append(f"- {name}: paper {paper_class} ({paper_ratio:.2f}x at {paper_length / PRESS_TRAIN_LENGTH:.0f}x); "
                      f"poscli {interval_class(last['ratio_low'], last['ratio_high'])} ({ours_text}): **{verdict}**.")
 
+    if null_tests:
+        lines += ["", "Against the truncation null (the same model, the same targets and cold starts, its context cut to the train length: "
+                      "perplexity at the length over the null's). Non-overlapping windows give a longer window fewer cold starts, so a "
+                      "model that merely does not degrade can look better at a longer length; only the null separates that from using "
+                      "the longer context.\n"]
+        for group in groups:
+            cells = [f"{length // train_length}x: {decisions.describe(null_tests[(group, length)])}, "
+                     f"{NULL_WORDS[decisions.symbol(null_tests[(group, length)])].split(' (')[0]}"
+                     for length in longer if (group, length) in null_tests]
+            if cells:
+                lines.append(f"- {group}: " + "; ".join(cells) + ".")
+
     paper_order = [pe for pe, _ in sorted(((pe, PRESS_2022[3512][pe]) for pe in PAPER_NAMES), key=lambda item: item[1])]
     lines += ["", f"- Paper at 3512 (6.9x, the longest length where it has all four): "
                   f"{' < '.join(PAPER_NAMES[pe] for pe in paper_order)}."]
     for length in longer:
-        rows = {pe: _cell(summary, by_pe[pe], length) for pe in PAPER_NAMES if pe in by_pe}
-        rows = {pe: row for pe, row in rows.items() if row is not None}
+        rows = {pe: _cell(summary, press[pe], length) for pe in press}
+        rows = {pe: row for pe, row in rows.items() if row is not None and not math.isnan(row["mean"])}
         if len(rows) < 2:
             continue
-        _, text = ranked(rows, PAPER_NAMES)
-        reversed_pairs = [(a, b) for a, b in separated_pairs(rows) if paper_order.index(a) > paper_order.index(b)]
+
+        def below(a: str, b: str) -> bool:
+            key = (a, b, length) if a < b else (b, a, length)
+            symbol = decisions.symbol(order_tests.get(key))
+            return symbol == ("<" if a < b else ">")
+
+        _, text = ranked(rows, PAPER_NAMES, below=below)
+        reversed_pairs = [(a, b) for a in rows for b in rows if a != b and below(a, b) and paper_order.index(a) > paper_order.index(b)]
         if reversed_pairs:
-            verdict = "**a different order**: " + ", ".join(f"{PAPER_NAMES[a]} below {PAPER_NAMES[b]}" for a, b in sorted(reversed_pairs))
+            verdict = "**a reversal of the paper's order**: " + ", ".join(
+                f"{PAPER_NAMES[a]} below {PAPER_NAMES[b]} ({decisions.describe(order_tests[(a, b, length) if a < b else (b, a, length)])})"
+                for a, b in sorted(reversed_pairs))
         elif "≈" in text:
-            verdict = "**the paper's order wherever the intervals separate**; ≈ marks a tie"
+            verdict = "**the paper's order wherever the paired tests decide**; ≈ marks a tie"
         else:
-            verdict = "**same order**, every step separated"
+            verdict = "**same order**, every step decided"
         lines.append(f"- poscli at {length} ({length // train_length}x): {text}: {verdict}.")
+
+    lines += _budget_lines(summary, meta, groups, train_length)
+    lines += ["", decisions.footer()]
     return "\n".join(lines) + "\n"
+
+
+def _budget_lines(summary, meta: dict, groups: list[str], train_length: int) -> list[str]:
+    """Each group's class at 16x and 64x at every training budget it kept, and whether it is settled."""
+    budgeted = {group: _budget_groups(meta, group, summary) for group in groups}
+    budgeted = {group: chain for group, chain in budgeted.items() if len(chain) > 1}
+    if not budgeted:
+        return []
+    lines = ["", "#### Verdicts against the training budget\n",
+             "Each group at each budget it kept (snapshots of the same runs: at a quarter and a half of the steps the learning "
+             "rate has not yet decayed, so a snapshot is a model part-way through its schedule, not one trained for that budget). "
+             "A class is **settled** where the last two budgets give the same one, **still moving** where they do not.\n"]
+    for multiple in (16, 64):
+        length = multiple * train_length
+        if length not in set(summary["length"]):
+            continue
+        for group, chain in budgeted.items():
+            cells, classes = [], []
+            for member in chain:
+                row = _cell(summary, member, length)
+                if row is None or math.isnan(row.get("ratio", float("nan"))):
+                    cells.append("n/a")
+                    classes.append("n/a")
+                    continue
+                klass = interval_class(row["ratio_low"], row["ratio_high"])
+                classes.append(klass)
+                seen = row.get("tokens_seen", float("nan"))
+                budget = f"{seen / 1e6:.2f}M tokens" if not math.isnan(seen) else member
+                cells.append(f"{budget}: {row['ratio']:.2f}x [{row['ratio_low']:.2f}, {row['ratio_high']:.2f}] {klass}")
+            settled = "settled" if len(classes) > 1 and classes[-1] == classes[-2] and " or " not in classes[-1] and classes[-1] != "n/a" else "still moving"
+            lines.append(f"- {group} at {multiple}x: " + "; ".join(cells) + f": **{settled}**.")
+    return lines
 
 
 def peng2023(summary, meta: dict) -> str:
     """Context extension: YaRN's ablation beside poscli's methods at each target length; a method
-    is called best only where its interval separates from the runner-up's."""
+    is called best only where a paired test over seeds, Holm-corrected, separates it from the
+    runner-up (``Decisions``); fine-tuned methods are measured over continued training alone."""
     lines = [
         "### Beside Peng et al. (2023), YaRN\n",
         "Published: YaRN's s = 2 ablation, Llama-2-7B extended from 4k to 8k, Proof-pile perplexity "
@@ -200,48 +357,20 @@ def peng2023(summary, meta: dict) -> str:
         lines.append(f"| {PENG_NAMES[method]} | " + " | ".join(f"{v:.2f}" for v in values.values()) + " |")
     lines += ["", "Published long runs: PI fine-tuned to 32k: 3.51 (8k), 2.64 (32k), 187.7 (64k); "
                   "YaRN s = 32 (128k): 3.56 (8k), 2.70 (32k), 2.45 (64k), 2.37 (128k).", "",
-              "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where the ratio of neighbours, paired "
-              "(the same spans, the extensions of one base seed against each other), has its 95% interval below 1, `≈` (tied) where not.", ""]
-
-    lines += _rankings(summary, meta)
+              "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where a paired test over seeds (the "
+              "extensions of one base seed against each other, on the same spans) decides, `≈` (tied) where not.", ""]
+    decisions = Decisions()
+    ranking = _rankings(summary, meta, decisions)
     claims = _claims(summary, meta)
+    lines += ranking()
     if claims:
         lines += ["", *claims]
+    lines += ["", decisions.footer()]
     return "\n".join(lines) + "\n"
-
-
-def paired_ratio(summary, group_a: str, group_b: str, length: int) -> tuple[float, float, float] | None:
-    """Perplexity of group a over group b at ``length``, with the 95% interval of the ratio taken
-    draw by draw (same spans, runs paired by their seed order), or None where the two cells were
-    not scored on the same evaluation set with as many runs."""
-    from poscli.stats import interval
-
-    samples = summary.attrs.get("samples", {})
-    a, b = samples.get((group_a, length)), samples.get((group_b, length))
-    if a is None or b is None or a[0] != b[0] or a[1] != b[1]:
-        return None
-    ratio = a[2] / b[2]
-    low, high = interval(ratio)
-    mean_a = summary[(summary["group"] == group_a) & (summary["length"] == length)]["mean"].iloc[0]
-    mean_b = summary[(summary["group"] == group_b) & (summary["length"] == length)]["mean"].iloc[0]
-    return mean_a / mean_b, low, high
 
 
 # The methods of Peng et al. (2023)'s comparisons; YaRN's verdict is about these only.
 PENG_METHODS = ("pi", "ntk", "dynamic-ntk", "ntk-by-parts", "yarn")
-
-
-def _paired_below(summary, groups: dict[str, str], rows: dict, length: int):
-    """below(a, b): a's perplexity is lower than b's with the paired ratio's 95% interval wholly
-    under 1 (same spans, bases paired by seed: ``paired_ratio``); where the pair was
-    not scored alike, the unpaired intervals must separate."""
-    def below(a: str, b: str) -> bool:
-        ratio = paired_ratio(summary, groups[a], groups[b], length)
-        if ratio is None:
-            return _bounds(rows[a])[1] < _bounds(rows[b])[0]
-        return ratio[2] < 1
-
-    return below
 
 
 def method_label(options: dict) -> str:
@@ -256,43 +385,87 @@ def _steps(options: dict) -> int:
     return 0 if options["method"] in remap.METHODS else int(options.get("steps", 400))
 
 
-def _rankings(summary, meta: dict) -> list[str]:
-    """One line per (target, fine-tuning) setting: the methods ranked at the target, intervals
-    deciding "<" or "≈", and YaRN's place named."""
-    lines = []
+CONTINUE = "continue"  # the continued-training control of poscli.extend: no rescaling, the same fine-tuning
+
+
+def _rankings(summary, meta: dict, decisions: Decisions):
+    """One line per (target, fine-tuning) setting: the methods ranked at the target, "<" or "≈"
+    decided by paired tests over seeds, YaRN's place named, and each fine-tuned method's gain over
+    the continued-training control. The tests are added to ``decisions`` now; the returned
+    function writes the lines once ``decisions`` is finished (one Holm correction for the file)."""
+    plans = []
     extensions = {group: options for group, options in meta.items() if "method" in options and group in set(summary["group"])}
     settings = sorted({(str(o["target"]), _steps(o)) for o in extensions.values()}, key=lambda s: (s[1], s[0]))
     for target_text, steps in settings:
         members = {g: o for g, o in extensions.items() if str(o["target"]) == target_text and _steps(o) == steps}
         target = int(summary[summary["group"].isin(list(members))]["length"].max())
-        groups = {method_label(o): g for g, o in members.items()}
+        groups = {method_label(o) + _control_suffix(o): g for g, o in members.items()}
         rows = {m: _cell(summary, g, target) for m, g in groups.items()}
         rows = {m: row for m, row in rows.items() if row is not None and not math.isnan(row["mean"])}
         if not rows:
             continue
-        below = _paired_below(summary, groups, rows, target)
-        order, text = ranked(rows, below=below)
-        tuning = "no fine-tuning" if steps == 0 else f"{steps} fine-tuning steps"
-        line = f"- poscli, target {target_text}, {tuning}, at {target}: {text} ({', '.join(f'{m} {_fmt(rows[m])}' for m in order)})"
-        compared = [m for m in order if m in PENG_METHODS]  # YaRN's verdict: among the methods the paper compares
+        order = [m for m, _ in sorted(rows.items(), key=lambda item: item[1]["mean"])]
+        compared = [m for m in order if m in PENG_METHODS]
         best = compared[0] if compared else order[0]
-        tied_best = [m for m in compared[1:] if not below(best, m)]
-        if "yarn" in rows:
-            if best == "yarn" and not tied_best:
-                verdict = "YaRN is best, as in the paper"
-            elif "yarn" == best or "yarn" in tied_best:
-                verdict = f"YaRN is tied for best with {', '.join(m for m in [best, *tied_best] if m != 'yarn')}: the data do not decide"
-            else:
-                verdict = f"{best}{' (tied with ' + ', '.join(tied_best) + ')' if tied_best else ''} is best and YaRN lies above it: **differs from the paper**"
-            if len(compared) < len(order):
-                verdict = f"Among the methods Peng et al. compare ({', '.join(compared)}): {verdict}"
-            line += f". {verdict}."
-        lines.append(line)
-    unextended = [g for g, o in meta.items() if "method" not in o and g in set(summary["group"])]
-    for group in unextended:
-        cells = [f"{length}: {_fmt(_cell(summary, group, length))}" for length in sorted(summary["length"].unique())]
-        lines.append(f"- unextended base {group}: " + ", ".join(cells) + ".")
-    return lines
+        tests = {}
+
+        def test(a: str, b: str) -> None:
+            if (a, b) not in tests and a != b:
+                tests[(a, b)] = decisions.add(seed_log_ratios(summary, groups[a], summary, groups[b], target))
+
+        for a, b in zip(order, order[1:]):
+            test(a, b)
+        for other in compared[1:]:
+            test(best, other)
+        controls = [m for m in order if m.startswith(CONTINUE)]
+        for method in order:
+            for control in controls:
+                if not method.startswith(CONTINUE):
+                    test(method, control)
+        plans.append((target_text, steps, target, rows, order, compared, best, tests, controls))
+
+    def write() -> list[str]:
+        lines = []
+        for target_text, steps, target, rows, order, compared, best, tests, controls in plans:
+            below = lambda a, b: decisions.symbol(tests.get((a, b))) == "<"  # noqa: E731
+            text = order[0]
+            for a, b in zip(order, order[1:]):
+                text += (" < " if below(a, b) else " ≈ ") + b
+            tuning = "no fine-tuning" if steps == 0 else f"{steps} fine-tuning steps"
+            line = f"- poscli, target {target_text}, {tuning}, at {target}: {text} ({', '.join(f'{m} {_fmt(rows[m])}' for m in order)})"
+            tied_best = [m for m in compared[1:] if not below(best, m)]
+            if "yarn" in rows:
+                if best == "yarn" and not tied_best:
+                    verdict = "YaRN is best, as in the paper"
+                elif "yarn" == best or "yarn" in tied_best:
+                    verdict = f"YaRN is tied for best with {', '.join(m for m in [best, *tied_best] if m != 'yarn')}: the data do not decide"
+                else:
+                    verdict = f"{best}{' (tied with ' + ', '.join(tied_best) + ')' if tied_best else ''} is best and YaRN lies above it: **differs from the paper**"
+                if len(compared) < len(order):
+                    verdict = f"Among the methods Peng et al. compare ({', '.join(compared)}): {verdict}"
+                line += f". {verdict}"
+            lines.append(line + ".")
+            for control in controls:
+                gains = [f"{m} {decisions.describe(tests[(m, control)])} {decisions.symbol(tests[(m, control)])}" for m in order
+                         if (m, control) in tests]
+                if gains:
+                    lines.append(f"  - over the control ({control}: the base trained the same extra tokens with no rescaling), "
+                                 f"perplexity ratio at {target}: " + "; ".join(gains) + ".")
+        unextended = [g for g, o in meta.items() if "method" not in o and g in set(summary["group"])]
+        for group in unextended:
+            cells = [f"{length}: {_fmt(_cell(summary, group, length))}" for length in sorted(summary["length"].unique())]
+            lines.append(f"- unextended base {group}: " + ", ".join(cells) + ".")
+        return lines
+
+    decisions_done = decisions.finish
+    return lambda: (decisions_done(), write())[1]
+
+
+def _control_suffix(options: dict) -> str:
+    """A continued-training control is named by where it trained: continue@512 (the target) or continue@128."""
+    if options.get("method") != CONTINUE:
+        return ""
+    return f"@{options.get('finetune_length', 'target')}"
 
 
 # What the papers of the newer methods claim, as an extrapolation class at the target length
@@ -342,13 +515,16 @@ def _claims(summary, meta: dict) -> list[str]:
 def beyond_yarn(summary, meta: dict) -> str:
     """Every extension method at one target (64x, 256x): the ranking at the target, and the
     newer methods' published claims checked (LongRoPE, Self-Extend, ReRoPE, sinks, PoSE)."""
+    decisions = Decisions()
+    ranking = _rankings(summary, meta, decisions)
     lines = ["### Every method at the target\n",
-             "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where the ratio of neighbours, paired "
-             "(the same spans, the extensions of one base seed against each other), has its 95% interval below 1, `≈` (tied) where not.\n",
-             *_rankings(summary, meta)]
+             "poscli: mean over seeds with its 95% interval (two-level bootstrap); `<` where a paired test over seeds (the "
+             "extensions of one base seed against each other, on the same spans) decides, `≈` (tied) where not.\n",
+             *ranking()]
     claims = _claims(summary, meta)
     if claims:
         lines += ["", *claims]
+    lines += ["", decisions.footer()]
     return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,8 @@ EVERY_ENCODING = "all"
 
 SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare"}
 # Options a recipe may not set: the runner sets them, or they would break the plan.
-EVAL_KEYS = {"runs", "table", "lengths", "max_tokens", "stride", "protocol", "reference", "data", "task", "depths", "trials", "keys", "device"}
+EVAL_KEYS = {"runs", "table", "lengths", "max_tokens", "stride", "protocol", "reference", "null", "data", "task", "depths", "trials", "keys",
+             "device", "budgets"}
 EXTEND_KEYS = {"runs", "name", "method_options"}
 
 
@@ -198,7 +199,15 @@ def load_recipe(path: str | Path) -> Recipe:
         except PoscliError as error:
             fail(str(error).replace("--table", "table"), "table", "eval", index)
         matched = _match(entry["runs"], all_runs, fail, "eval", index)
-        options = {key: value for key, value in entry.items() if key != "runs"}
+        options = {key: value for key, value in entry.items() if key not in ("runs", "budgets")}
+        budgets = entry.get("budgets", False)
+        if budgets not in (True, False, "only"):
+            fail("budgets must be true (each run and its snapshots), \"only\" (the snapshots alone) or false", "budgets", "eval", index)
+        if budgets:
+            snapshots = [snapshot for s in matched for snapshot in _snapshots(s)]
+            if not snapshots:
+                fail("budgets: none of these runs keeps snapshots; add snapshots = \"0.25,0.5\" to their [[train]] or [defaults]", "budgets", "eval", index)
+            matched = snapshots if budgets == "only" else [*matched, *snapshots]
         for key in ("lengths", "max_tokens", "stride"):
             if key in options:
                 try:
@@ -222,6 +231,18 @@ def load_recipe(path: str | Path) -> Recipe:
             if (key == "table" or key in entry) and entry.get(key) not in tables:
                 fail(f"{key} {entry.get(key)!r} is not one of this recipe's [[eval]] tables ({', '.join(sorted(tables))})", key, "compare", index)
     return Recipe(path, data["name"], data.get("description", ""), train_steps, extend_steps, eval_steps, compare)
+
+
+def _snapshots(step: Step) -> list[Step]:
+    """A train step's snapshots (``snapshots`` fractions of its ``steps``) as steps of their own,
+    named RUN@STEP, in a group GROUP@STEP: the same runs at an earlier training budget."""
+    if step.kind != "train" or not step.options.get("snapshots"):
+        return []
+    from poscli.config import TrainConfig
+
+    budget = TrainConfig(steps=int(step.options.get("steps", TrainConfig.steps)), snapshots=str(step.options["snapshots"]))
+    return [Step("snapshot", f"{step.name}{runs.SNAPSHOT_MARK}{n}", [], group=f"{step.group}{runs.SNAPSHOT_MARK}{n}",
+                 options={**step.options, "budget_steps": n, "snapshot_of": step.name}) for n in budget.snapshot_steps()]
 
 
 def _encodings(value):
@@ -264,9 +285,13 @@ def check_state(recipe: Recipe, results=None) -> None:
 
     folder = runs.runs_dir(results)
     defaults = train_defaults()
+    tables = {step.name: pd.read_csv(runs.results_dir(results) / f"{step.name}.csv")
+              for step in recipe.evals if (runs.results_dir(results) / f"{step.name}.csv").exists()}
     for step in recipe.train:
         config_path = folder / step.name / runs.CONFIG_FILE
         if not config_path.exists():
+            if _all_evaluated(recipe, step, tables):  # trained and evaluated earlier, its weights not kept (a fresh clone)
+                step.status, step.detail = "done", "evaluated (its folder is not here: every table has its rows)"
             continue
         config = runs.read_config(folder / step.name)
         for option in TRAIN_OPTIONS:
@@ -300,7 +325,7 @@ def check_state(recipe: Recipe, results=None) -> None:
         table = runs.results_dir(results) / f"{step.name}.csv"
         if not table.exists():
             continue
-        rows = pd.read_csv(table)
+        rows = tables[step.name]
         written = table.stat().st_mtime
 
         def stale(name: str) -> bool:
@@ -314,6 +339,12 @@ def check_state(recipe: Recipe, results=None) -> None:
             step.detail = f"{len(missing)} of {len(step.runs)} runs still to evaluate"
             step.runs = missing
             step.argv = ["eval", *missing, *_argv(step.options)]
+
+
+def _all_evaluated(recipe: Recipe, step: Step, tables: dict) -> bool:
+    """Whether every evaluation of the recipe that includes this run (or its snapshots) has its rows."""
+    mine = [(e, name) for e in recipe.evals for name in e.runs if name == step.name or name.startswith(step.name + runs.SNAPSHOT_MARK)]
+    return bool(mine) and all(e.name in tables and _evaluated(tables[e.name], name, e) for e, name in mine)
 
 
 def _set_status(step: Step, config: dict, resume_argv: list[str]) -> None:
@@ -337,7 +368,9 @@ def _evaluated(rows, name: str, step: Step) -> bool:
     if mine.empty:
         return False
     if options.get("task", "perplexity") == "passkey":
-        depths = [float(d) for d in str(options.get("depths", "0,25,50,75,100")).split(",")]
+        from poscli.retrieval import DEFAULT_DEPTHS
+
+        depths = [float(d) for d in str(options.get("depths", DEFAULT_DEPTHS)).split(",")]
         if "keys" in options and "keys" in mine.columns:
             mine = mine[mine["keys"] == int(options["keys"])]
         present = set(zip(mine["length"], mine["depth"]))
@@ -345,14 +378,23 @@ def _evaluated(rows, name: str, step: Step) -> bool:
     if "protocol" in mine.columns:
         mine = mine[mine["protocol"] == options.get("protocol", "stream")]
     present = set(mine[mine["mode"] == _mode(options.get("stride"))]["length"])
-    return bool(present) and (lengths is None or all(length in present for length in lengths))
+    if not present or (lengths is not None and not all(length in present for length in lengths)):
+        return False
+    if options.get("null", False) and options.get("stride") is None:  # the truncation null beside each length past the train length
+        nulls = mine[mine["mode"].astype(str).str.startswith("truncated-")]
+        longer = [n for n in present if n > int(mine["train_length"].iloc[0])]
+        return all(n in set(nulls["length"]) for n in longer) if longer and len(nulls) else not longer
+    return True
 
 
 # --------------------------------------------------------------------------- running
 
 
-def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = False, console=None) -> Recipe:
-    """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet."""
+def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = False, console=None, each: bool = False) -> Recipe:
+    """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet. With ``each``,
+    every trained run (and its snapshots) is evaluated by each [[eval]] that names it as soon as it
+    is trained, before the next run starts: a long study stopped at any point keeps the tables of
+    every finished run, and a run whose rows are in every table needs no weights to count as done."""
     from rich.console import Console
 
     console = console or Console(stderr=True, soft_wrap=True)
@@ -374,8 +416,6 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from poscli.sweep import run_commands
-
     results_args = ["--results", str(results)] if results is not None else []
     log_dir = runs.results_dir(results) / "logs"
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
@@ -386,6 +426,17 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
             if line.startswith(("finished", "FAILED")):
                 progress.advance(overall)
 
+        if each:
+            for step in [s for s in todo if s.kind == "train"]:
+                commands = [(f"train-{step.name}", [*step.argv, *results_args, *(["--quiet"] if "--quiet" not in step.argv else [])])]
+                for evaluation in recipe.evals:
+                    names = [n for n in evaluation.runs if n == step.name or n.startswith(step.name + runs.SNAPSHOT_MARK)]
+                    if names:
+                        commands.append((f"eval-{evaluation.name}-{step.name}", ["eval", *names, *_argv(evaluation.options), *results_args, "--quiet"]))
+                for name, argv in commands:
+                    _run_phase(recipe, [(name, argv)], 1, log_dir, report, name.split("-", 1)[0])
+            check_state(recipe, results)  # what is left: extensions, and evaluations of runs trained before
+            todo = [s for s in recipe.steps if s.status != "done"]
         for phase, parallel in (("train", jobs), ("extend", jobs), ("eval", 1)):
             steps = [s for s in todo if s.kind == phase]
             if not steps:
@@ -393,24 +444,31 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
             names = [f"{s.kind}-{s.name}" for s in steps]
             names = [name if names.count(name) == 1 else f"{name}-{i + 1}" for i, name in enumerate(names)]  # two [[eval]] of one table
             commands = [(name, [*s.argv, *results_args, *(["--quiet"] if "--quiet" not in s.argv else [])]) for s, name in zip(steps, names)]
-            try:
-                failed = [o.job.name for o in run_commands(commands, parallel, log_dir, report=report) if not o.ok]
-            except KeyboardInterrupt:
-                raise RecipeInterrupted(
-                    f"interrupted during the {phase} phase; the runs in progress saved checkpoints. "
-                    f"Continue with: poscli run {recipe.path}"
-                ) from None
-            if failed:
-                raise EnvironmentFailure(
-                    f"{len(failed)} {phase} steps failed ({', '.join(failed[:5])}); logs in {log_dir}. "
-                    f"Fix the cause and run `poscli run {recipe.path}` again: finished steps are kept"
-                )
+            _run_phase(recipe, commands, parallel, log_dir, report, phase)
         write_summaries(recipe, results)
         from poscli.report import write_report
 
         report_path = write_report(results)
     console.print(f"recipe {recipe.name} done; report: {report_path}")
     return recipe
+
+
+def _run_phase(recipe: Recipe, commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report, phase: str) -> None:
+    """Run a phase's commands; one line naming the failed steps and their logs if any fails."""
+    from poscli.sweep import run_commands
+
+    try:
+        failed = [o.job.name for o in run_commands(commands, parallel, log_dir, report=report) if not o.ok]
+    except KeyboardInterrupt:
+        raise RecipeInterrupted(
+            f"interrupted during the {phase} phase; the runs in progress saved checkpoints. "
+            f"Continue with: poscli run {recipe.path}"
+        ) from None
+    if failed:
+        raise EnvironmentFailure(
+            f"{len(failed)} {phase} steps failed ({', '.join(failed[:5])}); logs in {log_dir}. "
+            f"Fix the cause and run `poscli run {recipe.path}` again: finished steps are kept"
+        )
 
 
 def write_summaries(recipe: Recipe, results=None) -> list[Path]:
@@ -427,10 +485,16 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
     folder = runs.results_dir(results)
     written = []
     summaries = {}
+    groups_of_table: dict[str, dict] = {}  # two [[eval]] of one table (e.g. the runs, then their snapshots) summarise together
+    for step in recipe.evals:
+        groups_of_table.setdefault(step.name, {}).update(step.groups)
+    done_tables = set()
     for step in recipe.evals:
         table = folder / f"{step.name}.csv"
-        if not table.exists():
+        if not table.exists() or step.name in done_tables:
             continue
+        done_tables.add(step.name)
+        step = Step(step.kind, step.name, step.argv, runs=step.runs, options=step.options, groups=groups_of_table[step.name])
         rows = pd.read_csv(table, keep_default_na=False, na_values=["nan", "NaN", ""])
         if step.options.get("task", "perplexity") == "passkey":
             from poscli.retrieval import passkey_seed_markdown, passkey_seed_summary
@@ -443,6 +507,10 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
             compared = any(entry.get("perplexity") == step.name for entry in recipe.compare)  # one seed is enough to compare
             summary = seed_summary(rows, spans, step.groups, step.options.get("stride"), step.options.get("protocol", "stream"),
                                    min_runs=1 if compared else 2)
+            nulls = sorted({m for m in rows["mode"].astype(str) if m.startswith("truncated-")})
+            if summary is not None and nulls and step.options.get("stride") is None:  # the truncation null, for "keeps" and "uses"
+                found = [seed_summary(rows, spans, step.groups, None, step.options.get("protocol", "stream"), min_runs=1, mode=m) for m in nulls]
+                summary.attrs["null"] = [found_summary for found_summary in found if found_summary is not None]
             markdown = seed_markdown
         if summary is None:
             continue
@@ -455,9 +523,14 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
         if markdown is seed_markdown:
             from poscli.plots import plot_seed_summary
 
-            written.append(plot_seed_summary(summary, folder / f"{step.name}{SEEDS_SUFFIX}.png", f"perplexity versus length over seeds ({step.name})"))
-    meta = {}  # group -> the options that made it (an extension's include its parent's)
-    for step in [*recipe.train, *recipe.extend]:
+            written.append(plot_seed_summary(summary[~summary["group"].str.contains(runs.SNAPSHOT_MARK, regex=False)],
+                                             folder / f"{step.name}{SEEDS_SUFFIX}.png", f"perplexity versus length over seeds ({step.name})"))
+            from poscli.plots import plot_budgets
+
+            budgets = plot_budgets(summary, folder / f"{step.name}-budgets.png", f"ratio against training budget ({step.name})")
+            written += [budgets] if budgets else []
+    meta = {}  # group -> the options that made it (an extension's include its parent's; a snapshot's, its budget)
+    for step in [*recipe.train, *recipe.extend, *(snapshot for s in recipe.train for snapshot in _snapshots(s))]:
         meta.setdefault(step.group, step.options)
     for entry in recipe.compare:
         summary = summaries.get(entry["table"])
@@ -474,28 +547,32 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
 REFERENCE_GROUP = "3-gram (no positions)"
 
 
-def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str = "stream", min_runs: int = 2):
+def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str = "stream", min_runs: int = 2, mode: str | None = None):
     """Per group of runs (runs that differ only in seed) and length: mean, sd, min, max of
     perplexity over the runs; ci_low / ci_high, the 95% interval of the mean from a two-level
     bootstrap (runs, then evaluation units, ``poscli.stats``); ratio / ratio_low / ratio_high,
     the mean at the length over the mean at the group's train length (or its shortest length),
     bootstrapped with the same draws, so the ratio's interval is paired. The reference row of
     the table (if any) is a group of its own. rows / spans: a perplexity table and its
-    TABLE_spans.csv (None: intervals are left empty). None when no group has ``min_runs`` runs."""
+    TABLE_spans.csv (None: intervals are left empty). None when no group has ``min_runs`` runs.
+    ``mode`` (default: the stride's) picks other rows, e.g. "truncated-128" (the truncation null).
+    ``summary.attrs["run_losses"][(group, length)]``: (evaluation set, [mean loss of each run, in
+    run-name order]), for paired tests over seeds (``poscli.published``)."""
     import numpy as np
     import pandas as pd
 
     from poscli.reference import REFERENCE_RUN
     from poscli.stats import bootstrap_perplexity, interval
 
-    keep = (rows["mode"] == _mode(stride)) & (rows["protocol"] == protocol if "protocol" in rows.columns else True)
+    mode = mode or _mode(stride)
+    keep = (rows["mode"] == mode) & (rows["protocol"] == protocol if "protocol" in rows.columns else True)
     rows = rows[keep & (rows["run"].isin(list(groups)) | (rows["run"] == REFERENCE_RUN))].copy()
     rows["group"] = rows["run"].map({**groups, REFERENCE_RUN: REFERENCE_GROUP})
     if rows.empty or rows.groupby("group")["run"].nunique().max() < min_runs:
         return None
     if spans is not None:
-        spans = spans[(spans["mode"] == _mode(stride)) & (spans["protocol"] == protocol)]
-    records, paired = [], {}
+        spans = spans[(spans["mode"] == mode) & (spans["protocol"] == protocol)]
+    records, paired, run_losses = [], {}, {}
     for group, part in rows.groupby("group", sort=False):
         lengths = sorted(part["length"].unique())
         train_length = int(part["train_length"].iloc[0])
@@ -510,6 +587,7 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
                       "spans": int(cell["spans"].max()) if len(cell) and "spans" in cell else 0,
                       "documents": int(cell["documents"].max()) if len(cell) and "documents" in cell else 0,
                       "tokens": int(cell["tokens"].max()) if len(cell) else 0,
+                      "tokens_seen": float(cell["tokens_seen"].mean()) if len(cell) and "tokens_seen" in cell else float("nan"),
                       "eval_set": ",".join(sorted(set(cell["eval_set"].astype(str)))) if "eval_set" in cell else "",
                       "note": "; ".join(sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")})) if "note" in part else ""}
             if spans is not None and len(cell):
@@ -520,6 +598,8 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
                     samples[length] = bootstrap_perplexity(matrix.to_numpy(), first["tokens"].to_numpy(float), first["unit"].to_numpy())
                     record["ci_low"], record["ci_high"] = interval(samples[length])
                     paired[(group, length)] = (record["eval_set"], len(matrix), samples[length])
+                    tokens = first["tokens"].to_numpy(float).sum()
+                    run_losses[(group, length)] = (record["eval_set"], list(matrix.sum(axis=1).to_numpy() / tokens))
             records.append(record)
         for record in records[-len(lengths):]:
             length = record["length"]
@@ -535,6 +615,7 @@ def seed_summary(rows, spans, groups: dict[str, str], stride=None, protocol: str
     # same seeded draws of units and of run positions, so groups evaluated on the same spans with
     # runs in the same seed order are compared draw by draw.
     summary.attrs["samples"] = paired
+    summary.attrs["run_losses"] = run_losses
     return summary
 
 

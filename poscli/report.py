@@ -120,7 +120,7 @@ def write_report(results=None) -> Path:
         for markdown in (f"{table}.md", f"{table}{SEEDS_SUFFIX}.md", f"{table}{PUBLISHED_SUFFIX}.md"):
             if (folder / markdown).exists():
                 lines += [(folder / markdown).read_text(encoding="utf-8").strip(), ""]
-        for image in [folder / f"{table}{SEEDS_SUFFIX}.png", folder / f"{table}.png", folder / f"{table}_by_position.png", *_heatmaps(folder, table)]:
+        for image in [folder / f"{table}{SEEDS_SUFFIX}.png", folder / f"{table}-budgets.png", folder / f"{table}.png", folder / f"{table}_by_position.png", *_heatmaps(folder, table)]:
             if image.exists():
                 lines += [f"![{image.stem}]({image.name})", ""]
     if (folder / "decay.png").exists():

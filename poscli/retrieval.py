@@ -23,8 +23,9 @@ from poscli.tokens import encode
 
 PASSKEY_COLUMNS = [
     "run", "label", "pe", "train_length", "template", "keys", "length", "depth", "trials", "correct", "accuracy", "ci_low", "ci_high",
-    "digit_accuracy", "answer_logprob", "note",
+    "digit_accuracy", "answer_logprob", "note", "floor", "floor_window",
 ]
+DEFAULT_DEPTHS = "0,10,20,30,40,50,60,70,80,90,100"  # percent of the filler; every depth, so a local window cannot look like retrieval
 EFFECTIVE_THRESHOLD = 0.85  # RULER's effective length: the longest length whose accuracy stays at or above this
 KEY_DIGITS = 5  # keys are 1..50000: at most five digits
 
@@ -50,6 +51,26 @@ def cell_prompts(length: int, depth: float, trials: int, template: str = "compac
             prompts.append(make_prompt_tokens(length - ANSWER_BUDGET, needles, template, tokenizer))
         answers.append(needles[0].key)
     return np.stack(prompts), answers
+
+
+def key_starts(prompts, answers: list[int], tokenizer=None) -> np.ndarray:
+    """Where the asked key's digits start in each prompt (their last occurrence). -> (B,) int."""
+    encoder = encode if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.encode
+    starts = []
+    for prompt, key in zip(np.asarray(prompts), answers):
+        digits = np.asarray(encoder(str(key)), dtype=np.int64)
+        matches = np.flatnonzero(np.all(np.lib.stride_tricks.sliding_window_view(prompt.astype(np.int64), len(digits)) == digits, axis=1))
+        starts.append(int(matches[-1]) if len(matches) else -1)
+    return np.array(starts)
+
+
+def window_floor(prompts, answers: list[int], window: int, tokenizer=None) -> float:
+    """The chance floor of a cell: the share of its prompts whose key lies wholly within the last
+    ``window`` tokens before the answer, which a model attending only to a local window of that
+    size (e.g. its train length) can copy without retrieving from far away."""
+    length = np.asarray(prompts).shape[1]
+    starts = key_starts(prompts, answers, tokenizer)
+    return float(np.mean((starts >= 0) & (starts >= length - window)))
 
 
 def score_answers(model, prompts, answers: list[int], device=None, tokenizer=None) -> dict[str, np.ndarray]:
@@ -90,7 +111,9 @@ def score_cell(model, length: int, depth: float, trials: int, template: str = "c
     prompts, answers = cell_prompts(length, depth, trials, template, keys, tokenizer)
     batch = max(1, 32768 // length)  # prompts per forward pass: bounded memory at any length
     parts = [score_answers(model, prompts[i : i + batch], answers[i : i + batch], device, tokenizer) for i in range(0, trials, batch)]
-    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+    scores = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+    scores["prompts"], scores["answers"] = prompts, answers
+    return scores
 
 
 def evaluate_passkey(
@@ -115,7 +138,7 @@ def evaluate_passkey(
     from poscli import runs
     from poscli.device import select_device
     from poscli.errors import NotApplicable
-    from poscli.evaluate import default_lengths
+    from poscli.evaluate import default_lengths, null_context
 
     device = select_device(device)
     if trials < 1:
@@ -152,8 +175,10 @@ def evaluate_passkey(
                     scores = score_cell(model, length, depth, trials, template, run_keys, device, tokenizer)
                     correct = int(scores["exact"].sum())
                     low, high = wilson_interval(correct, trials)
+                    window = null_context(config)
                     row.update(correct=correct, accuracy=correct / trials, ci_low=low, ci_high=high,
-                               digit_accuracy=float(scores["digit_accuracy"].mean()), answer_logprob=float(scores["logprob"].mean()))
+                               digit_accuracy=float(scores["digit_accuracy"].mean()), answer_logprob=float(scores["logprob"].mean()),
+                               floor=window_floor(scores["prompts"], scores["answers"], window, tokenizer), floor_window=window)
                 except NotApplicable as reason:
                     nan = float("nan")
                     row.update(correct=0, accuracy=nan, ci_low=nan, ci_high=nan, digit_accuracy=nan, answer_logprob=nan, note=f"n/a: {reason}")
@@ -249,6 +274,12 @@ def passkey_markdown(table) -> str:
         low, high = wilson_interval(correct, trials)
         return f"{correct / trials:.2f} [{low:.2f}, {high:.2f}]"
 
+    def pooled_floor(cell) -> str:
+        scored = cell[cell["accuracy"].notna()]
+        if "floor" not in scored or scored["floor"].isna().all() or not scored["trials"].sum():
+            return "-"
+        return f"{(scored['floor'] * scored['trials']).sum() / scored['trials'].sum():.2f}"
+
     def mean_of(column: str, digits: int):
         def cell_text(cell) -> str:
             values = cell[column].dropna() if column in cell else []
@@ -270,6 +301,12 @@ def passkey_markdown(table) -> str:
         "representation at that length.\n",
         *pivot_markdown(table, "row", lead, pooled),
         "",
+        "The floor of each cell above: the accuracy a model attending only to the last W tokens before the answer (W: the "
+        "train length, the base's for an extension) could reach by copying a key that happens to lie there, over the same "
+        "prompts. Accuracy at or below its floor is no evidence of retrieval from far away.\n",
+        *pivot_markdown(table, "row", {k: v for k, v in lead.items() if not k.startswith("effective")}, pooled_floor),
+        "",
+        *depth_markdown(table),
         "Per-digit accuracy (teacher forced: each digit given the true digits before it; chance about 0.1):\n",
         *pivot_markdown(table, "row", {k: v for k, v in lead.items() if not k.startswith("effective")}, mean_of("digit_accuracy", 2)),
         "",
@@ -277,6 +314,29 @@ def passkey_markdown(table) -> str:
         *pivot_markdown(table, "row", {k: v for k, v in lead.items() if not k.startswith("effective")}, mean_of("answer_logprob", 2)),
     ]
     return "\n".join(lines) + "\n"
+
+
+def depth_markdown(table) -> list[str]:
+    """Per run and length, exact match at each depth with the floor in parentheses."""
+    if "floor" not in table.columns:
+        return []
+    lines = ["Exact match by depth (the key's depth in percent of the filler: 0 just after the introduction, 100 just "
+             "before the question), the cell's floor in parentheses:\n"]
+    depths = sorted(table["depth"].unique())
+    lines += ["| run | keys | length | " + " | ".join(f"{d:g}%" for d in depths) + " |", "|---|---|---|" + "---|" * len(depths)]
+    for (row, length), part in table.groupby(["row", "length"], sort=False):
+        by_depth = {d: part[part["depth"] == d] for d in depths}
+        cells = []
+        for depth in depths:
+            cell = by_depth[depth]
+            if cell.empty or cell["accuracy"].isna().all():
+                cells.append("n/a")
+            else:
+                floor = cell["floor"].iloc[0]
+                cells.append(f"{cell['accuracy'].iloc[0]:.2f}" + (f" ({floor:.2f})" if floor == floor else ""))
+        first = part.iloc[0]
+        lines.append(f"| {first['label']} | {int(first['keys'])} | {int(length)} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def parse_depths(text: str) -> list[float]:

@@ -22,6 +22,8 @@ WEIGHTS_FILE = "model.safetensors"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_FILE = "checkpoint.safetensors"
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".ckpt", ".pkl"}
+SNAPSHOTS_DIR = "snapshots"  # RUN/snapshots/STEP: the weights at an earlier budget, a run folder of its own
+SNAPSHOT_MARK = "@"  # NAME@STEP names a snapshot of run NAME
 
 
 def results_dir(path: str | os.PathLike | None = None) -> Path:
@@ -81,7 +83,10 @@ def check_free(name: str, results: str | os.PathLike | None = None, resume: str 
 
 
 def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Path:
-    """The folder of a run given by name (under RESULTS/runs) or by path."""
+    """The folder of a run given by name (under RESULTS/runs) or by path; NAME@STEP is the
+    snapshot of run NAME after STEP steps (``poscli train --snapshots``)."""
+    if SNAPSHOT_MARK in name_or_path and not Path(name_or_path).exists():
+        return find_snapshot(name_or_path, results)
     direct = Path(name_or_path)
     if (direct / CONFIG_FILE).is_file():
         return direct
@@ -99,6 +104,65 @@ def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Pat
     available = existing_runs(results)
     hint = f"runs in {runs_dir(results)}: {', '.join(available)}" if available else f"there are no runs in {runs_dir(results)} yet; train one with: poscli train --pe rope"
     raise PoscliError(f"no run named {name_or_path!r}; {hint}")
+
+
+def snapshot_steps(run: Path) -> list[int]:
+    """The steps at which ``run`` kept a snapshot, in order."""
+    folder = run / SNAPSHOTS_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and (p / CONFIG_FILE).is_file())
+
+
+def find_snapshot(name: str, results: str | os.PathLike | None = None) -> Path:
+    base, _, step = name.rpartition(SNAPSHOT_MARK)
+    run = find_run(base, results)
+    folder = run / SNAPSHOTS_DIR / step
+    if step.isdigit() and (folder / CONFIG_FILE).is_file():
+        return folder
+    kept = snapshot_steps(run)
+    hint = f"it kept snapshots at steps {', '.join(map(str, kept))} (e.g. {base}{SNAPSHOT_MARK}{kept[0]})" if kept else \
+        "it kept none (train with --snapshots, e.g. --snapshots 0.25,0.5)"
+    raise PoscliError(f"run {base!r} has no snapshot at step {step!r}; {hint}")
+
+
+def save_snapshot(run: Path, model, config: dict, step: int) -> Path:
+    """RUN/snapshots/STEP: the weights after ``step`` steps with a config saying so, a run folder
+    that ``poscli eval RUN@STEP`` reads like any other (config.json written last: a folder without
+    it is not a snapshot yet)."""
+    import shutil
+
+    folder = run / SNAPSHOTS_DIR / str(step)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_weights(model, folder)
+    for extra in ("tokenizer.json",):
+        if (run / extra).is_file():
+            shutil.copyfile(run / extra, folder / extra)
+    snapshot = {**config, "name": f"{config['name']}{SNAPSHOT_MARK}{step}", "status": "finished", "steps_done": step, "snapshot_of": config["name"]}
+    snapshot.pop("heldout", None)
+    write_config(folder, snapshot)
+    return folder
+
+
+def training_budget(config: dict) -> dict:
+    """What a run's weights have been trained on: tokens seen (its parent's included, for an
+    extension), tokens per parameter and training FLOPs, 6 N D + 6 L T d D (Kaplan et al., 2020,
+    section 2.1: N non-embedding parameters, L layers, T the train length, d the width, D tokens)."""
+    model, train = config["model"], config["train"]
+    tokens = int(config.get("steps_done") or 0) * int(train["batch_size"]) * int(model["train_length"])
+    flops = _step_flops(model) * tokens
+    parent = config.get("parent_budget") or {}
+    tokens_seen, flops = tokens + int(parent.get("tokens_seen", 0)), flops + float(parent.get("train_flops", 0.0))
+    parameters = int(config.get("parameters") or 0)
+    return {"tokens_seen": tokens_seen, "tokens_per_parameter": tokens_seen / parameters if parameters else float("nan"),
+            "train_flops": flops}
+
+
+def _step_flops(model: dict) -> float:
+    """Training FLOPs per token: 6 x non-embedding parameters + 6 x layers x train length x width."""
+    layers, width, ratio = int(model["n_layer"]), int(model["d_model"]), int(model.get("mlp_ratio", 4))
+    non_embedding = layers * (4 * width * width + 2 * ratio * width * width)  # qkv + proj, the MLP's two matrices
+    return 6 * non_embedding + 6 * layers * int(model["train_length"]) * width
 
 
 def read_config(run: Path) -> dict:

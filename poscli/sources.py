@@ -223,7 +223,7 @@ def local_files(spec: str) -> list[Path]:
             raise PoscliError(f"the pattern {spec!r} matches no files; check the path or quote the glob")
     else:
         raise PoscliError(
-            f"--data {spec!r} is not 'stdlib', 'passkey', an existing file or folder, a glob, or hf:NAME[:CONFIG]"
+            f"--data {spec!r} is not 'stdlib', 'shakespeare', 'passkey', an existing file or folder, a glob, or hf:NAME[:CONFIG]"
         )
     unreadable = [p for p in candidates if not os.access(p, os.R_OK)]
     if unreadable:

@@ -74,3 +74,80 @@ def wilson_interval(correct: int, trials: int, z: float = 1.96) -> tuple[float, 
     centre = (p + z * z / (2 * trials)) / denominator
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+# --------------------------------------------------------------------------- paired decisions over seeds
+
+ALPHA = 0.05  # family-wise error rate of one published file's decisions (Holm, 1979)
+MIN_EFFECT = 0.01  # a perplexity ratio within 1% of 1 is "tied", whatever the test says
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """Two-sided p-value of Student's t with ``df`` (whole) degrees of freedom, in closed form
+    (Abramowitz and Stegun, 1964, 26.7.3-4): A(t|df) = P(|T| < |t|) as a finite sum in cos(theta),
+    theta = atan(|t| / sqrt(df)); p = 1 - A."""
+    if df < 1:
+        return float("nan")
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:  # odd: 2/pi [theta + sin cos (1 + 2/3 c^2 + 2*4/(3*5) c^4 + ...)], df - 3 over 2 terms after 1
+        term, total = 1.0, 1.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        a = 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
+    else:  # even: sin (1 + 1/2 c^2 + 1*3/(2*4) c^4 + ...), df/2 terms
+        term, total = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        a = s * total
+    return max(0.0, min(1.0, 1 - a))
+
+
+def paired_seed_test(log_ratios: np.ndarray) -> tuple[float, float, float, float]:
+    """The paired t-test over seeds of a log perplexity ratio (seed s of A against seed s of B, on
+    the same spans). log_ratios: (R,) -> (ratio, low, high, p): the geometric-mean ratio with its
+    95% t interval and the two-sided p-value of "no difference". R < 2: no test (p nan)."""
+    values = np.asarray(log_ratios, dtype=float)
+    mean = float(values.mean())
+    if len(values) < 2:
+        return math.exp(mean), float("nan"), float("nan"), float("nan")
+    sd = float(values.std(ddof=1))
+    df = len(values) - 1
+    if sd == 0:
+        return math.exp(mean), math.exp(mean), math.exp(mean), 0.0 if mean else 1.0
+    t = mean / (sd / math.sqrt(len(values)))
+    half = t_quantile(df) * sd / math.sqrt(len(values))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), t_two_sided_p(t, df)
+
+
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """The two-sided ``confidence`` quantile of Student's t (bisection on ``t_two_sided_p``)."""
+    low, high = 0.0, 1e3
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_two_sided_p(middle, df) > 1 - confidence else (low, middle)
+    return (low + high) / 2
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's (1979) step-down adjusted p-values: reject where adjusted p < ALPHA, and the chance
+    of any false rejection among all of them stays under ALPHA. NaN stays NaN (not tested)."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    adjusted = [float("nan")] * len(p_values)
+    running, m = 0.0, len(tested)
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def decide(ratio: float, adjusted_p: float, alpha: float = ALPHA, min_effect: float = MIN_EFFECT) -> str:
+    """"<" (A lower), ">" (A higher) or "≈" (tied): a difference is claimed only where Holm's
+    adjusted p is under ``alpha`` and the ratio is at least ``min_effect`` away from 1."""
+    if math.isnan(adjusted_p) or adjusted_p >= alpha or abs(ratio - 1) < min_effect:
+        return "≈"
+    return "<" if ratio < 1 else ">"

@@ -1,4 +1,4 @@
-"""The training loop: AdamW, linear warmup then cosine decay, random windows of the train corpus.
+"""The training loop: AdamW (or Muon, ``poscli.optim``), linear warmup then cosine decay, random windows of the train corpus.
 
 ``train()`` works from Python; ``poscli train`` is a thin wrapper around it.
 """
@@ -37,6 +37,7 @@ from poscli.errors import Answer, PoscliError
 from poscli.evaluate import perplexity
 from poscli.io import atomic_write
 from poscli.model import GPT
+from poscli.optim import make_optimizer
 from poscli.passkey import PasskeyTraining
 
 
@@ -194,17 +195,6 @@ def micro_batches(accumulate: int, tokens: torch.Tensor, targets: torch.Tensor, 
     cut = lambda x: [x[i * rows : (i + 1) * rows] for i in range(accumulate)] if x is not None else [None] * accumulate  # noqa: E731
     shared = positions is not None and positions.dim() == 1
     return list(zip(cut(tokens), cut(targets), [positions] * accumulate if shared else cut(positions), cut(weights)))
-
-
-def make_optimizer(model, train_config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW (betas 0.9, 0.95) with weight decay on matrices only, as nanoGPT does."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": train_config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=train_config.lr,
-        betas=(0.9, 0.95),
-    )
 
 
 def resolve_tokenizer(train_config: TrainConfig, corpus, parent: Path | None = None):
@@ -468,6 +458,7 @@ def _train_loop(
     if not isinstance(stream, TokenFile):
         stream = torch.from_numpy(stream if stream.dtype == np.uint8 else stream.astype(np.int32))
     tokens_per_step = train_config.batch_size * model_config.train_length
+    snapshot_steps = set(train_config.snapshot_steps())
     budget_seconds = train_config.minutes * 60 if train_config.minutes else None
     start = time.perf_counter() - elapsed_before
     step = start_step
@@ -548,6 +539,8 @@ def _train_loop(
                     progress.update(task, completed=step, loss=f"{loss.item():.3f}", speed=f"{speed:,.0f}", left=f"{max(0, left):.0f}s")
                 else:
                     progress.update(task, completed=step)
+                if step in snapshot_steps and main:
+                    runs.save_snapshot(run, model, config, step)
                 if step % train_config.checkpoint_every == 0:
                     checkpoint()
     except KeyboardInterrupt:  # a second Ctrl-C mid-step: the last checkpoint is the state to resume from

@@ -11,7 +11,7 @@ import torch
 from poscli import data
 from poscli.data import load_corpus, near_duplicate_groups, shingle_hashes, stratified_split
 from poscli.errors import PoscliError
-from poscli.evalset import MIN_SPANS, build_eval_set, span_windows
+from poscli.evalset import MIN_SPANS, build_eval_set, null_stride, span_windows, truncated_windows
 from poscli.evaluate import perplexity
 from poscli.published import class_verdict, interval_class, ranked
 from poscli.reference import NGram
@@ -57,6 +57,42 @@ def test_sliding_windows_give_every_target_after_the_first_window_at_least_lengt
     for start, end, first in span_windows(1000, 64, 16):
         if start > 0:
             assert first >= 48  # the last window may score fewer than S (a remainder), with more context
+
+
+@pytest.mark.parametrize("span_length", [100, 512, 1000])
+@pytest.mark.parametrize("length", [32, 128, 512])
+@pytest.mark.parametrize("context", [1, 16, 32, 40])
+def test_the_truncation_null_keeps_the_cold_starts_of_its_length_and_cuts_only_the_far_context(span_length, length, context):
+    """Every target once; no window crosses a boundary of the non-overlapping windows of ``length``;
+    a target at position p of its window of ``length`` sees p inputs while p < C, else between
+    C - stride and C - 1: exactly what the model at ``length`` sees, cut to C."""
+    seen = {}
+    for start, end, first in truncated_windows(span_length, length, context):
+        assert end - start <= context
+        assert start // length == (end - 1) // length, "a null window crosses a window of the length"
+        for target in range(start + 1 + first, end + 1):  # targets are span positions start+1 .. end
+            assert target not in seen
+            seen[target] = target - 1 - start  # inputs before it in its window
+    assert sorted(seen) == list(range(1, span_length + 1))
+    for target, inputs in seen.items():
+        position = (target - 1) % length  # its position in the non-overlapping window of length
+        if position < context:
+            assert inputs == position
+        else:
+            assert context - null_stride(context) <= inputs <= context - 1
+
+
+def test_the_null_equals_the_model_itself_where_the_length_fits_the_context_and_differs_past_it(corpus):
+    from poscli.model import GPT
+    from tests.conftest import tiny_config
+
+    torch.manual_seed(0)
+    model = GPT(tiny_config("alibi", train_length=16)).eval()
+    eval_set = build_eval_set(corpus, 128, 128 * 8)
+    same = perplexity(model, eval_set, 16, "cpu", context=16), perplexity(model, eval_set, 16, "cpu")
+    assert np.allclose(same[0]["span_loss"], same[1]["span_loss"], rtol=1e-12, atol=0)
+    cut, whole = perplexity(model, eval_set, 128, "cpu", context=16), perplexity(model, eval_set, 128, "cpu")
+    assert cut["tokens"] == whole["tokens"] and not np.allclose(cut["span_loss"], whole["span_loss"])
 
 
 @pytest.mark.parametrize("protocol", ["stream", "documents"])

@@ -153,7 +153,11 @@ def test_a_recipe_runs_then_skips_what_is_done_resumes_what_was_interrupted_and_
     for name in ("t-rope-s0", "t-rope-s1", "t-alibi-s0", "t-alibi-s1", "t-rope-s0+yarn", "t-rope-s1+yarn"):
         assert json.loads((results / "runs" / name / "config.json").read_text())["status"] == "finished"
     table = pd.read_csv(results / "tiny.csv")
-    assert len(table) == (6 + 1) * 2 and set(table["length"]) == {32, 128}  # six runs and the 3-gram reference
+    assert set(table["length"]) == {32, 128}
+    plain = table[table["mode"] == "nonoverlapping"]
+    assert len(plain) == (6 + 1) * 2  # six runs and the 3-gram reference
+    nulls = table[table["mode"] == "truncated-32"]  # the truncation null beside 128, the only length past the train length
+    assert len(nulls) == 6 and set(nulls["length"]) == {128} and set(nulls["run"]) == set(plain["run"]) - {"reference-3gram"}
     seeds = pd.read_csv(results / "tiny-seeds.csv")
     groups = {"t-rope-s*", "t-alibi-s*", "t-rope-s*+yarn"}
     assert set(seeds["group"]) == groups | {"3-gram (no positions)"} and (seeds[seeds["group"].isin(groups)]["seeds"] == 2).all()
@@ -237,11 +241,16 @@ def test_extrapolation_classes_put_the_paper_where_the_brief_says():
     assert extrapolation_class(float("nan")) == "n/a"
 
 
-def test_press2022_comparison_claims_a_class_or_an_order_only_where_intervals_separate():
-    paper_like = {"alibi": {128: [5.0, 5.1], 512: [4.9, 5.0], 2048: [4.9, 5.0]},
-                  "t5": {128: [5.0, 5.0], 512: [5.5, 5.6], 2048: [6.0, 6.1]},
-                  "rope": {128: [4.8, 4.9], 512: [9.0, 9.5], 2048: [20.0, 21.0]},
-                  "sinusoidal": {128: [5.5, 5.6], 512: [30.0, 31.0], 2048: [1.0, 1.1]}}  # sinusoidal made to fail
+def five(value: float, wobble: float = 0.01) -> list[float]:
+    """Five seeds around ``value``, the same small pattern for every group (so pairs are consistent)."""
+    return [value * (1 + wobble * k) for k in (0, 1, -1, 2, -2)]
+
+
+def test_press2022_claims_a_class_where_intervals_and_an_order_where_paired_tests_decide():
+    paper_like = {"alibi": {128: five(5.0), 512: five(4.9), 2048: five(4.9)},
+                  "t5": {128: five(5.0), 512: five(5.5), 2048: five(6.0)},
+                  "rope": {128: five(4.8), 512: five(9.0), 2048: five(20.0)},
+                  "sinusoidal": {128: five(5.5), 512: five(30.0), 2048: five(1.0)}}  # sinusoidal made to fail
     meta = {pe: {"pe": pe} for pe in paper_like}
     summary, groups = summary_from(paper_like, {pe: pe for pe in paper_like}, 128)
     text = press2022(summary, meta)
@@ -250,14 +259,53 @@ def test_press2022_comparison_claims_a_class_or_an_order_only_where_intervals_se
     assert "Rotary: paper blows up (3.95x at 30x); poscli blows up" in text and "**agrees**" in text
     assert "Sinusoidal: paper blows up (20.25x at 30x); poscli keeps" in text and "**differs**" in text
     assert "poscli at 512 (4x): ALiBi < T5 bias < Rotary < Sinusoidal: **same order**" in text
-    assert "poscli at 2048 (16x): Sinusoidal < ALiBi < T5 bias < Rotary: **a different order**" in text
-    tied = {"alibi": {128: [5.0, 5.0], 512: [5.3, 5.8]}, "t5": {128: [5.0, 5.0], 512: [5.4, 5.9]},
-            "rope": {128: [5.0, 5.0], 512: [8.0, 8.1]}, "sinusoidal": {128: [5.0, 5.0], 512: [4.0, 4.1]}}
+    assert "poscli at 2048 (16x): Sinusoidal < ALiBi < T5 bias < Rotary: **a reversal of the paper's order**: Sinusoidal below ALiBi" in text
+    assert "Holm's correction across the 12 decisions of this file" in text  # 6 pairs x 2 lengths, no null rows here
+
+
+def test_press2022_ties_what_the_seeds_or_the_minimum_effect_do_not_separate():
+    # alibi and t5 disagree in sign from seed to seed; rope is 0.5% above sinusoidal in every seed
+    tied = {"alibi": {128: five(5.0), 512: [5.3, 5.8, 5.4, 5.9, 5.5]}, "t5": {128: five(5.0), 512: [5.8, 5.3, 5.9, 5.4, 5.6]},
+            "rope": {128: five(5.0), 512: five(8.04)}, "sinusoidal": {128: five(5.0), 512: five(8.0)}}
     summary, _ = summary_from(tied, {pe: pe for pe in tied}, 128)
     text = press2022(summary, {pe: {"pe": pe} for pe in tied})
-    assert "ALiBi ≈ T5 bias" in text  # overlapping intervals: no order claimed between them
-    assert "ALiBi: paper keeps (0.93x at 30x); poscli keeps or degrades gracefully" in text and "tied (the interval crosses" in text
-    assert "**a different order**: Sinusoidal below ALiBi" in text
+    assert "ALiBi ≈ T5 bias" in text and "Sinusoidal ≈ Rotary" in text
+    assert "ALiBi < " not in text.split("poscli at 512")[1].split("T5 bias")[0]
+
+
+def null_summary_from(per_group, null_per_group, pe_of, train_length):
+    """A seed summary whose attrs carry the truncation null's, as ``write_summaries`` makes them."""
+    summary, groups = summary_from(per_group, pe_of, train_length)
+    null, _ = summary_from(null_per_group, pe_of, train_length, min_runs=1)
+    null.attrs["run_losses"] = {key: value for key, value in null.attrs["run_losses"].items() if key[1] > train_length}
+    summary.attrs["null"] = [null]
+    return summary, groups
+
+
+def test_keeps_and_uses_the_longer_context_are_decided_against_the_truncation_null():
+    values = {"alibi": {128: five(5.0), 1024: five(4.6)}, "t5": {128: five(5.0), 1024: five(5.0)}, "rope": {128: five(5.0), 1024: five(9.0)}}
+    nulls = {"alibi": {128: five(5.0), 1024: five(4.9)}, "t5": {128: five(5.0), 1024: five(5.01)}, "rope": {128: five(5.0), 1024: five(5.0)}}
+    summary, _ = null_summary_from(values, nulls, {pe: pe for pe in values}, 128)
+    text = press2022(summary, {pe: {"pe": pe} for pe in values})
+    assert "- alibi: 8x: 0.939" in text and "uses the longer context" in text.split("- alibi: 8x")[1].split("\n")[0]
+    assert "keeps" in text.split("- t5: 8x")[1].split("\n")[0]
+    assert "loses to its own context cut" in text.split("- rope: 8x")[1].split("\n")[0]
+
+
+def test_a_verdict_is_settled_only_where_the_last_two_budgets_agree():
+    # perplexity at 128 and at 16x: rope keeps (1.05x), degrades (1.6x), blows up (2.5x) as it trains; alibi keeps throughout
+    values = {"rope@100": {128: five(6.0), 2048: five(6.3)}, "rope@200": {128: five(5.5), 2048: five(8.8)},
+              "rope": {128: five(5.0), 2048: five(12.5)},
+              "alibi@100": {128: five(6.0), 2048: five(6.0)}, "alibi@200": {128: five(5.5), 2048: five(5.55)},
+              "alibi": {128: five(5.0), 2048: five(5.0)}}
+    pe_of = {group: group.split("@")[0] for group in values}
+    summary, _ = summary_from(values, pe_of, 128)
+    meta = {group: {"pe": pe_of[group], **({"budget_steps": int(group.split("@")[1])} if "@" in group else {})} for group in values}
+    text = press2022(summary, meta)
+    assert "- rope at 16x:" in text and "**still moving**" in text.split("- rope at 16x:")[1].split("\n")[0]
+    rope = text.split("- rope at 16x:")[1].split("\n")[0]
+    assert rope.index("keeps") < rope.index("degrades gracefully") < rope.index("blows up"), "budgets smallest first"
+    assert "**settled**" in text.split("- alibi at 16x:")[1].split("\n")[0]
 
 
 def test_peng2023_comparison_names_a_best_method_only_where_its_paired_interval_separates():
@@ -390,3 +438,78 @@ def test_the_extension_tables_hold_exactly_the_bases_and_their_own_targets():
         extensions = {name for name in step.runs if name not in bases}
         assert extensions and all(f"-{target}-" in name for name in extensions), step.name
         assert set(step.runs) - extensions == bases and len(extensions) == count, step.name
+
+
+BUDGETS = """
+name = "budgets"
+
+[defaults]
+train_length = 32
+steps = 8
+batch_size = 4
+layers = 1
+width = 32
+heads = 4
+warmup = 2
+data = "{corpus}"
+snapshots = "0.5"
+
+[[train]]
+name = "b-{{pe}}-s{{seed}}"
+pe = "rope"
+seed = [0, 1]
+
+[[eval]]
+runs = ["b-*"]
+table = "budgets"
+lengths = "32,128"
+max_tokens = "512"
+null = true
+
+[[eval]]
+runs = ["b-*"]
+budgets = "only"
+table = "budgets"
+lengths = "32,128"
+max_tokens = "512"
+null = false
+
+[[compare]]
+table = "budgets"
+published = "press2022"
+"""
+
+
+def test_each_run_and_its_snapshots_are_evaluated_as_trained_and_count_as_done_without_their_weights(tmp_path_factory):
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "budget-recipe")
+    recipe = write(tmp_path_factory.mktemp("budget-recipe"), BUDGETS.format(corpus=corpus))
+    plan = load_recipe(recipe)
+    assert sorted(plan.evals[1].runs) == ["b-rope-s0@4", "b-rope-s1@4"]
+    done = poscli("run", str(recipe), "--results", str(results), "--each")
+    assert done.returncode == 0, done.stderr
+    log = done.stderr
+    # each run is evaluated right after it is trained, before the next one starts
+    assert log.index("started train-b-rope-s0") < log.index("started eval-budgets-b-rope-s0") < log.index("started train-b-rope-s1")
+    table = pd.read_csv(results / "budgets.csv")
+    assert {"b-rope-s0@4", "b-rope-s1@4", "b-rope-s0", "b-rope-s1"} <= set(table["run"])
+    nulls = table[table["mode"] == "truncated-32"]
+    assert set(nulls["run"]) == {"b-rope-s0", "b-rope-s1"} and set(nulls["length"]) == {128}
+    seen = table.drop_duplicates("run").set_index("run")["tokens_seen"]
+    assert seen["b-rope-s0@4"] == 4 * 4 * 32 and seen["b-rope-s0"] == 8 * 4 * 32
+    published = (results / "budgets-published.md").read_text()
+    assert "Verdicts against the training budget" in published and "Against the truncation null" in published
+    assert "Holm's correction" in published
+    assert (results / "budgets-budgets.png").exists()
+
+    shutil.rmtree(results / "runs")  # a fresh clone: the tables, not the weights
+    again = poscli("run", str(recipe), "--results", str(results), "--dry-run")
+    assert again.returncode == 0 and "0 steps to do" in again.stderr, again.stderr
+    assert "every table has its rows" in again.stderr
+
+
+def test_budgets_need_runs_that_keep_snapshots(tmp_path):
+    text = GOOD + '\n[[eval]]\nruns = "m-*"\ntable = "b"\nlengths = "32"\nbudgets = true\n'
+    with pytest.raises(RecipeError, match="keeps snapshots"):
+        load_recipe(write(tmp_path, text))

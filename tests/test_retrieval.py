@@ -351,3 +351,32 @@ def test_a_run_scored_with_one_and_four_keys_gets_a_heatmap_for_each():
     parts = dict(heatmap_parts(pd.concat([one, four]), "passkey"))
     assert set(parts) == {"passkey-a-s0.png", "passkey-a-s0-4keys.png"}
     assert parts["passkey-a-s0-4keys.png"]["accuracy"].eq(0.2).all() and parts["passkey-a-s0.png"]["accuracy"].eq(1.0).all()
+
+
+def test_the_floor_is_the_share_of_keys_inside_the_last_window_and_grows_with_depth():
+    from poscli.retrieval import cell_prompts, key_starts, window_floor
+    from poscli.tokens import decode
+
+    length, window = 1024, 128
+    floors = []
+    for depth in (0.0, 50.0, 90.0, 100.0):
+        prompts, answers = cell_prompts(length, depth, 20)
+        starts = key_starts(prompts, answers)
+        for prompt, key, start in zip(prompts, answers, starts):
+            assert decode(prompt[start:start + len(str(key))]) == str(key)
+        floors.append(window_floor(prompts, answers, window))
+    assert floors[0] == 0.0 and floors[-1] == 1.0 and floors == sorted(floors)
+    assert window_floor(*cell_prompts(length, 50.0, 20), window=length) == 1.0, "a window of the whole prompt sees every key"
+
+
+def test_passkey_rows_carry_their_floor_and_the_markdown_shows_depths(tmp_path):
+    import pandas as pd
+
+    from poscli.retrieval import passkey_markdown
+
+    rows = [{"run": "r", "label": "r", "pe": "rope", "train_length": 128, "template": "compact", "keys": 1, "length": 512, "depth": d,
+             "trials": 10, "correct": c, "accuracy": c / 10, "ci_low": 0.0, "ci_high": 1.0, "digit_accuracy": 0.5, "answer_logprob": -1.0,
+             "note": "", "floor": f, "floor_window": 128} for d, c, f in ((0.0, 0, 0.0), (50.0, 0, 0.0), (100.0, 10, 1.0))]
+    text = passkey_markdown(pd.DataFrame(rows))
+    assert "| r | 1 | 512 | 0.00 (0.00) | 0.00 (0.00) | 1.00 (1.00) |" in text
+    assert "0.33" in text.split("The floor of each cell")[1].split("Exact match by depth")[0]
