@@ -14,6 +14,8 @@ writes to ``--out``:
   of 4k, 16k, 32k and 64k tokens, per encoding, each encoding in a fresh process;
 - ``startup.csv``: ``poscli --help``, an argument error, and a second ``poscli train`` on the
   same corpus, from launch to its first optimizer step;
+- ``quality.csv``: time to quality (``poscli.quality``): the minutes the default-size model needs to
+  reach 0.75x and 0.6x the 3-gram's perplexity at 128 tokens with the old and the tuned recipe;
 - ``BENCH.md``: all of the above as tables, with each of issue 5's targets marked met or not.
 
 Every number is the median of several repeats; ``spread`` is (max - min) / median.
@@ -449,7 +451,7 @@ def targets(train: list[dict], evals: list[dict], startup: list[dict], nanogpt: 
 
 
 def write_report(out: Path, info: dict, matmul: list[dict], train: list[dict], evals: list[dict], startup: list[dict], checks: list[dict], command: str,
-                 compiled: list[dict] = ()) -> None:
+                 compiled: list[dict] = (), quality: list[dict] = ()) -> None:
     met = sum(c["met"] for c in checks)
     text = f"""# poscli benchmarks
 
@@ -483,12 +485,37 @@ repeat's rate over none's in the same round (paired), ratio_range their smallest
 ## Start-up
 
 {markdown(startup, ['what', 'seconds', 'spread'])}
+
+## Time to quality (default-size RoPE model at 128 tokens, stdlib; the two recipes side by side, poscli.quality)
+
+Training minutes (evaluation excluded) and steps until held-out perplexity at 128 first falls to the
+threshold times the 3-gram's on the same tokens; nan: not within the budget of steps.
+
+{markdown(list(quality), ['recipe', 'threshold', 'minutes', 'steps', 'budget_steps', 'budget_minutes', 'final_ratio', 'reference_ppl']) if quality else 'Not measured in this run.'}
 """
     write_text(out / "BENCH.md", text)
 
 
+def quick_corpus() -> str:
+    """A folder of small synthetic documents for ``--quick`` (the tests): words from a fixed list."""
+    import random
+
+    folder = Path(tempfile.mkdtemp(prefix="poscli-bench-corpus-"))
+    rng = random.Random(0)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    for index in range(12):
+        (folder / f"doc{index:02d}.txt").write_text(" ".join(rng.choice(words) for _ in range(300 + 60 * index)), encoding="utf-8")
+    return str(folder)
+
+
+def benchmark_quality(quick: bool, log) -> list[dict]:
+    from poscli.quality import QualityPlan, time_to_quality
+
+    return time_to_quality(QualityPlan.quick(quick_corpus()) if quick else QualityPlan(), log)
+
+
 def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, command: str, log=print, only_eval: bool = False,
-        only: list[str] | None = None, only_compile: bool = False, only_train: bool = False) -> dict:
+        only: list[str] | None = None, only_compile: bool = False, only_train: bool = False, only_quality: bool = False) -> dict:
     """Every table; ``only_eval`` re-measures evaluation only (``only``: of these encodings, the
     other rows kept) and keeps the training, matmul and start-up tables of the last full run
     (BENCH.md says which command wrote it); ``only_compile`` re-measures the compiled training
@@ -499,6 +526,16 @@ def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, comma
     matmul = []
     import pandas as pd
 
+    if only_quality:  # the time-to-quality rows alone; every other table as the last full run wrote it
+        if not (out / "train.csv").exists():
+            raise SystemExit(f"error: --only-quality updates the tables of a full run; {out} has none yet (run make bench)")
+        quality = benchmark_quality(plan.model.d_model < 64, log)
+        write_csv(out / "quality.csv", quality)
+        tables = {name: pd.read_csv(out / f"{name}.csv").to_dict("records") if (out / f"{name}.csv").exists() else []
+                  for name in ("matmul", "train", "eval", "startup", "compile", "targets")}
+        write_report(out, info, tables["matmul"], tables["train"], tables["eval"], tables["startup"], tables["targets"], command,
+                     tables["compile"], quality)
+        return {**tables, "quality": quality}
     only_eval = only_eval or only_train  # both keep tables of the last full run
     if only_eval and not all((out / name).exists() for name in ("train.csv", "startup.csv", "matmul.csv", "eval.csv")[: 4 if only_train else 3]):
         raise SystemExit(f"error: --only-eval / --only-train update the tables of a full run; {out} has none yet (run make bench)")
@@ -538,10 +575,15 @@ def run(out: Path, plan: Plan, plan_args: list[str], nanogpt: Path | None, comma
         write_csv(out / "compile.csv", compiled)
     elif (out / "compile.csv").exists():
         compiled = pd.read_csv(out / "compile.csv").to_dict("records")
+    if not only_eval and not only_compile:
+        quality = benchmark_quality(plan.model.d_model < 64, log)
+        write_csv(out / "quality.csv", quality)
+    else:
+        quality = pd.read_csv(out / "quality.csv").to_dict("records") if (out / "quality.csv").exists() else []
     checks = targets(train, evals, startup, nanogpt is not None, compiled)
     write_csv(out / "targets.csv", checks)
-    write_report(out, info, matmul, train, evals, startup, checks, command, compiled)
-    return {"matmul": matmul, "train": train, "eval": evals, "startup": startup, "compile": compiled, "targets": checks}
+    write_report(out, info, matmul, train, evals, startup, checks, command, compiled, quality)
+    return {"matmul": matmul, "train": train, "eval": evals, "startup": startup, "compile": compiled, "targets": checks, "quality": quality}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -555,6 +597,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--encodings", default=None, help="with --only-eval: re-measure these (comma-separated, e.g. none,rope,rope+self-extend); keep the other rows")
     parser.add_argument("--only-compile", action="store_true", help="re-measure training with --compile against eager only; keep the other tables")
     parser.add_argument("--only-train", action="store_true", help="re-measure the matmul peak and training rows only; keep the other tables")
+    parser.add_argument("--only-quality", action="store_true", help="re-measure time to quality only (the old and the tuned recipe side by side); keep the other tables")
     parser.add_argument("--eval-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan(ModelConfig())
@@ -578,9 +621,11 @@ def main(argv: list[str] | None = None) -> None:
         command = f"python -m poscli.bench --only-compile{' --quick' if args.quick else ''} (compile rows; the other tables from the last make bench)"
     if args.only_train:
         command = f"python -m poscli.bench --only-train{' --quick' if args.quick else ''} (matmul and training rows; the other tables from the last make bench)"
+    if args.only_quality:
+        command = f"python -m poscli.bench --only-quality{' --quick' if args.quick else ''} (time to quality; the other tables from the last make bench)"
     start = time.perf_counter()
     run(Path(args.out), plan, plan_args, args.nanogpt, command, only_eval=args.only_eval or args.only_compile, only=only,
-        only_compile=args.only_compile, only_train=args.only_train)
+        only_compile=args.only_compile, only_train=args.only_train, only_quality=args.only_quality)
     print(f"benchmarks done in {(time.perf_counter() - start) / 60:.1f} min; tables in {args.out}")
 
 

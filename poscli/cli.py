@@ -478,7 +478,7 @@ def evaluate(
     protocol: Annotated[Protocol, typer.Option(help="stream: held-out documents joined and cut into spans (Press et al.); documents: only documents as long as the longest length (Peng et al.).")] = Protocol.stream,
     data: Annotated[Optional[str], typer.Option(metavar="CORPUS", help="Evaluate on this corpus instead of each run's own held-out text (stdlib, a file or folder, hf:NAME); a corpus a run did not train on is used whole.")] = None,
     reference: Annotated[bool, typer.Option("--reference/--no-reference", help="Add a context-free 3-gram row scored on the same spans.")] = True,
-    null: Annotated[bool, typer.Option("--null/--no-null", help="Beside each length past the train length, the truncation null: the same targets with the context cut to the train length (sliding windows).")] = True,
+    null: Annotated[bool, typer.Option("--null/--no-null", help="Beside each length past the train length, the truncation null: the same targets with the context cut to the train length (sliding windows; about 4x the train length's cost per length).")] = False,
     allow_split_mismatch: Annotated[bool, typer.Option("--allow-split-mismatch", help="Evaluate even when a run's recorded held-out documents differ from the corpus' split now.")] = False,
     table: Annotated[Optional[str], typer.Option(metavar="NAME", help="Table name: writes RESULTS/NAME.csv, .md and .png (default: ppl, or passkey for --task passkey).")] = None,
     task: Annotated[Task, typer.Option(help="What to measure.")] = Task.perplexity,

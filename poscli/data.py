@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from poscli.errors import EnvironmentFailure, PoscliError
-from poscli.io import atomic_write
+from poscli.io import atomic_write, cache_dir  # noqa: F401 (cache_dir re-exported)
 from poscli.sources import local_files, stdlib_files  # noqa: F401 (stdlib_files re-exported)
 from poscli.tokens import VOCAB_SIZE, decode, encode  # noqa: F401 (re-exported)
 
@@ -52,10 +52,6 @@ SHINGLE = 32
 SHINGLE_SAMPLE = 8
 DUPLICATE_OVERLAP = 0.5
 COMMON_SHINGLE_DOCUMENTS = 400
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("POSCLI_CACHE", Path.home() / ".cache" / "poscli"))
 
 
 @dataclass

@@ -59,3 +59,8 @@ def write_json(path: str | os.PathLike, value) -> None:
 def read_json(path: str | os.PathLike):
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def cache_dir() -> Path:
+    """Where corpora are cached: ``$POSCLI_CACHE``, default ``~/.cache/poscli``."""
+    return Path(os.environ.get("POSCLI_CACHE", Path.home() / ".cache" / "poscli"))

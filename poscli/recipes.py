@@ -279,8 +279,11 @@ def _match(patterns, steps: list[Step], fail, section: str, index: int) -> list[
 # --------------------------------------------------------------------------- state
 
 
-def check_state(recipe: Recipe, results=None) -> None:
-    """Set each step's status from what RESULTS already holds."""
+def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
+    """Set each step's status from what RESULTS already holds. With ``each`` (``poscli run --each``),
+    a run whose folder is gone but whose rows are in every table that names it counts as done (a
+    study carried on in a fresh clone, which holds the tables, not the weights); without it, a
+    missing run is trained (again)."""
     import pandas as pd
 
     folder = runs.runs_dir(results)
@@ -290,7 +293,7 @@ def check_state(recipe: Recipe, results=None) -> None:
     for step in recipe.train:
         config_path = folder / step.name / runs.CONFIG_FILE
         if not config_path.exists():
-            if _all_evaluated(recipe, step, tables):  # trained and evaluated earlier, its weights not kept (a fresh clone)
+            if each and _all_evaluated(recipe, step, tables):  # trained and evaluated earlier, its weights not kept (a fresh clone)
                 step.status, step.detail = "done", "evaluated (its folder is not here: every table has its rows)"
             continue
         config = runs.read_config(folder / step.name)
@@ -401,7 +404,7 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
     if jobs < 1:
         raise PoscliError(f"--jobs must be at least 1, got {jobs}")
     recipe = load_recipe(path)
-    check_state(recipe, results)
+    check_state(recipe, results, each)
     todo = [s for s in recipe.steps if s.status != "done"]
     console.print(
         f"recipe [bold]{recipe.name}[/]: {len(recipe.train)} runs to train, {len(recipe.extend)} extensions, "
@@ -435,7 +438,7 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
                         commands.append((f"eval-{evaluation.name}-{step.name}", ["eval", *names, *_argv(evaluation.options), *results_args, "--quiet"]))
                 for name, argv in commands:
                     _run_phase(recipe, [(name, argv)], 1, log_dir, report, name.split("-", 1)[0])
-            check_state(recipe, results)  # what is left: extensions, and evaluations of runs trained before
+            check_state(recipe, results, each)  # what is left: extensions, and evaluations of runs trained before
             todo = [s for s in recipe.steps if s.status != "done"]
         for phase, parallel in (("train", jobs), ("extend", jobs), ("eval", 1)):
             steps = [s for s in todo if s.kind == phase]

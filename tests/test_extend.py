@@ -219,3 +219,24 @@ def test_sinusoidal_pi_extension_runs_and_fine_tunes(rope_run):
     assert done.returncode == 0, done.stderr
     config = json.loads((rope_run / "runs" / "sin-pi" / "config.json").read_text())
     assert config["model"]["position_scale"] == 4 and config["extension"]["method"] == "pi"
+
+
+def test_continue_trains_the_base_further_with_nothing_rescaled_and_counts_both_budgets(rope_run):
+    """The continued-training control: any encoding, the model unchanged but for its train length,
+    the weights moved by training, and tokens seen = the base's + its own."""
+    for pe, length in (("alibi", 32), ("rope", 128)):
+        name = f"{pe}-continued-{length}"
+        done = poscli("extend", pe, "--method", "continue", "--target", "128", "--steps", "3", "--finetune-length", str(length),
+                      "--name", name, "--results", str(rope_run), "--quiet")
+        assert done.returncode == 0, done.stderr
+        parent, child = (json.loads((rope_run / "runs" / n / "config.json").read_text()) for n in (pe, name))
+        assert child["extension"]["method"] == "continue" and child["model"]["train_length"] == length
+        unchanged = {k: v for k, v in parent["model"].items() if k != "train_length"}
+        assert {k: v for k, v in child["model"].items() if k != "train_length"} == unchanged, "nothing rescaled"
+        assert child["label"] == f"{pe} +continued training (no rescaling), 3 steps at {length}"
+        batch = child["train"]["batch_size"]
+        assert runs.training_budget(child)["tokens_seen"] == runs.training_budget(parent)["tokens_seen"] + 3 * batch * length
+        before, after = runs.load_weights(rope_run / "runs" / pe), runs.load_weights(rope_run / "runs" / name)
+        assert any(not torch.equal(before[k], after[k]) for k in before)
+    refused = poscli("extend", "rope", "--method", "continue", "--target", "128", "--steps", "0", "--results", str(rope_run))
+    assert refused.returncode == 2 and "give --steps" in refused.stderr and "Traceback" not in refused.stderr
