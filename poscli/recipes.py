@@ -293,7 +293,10 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
     for step in recipe.train:
         config_path = folder / step.name / runs.CONFIG_FILE
         if not config_path.exists():
-            if each and _all_evaluated(recipe, step, tables):  # trained and evaluated earlier, its weights not kept (a fresh clone)
+            extensions = [e for e in recipe.extend if e.options.get("parent") == step.name]
+            if each and _all_evaluated(recipe, step, tables) and all(_all_evaluated(recipe, e, tables) for e in extensions
+                                                                      if any(e.name in evaluation.runs for evaluation in recipe.evals)):
+                # trained, extended and evaluated earlier, its weights not kept (a fresh clone)
                 step.status, step.detail = "done", "evaluated (its folder is not here: every table has its rows)"
             continue
         config = runs.read_config(folder / step.name)
@@ -312,6 +315,8 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
         _set_status(step, config, ["train", "--resume", step.name, "--quiet"])
     for step in recipe.extend:
         if not (folder / step.name / runs.CONFIG_FILE).exists():
+            if each and _all_evaluated(recipe, step, tables):
+                step.status, step.detail = "done", "evaluated (its folder is not here: every table has its rows)"
             continue
         config = runs.read_config(folder / step.name)
         extension = config.get("extension") or {}
@@ -431,12 +436,7 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
 
         if each:
             for step in [s for s in todo if s.kind == "train"]:
-                commands = [(f"train-{step.name}", [*step.argv, *results_args, *(["--quiet"] if "--quiet" not in step.argv else [])])]
-                for evaluation in recipe.evals:
-                    names = [n for n in evaluation.runs if n == step.name or n.startswith(step.name + runs.SNAPSHOT_MARK)]
-                    if names:
-                        commands.append((f"eval-{evaluation.name}-{step.name}", ["eval", *names, *_argv(evaluation.options), *results_args, "--quiet"]))
-                for name, argv in commands:
+                for name, argv in _each_commands(recipe, step, [s for s in todo if s.kind == "extend"], results_args):
                     _run_phase(recipe, [(name, argv)], 1, log_dir, report, name.split("-", 1)[0])
             check_state(recipe, results, each)  # what is left: extensions, and evaluations of runs trained before
             todo = [s for s in recipe.steps if s.status != "done"]
@@ -454,6 +454,26 @@ def run_recipe(path: str | Path, results=None, jobs: int = 1, dry_run: bool = Fa
         report_path = write_report(results)
     console.print(f"recipe {recipe.name} done; report: {report_path}")
     return recipe
+
+
+def _each_commands(recipe: Recipe, step: Step, extensions: list[Step], results_args: list[str]) -> list[tuple[str, list[str]]]:
+    """``--each``: a run, its evaluations (its snapshots' too), then each of its extensions still to
+    do, each followed by its own evaluations: a base and everything made from it, in one go."""
+    def quiet(argv: list[str]) -> list[str]:
+        return [*argv, *results_args, *(["--quiet"] if "--quiet" not in argv else [])]
+
+    def evaluations(run: str) -> list[tuple[str, list[str]]]:
+        found = []
+        for evaluation in recipe.evals:
+            names = [n for n in evaluation.runs if n == run or n.startswith(run + runs.SNAPSHOT_MARK)]
+            if names:
+                found.append((f"eval-{evaluation.name}-{run}", quiet(["eval", *names, *_argv(evaluation.options)])))
+        return found
+
+    commands = [(f"train-{step.name}", quiet(step.argv)), *evaluations(step.name)]
+    for extension in (e for e in extensions if e.options.get("parent") == step.name):
+        commands += [(f"extend-{extension.name}", quiet(extension.argv)), *evaluations(extension.name)]
+    return commands
 
 
 def _run_phase(recipe: Recipe, commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report, phase: str) -> None:

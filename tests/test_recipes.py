@@ -469,6 +469,13 @@ name = "b-{{pe}}-s{{seed}}"
 pe = "rope"
 seed = [0, 1]
 
+[[extend]]
+runs = "b-rope-s*"
+name = "{{run}}+{{method}}"
+method = "continue"
+target = 64
+steps = 2
+
 [[eval]]
 runs = ["b-*"]
 budgets = true
@@ -489,16 +496,18 @@ def test_each_run_and_its_snapshots_are_evaluated_as_trained_and_count_as_done_w
     corpus, results = cli_workspace(tmp_path_factory, "budget-recipe")
     recipe = write(tmp_path_factory.mktemp("budget-recipe"), BUDGETS.format(corpus=corpus))
     plan = load_recipe(recipe)
-    assert sorted(plan.evals[0].runs) == ["b-rope-s0", "b-rope-s0@4", "b-rope-s1", "b-rope-s1@4"]
+    assert sorted(plan.evals[0].runs) == ["b-rope-s0", "b-rope-s0+continue", "b-rope-s0@4", "b-rope-s1", "b-rope-s1+continue", "b-rope-s1@4"]
     done = poscli("run", str(recipe), "--results", str(results), "--each")
     assert done.returncode == 0, done.stderr
     log = done.stderr
     # each run is evaluated right after it is trained, before the next one starts
-    assert log.index("started train-b-rope-s0") < log.index("started eval-budgets-b-rope-s0") < log.index("started train-b-rope-s1")
+    assert (log.index("started train-b-rope-s0") < log.index("started eval-budgets-b-rope-s0") < log.index("started extend-b-rope-s0+continue")
+            < log.index("started eval-budgets-b-rope-s0+continue") < log.index("started train-b-rope-s1")), "a base and all made from it, in one go"
     table = pd.read_csv(results / "budgets.csv")
     assert {"b-rope-s0@4", "b-rope-s1@4", "b-rope-s0", "b-rope-s1"} <= set(table["run"])
     nulls = table[table["mode"] == "truncated-32"]
-    assert set(nulls["run"]) == {"b-rope-s0", "b-rope-s1", "b-rope-s0@4", "b-rope-s1@4"} and set(nulls["length"]) == {128}
+    assert set(nulls["run"]) == {f"b-rope-s{seed}{suffix}" for seed in (0, 1) for suffix in ("", "@4", "+continue")}
+    assert set(nulls["length"]) == {128}
     seen = table.drop_duplicates("run").set_index("run")["tokens_seen"]
     assert seen["b-rope-s0@4"] == 4 * 4 * 32 and seen["b-rope-s0"] == 8 * 4 * 32
     published = (results / "budgets-published.md").read_text()
@@ -511,7 +520,7 @@ def test_each_run_and_its_snapshots_are_evaluated_as_trained_and_count_as_done_w
     assert again.returncode == 0 and "0 steps to do" in again.stderr, again.stderr
     assert "every table has its rows" in again.stderr
     plain = poscli("run", str(recipe), "--results", str(results), "--dry-run")  # without --each a missing run is trained again
-    assert plain.returncode == 0 and "2 runs to train" in plain.stderr and "0 steps to do" not in plain.stderr
+    assert plain.returncode == 0 and "5 steps to do" in plain.stderr  # 2 runs, 2 extensions, the table's missing runs
 
 
 def test_budgets_need_runs_that_keep_snapshots(tmp_path):
