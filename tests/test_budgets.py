@@ -1,9 +1,6 @@
 """Training budgets: the Muon optimizer, snapshots at earlier budgets, tokens seen and FLOPs."""
 
 import json
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +13,7 @@ from poscli.model import GPT
 from poscli.optim import MuonAdamW, hidden_matrices, make_optimizer
 from tests.conftest import cli_workspace, tiny_config
 from tests.test_cli import TINY, poscli
-from tests.test_resume import same_weights, wait_for_step
+from tests.test_resume import same_weights, stopped_then_resumed
 
 
 def test_muon_takes_exactly_the_blocks_matrices_and_adamw_the_rest():
@@ -81,13 +78,7 @@ def test_muon_training_resumes_after_sigterm_to_the_uninterrupted_weights(worksp
             "--steps", "120", "--checkpoint-every", "20"]
     done = poscli(*args, "--name", "muon-whole")
     assert done.returncode == 0, done.stderr
-    process = subprocess.Popen([sys.executable, "-m", "poscli", *args, "--name", "muon-cut"], stderr=subprocess.PIPE, text=True)
-    wait_for_step(results, "muon-cut", 50, process)
-    process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=60)
-    assert process.returncode == 143
-    done = poscli("train", "--resume", "muon-cut", "--results", str(results), "--quiet")
-    assert done.returncode == 0, done.stderr
+    stopped_then_resumed(args, results, "muon-cut", ["train", "--resume", "muon-cut", "--results", str(results), "--quiet"])
     assert same_weights(results, "muon-whole", "muon-cut")
 
 

@@ -45,6 +45,17 @@ def wait_for_step(results, name, step, process, timeout=60):
         time.sleep(0.02)
 
 
+def stopped_then_resumed(argv: list, results, name: str, resume_argv: list, step: int = 50) -> None:
+    """``poscli *argv --name NAME`` stopped by SIGTERM after ``step`` (exit 143), then ``poscli *resume_argv``."""
+    process = subprocess.Popen([sys.executable, "-m", "poscli", *argv, "--name", name], stderr=subprocess.PIPE, text=True)
+    wait_for_step(results, name, step, process)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == 143
+    done = poscli(*resume_argv)
+    assert done.returncode == 0, done.stderr
+
+
 def same_weights(results, a, b):
     first, second = (load_file(str(results / "runs" / n / "model.safetensors")) for n in (a, b))
     return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
@@ -156,11 +167,5 @@ def test_an_interrupted_extension_resumes_to_the_same_weights(corpus_and_referen
     extend = ["extend", "reference", "--method", "yarn", "--target", "128", "--steps", "300", "--results", str(results), "--quiet"]
     done = poscli(*extend, "--name", "yarn-whole")
     assert done.returncode == 0, done.stderr
-    process = subprocess.Popen([sys.executable, "-m", "poscli", *extend, "--name", "yarn-cut"], stderr=subprocess.PIPE, text=True)
-    wait_for_step(results, "yarn-cut", 50, process)
-    process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=60)
-    assert process.returncode == 143
-    done = poscli("extend", "yarn-cut", "--resume", "--results", str(results), "--quiet")
-    assert done.returncode == 0, done.stderr
+    stopped_then_resumed(extend, results, "yarn-cut", ["extend", "yarn-cut", "--resume", "--results", str(results), "--quiet"])
     assert same_weights(results, "yarn-whole", "yarn-cut")
