@@ -8,7 +8,7 @@ REFERENCE := results/reference
 # override with e.g. `make install TORCH="torch==2.13.0"`.
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 
-.PHONY: help install demo test smoke reproduce passkey tokenizers bench bench-data gpu-check clean
+.PHONY: help install demo test smoke reproduce trained passkey tokenizers bench bench-data gpu-check clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
@@ -16,6 +16,7 @@ help:
 	@echo "make test        install and run the test suite (two workers; recipes/smoke.toml included)"
 	@echo "make smoke       both reference studies in miniature (recipes/smoke.toml, ~2 min)"
 	@echo "make reproduce   the reference study in $(REFERENCE): recipes/train-short-test-long.toml and extend-rope.toml"
+	@echo "make trained     issue 30's rerun on trained models, both corpora, run by run (--each; ~19 h on 2 cores, resumable)"
 	@echo "make passkey     the passkey studies in $(REFERENCE): retrieval at the train length, after extension, across encodings"
 	@echo "make bench       speed and memory benchmarks -> $(REFERENCE)/bench/ (~50 min on 2 cores; NANOGPT=path adds nanoGPT)"
 	@echo "make gpu-check   on a CUDA machine: flex attention against the reference, small bf16 --compile training, ALiBi at 16k (minutes)"
@@ -56,6 +57,15 @@ JOBS ?= 1
 reproduce: install
 	$(POSCLI) run recipes/train-short-test-long.toml --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/extend-rope.toml --jobs $(JOBS) --results $(REFERENCE)
+
+# Issue 30's studies on models that have learned (docs/results.md, "Training recipe"): each run is
+# evaluated as soon as it is trained (--each), so stopping anywhere keeps every finished run's rows
+# and running it again, even from a fresh clone without the weights, trains only what is left.
+trained: install
+	$(POSCLI) run recipes/tstl-stdlib.toml --each --results $(REFERENCE)
+	$(POSCLI) run recipes/extend-rope-trained.toml --each --results $(REFERENCE)
+	$(POSCLI) run recipes/tstl-shakespeare.toml --each --results $(REFERENCE)
+	$(POSCLI) run recipes/extend-rope-trained-shakespeare.toml --each --results $(REFERENCE)
 
 # The passkey studies: a RoPE model that retrieves at its train length (recipes/passkey-retrieval.toml,
 # about 30 min), extended by every method (passkey-extension.toml, 3 seeds) and five encodings'
