@@ -8,12 +8,14 @@ REFERENCE := results/reference
 # override with e.g. `make install TORCH="torch==2.13.0"`.
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 
-.PHONY: help install demo test smoke reproduce trained passkey tokenizers bench bench-data gpu-check clean
+.PHONY: help install demo test test-fast lint smoke reproduce trained passkey tokenizers bench bench-data gpu-check clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
 	@echo "make demo        install, train the default model (rope) on the built-in corpus, evaluate it (results/, ~7 min)"
-	@echo "make test        install and run the test suite (two workers; recipes/smoke.toml included)"
+	@echo "make test        install, lint (ruff) and run the whole test suite (two workers; recipes/smoke.toml included)"
+	@echo "make test-fast   the tests not marked slow (the inner loop, under 2 minutes)"
+	@echo "make lint        ruff check and ruff format --check"
 	@echo "make smoke       both reference studies in miniature (recipes/smoke.toml, ~2 min)"
 	@echo "make reproduce   the reference study in $(REFERENCE): recipes/train-short-test-long.toml and extend-rope.toml"
 	@echo "make trained     issue 30's rerun on trained models, both corpora, run by run (--each; ~19 h on 2 cores, resumable)"
@@ -39,8 +41,15 @@ demo: install
 
 # Two pytest workers (pytest-xdist), one thread each, so the suite fits in 10 minutes on 2 cores;
 # tests/test_smoke.py runs recipes/smoke.toml, so make smoke is part of it.
-test: install
+test: lint
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
+test-fast: install
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 # Both studies in miniature, in a scratch results folder (the pipeline, not the science).
 SMOKE_RESULTS ?= $(or $(TMPDIR),/tmp)/poscli-smoke
@@ -79,16 +88,16 @@ passkey: install
 tokenizers: install
 	$(POSCLI) run recipes/bytes-vs-bpe.toml --jobs $(JOBS) --results $(REFERENCE)
 
-# Speed and memory (python -m poscli.bench --help): training tokens/s per encoding and dtype, eval
+# Speed and memory (python -m benchmarks.bench --help): training tokens/s per encoding and dtype, eval
 # time and peak memory at 4k-64k, matmul peak and MFU, start-up. NANOGPT=path/to/nanoGPT adds
 # nanoGPT's model.py, measured side by side.
 bench: install
-	$(PY) -m poscli.bench --out $(REFERENCE)/bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
+	$(PY) -m benchmarks.bench --out $(REFERENCE)/bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
 
 # A 2 GB corpus prepared on disk and trained on: time and peak memory of each step (docs/data.md).
-# What a CUDA machine adds (poscli/gpu_check.py); on a machine without CUDA it says so and exits 0.
+# What a CUDA machine adds (benchmarks/gpu_check.py); on a machine without CUDA it says so and exits 0.
 gpu-check: install
-	$(PY) -m poscli.gpu_check --out $(REFERENCE)/gpu-check
+	$(PY) -m benchmarks.gpu_check --out $(REFERENCE)/gpu-check
 
 bench-data: install
 	$(PY) tools/bench_data.py --size 2G --steps 200

@@ -2,7 +2,7 @@
 
 b_h(i, j) = -a_h (i - j)^p, with a_h > 0 learned and p an option (default 0.5). It implements one
 hook, ``bias_of_distance``, and so gets poscli's memory-bounded fast path (a table over distances,
-``poscli.distance_attention``) and the blocked reference path without writing either. ``make bench``
+``poscli.attention.distance_attention``) and the blocked reference path without writing either. ``make bench``
 measures it as the user-defined row; train it with
 
     poscli train --pe examples.power_penalty:PowerPenalty -O power=0.5

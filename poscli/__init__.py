@@ -3,7 +3,7 @@
 The library works from Python without the CLI::
 
     from poscli.config import ModelConfig
-    from poscli.model import GPT
+    from poscli.model.gpt import GPT
     model = GPT(ModelConfig(pe="alibi"))
 
 Heavy imports (torch, datasets, pandas) happen in the submodules that need them, so

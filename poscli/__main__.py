@@ -1,3 +1,3 @@
-from poscli.cli import main
+from poscli.cli.app import main
 
 main()

@@ -11,8 +11,16 @@ from poscli.errors import PoscliError
 C = TypeVar("C", bound="FlatConfig")
 
 # Model-config keys that held encoding options before options belonged to the encodings.
-LEGACY_OPTION_KEYS = {"rope_base", "rope_layout", "rotary_fraction", "rope_keep", "shaw_clip", "xpos_gamma",
-                      "t5_num_buckets", "t5_max_distance"}
+LEGACY_OPTION_KEYS = {
+    "rope_base",
+    "rope_layout",
+    "rotary_fraction",
+    "rope_keep",
+    "shaw_clip",
+    "xpos_gamma",
+    "t5_num_buckets",
+    "t5_max_distance",
+}
 
 
 class FlatConfig:
@@ -50,13 +58,13 @@ class ModelConfig(FlatConfig):
     pe_options: dict[str, Any] = field(default_factory=dict)
     # --- attention ---
     attention_block: int = 1024  # query rows per block when a score bias must be materialised
-    # Extension of RoPE's frequencies (see poscli.scaling); empty for a model as trained.
+    # Extension of RoPE's frequencies (see poscli.extension.scaling); empty for a model as trained.
     rope_scaling: dict[str, Any] = field(default_factory=dict)
     # Extensions of the absolute encodings (poscli extend): rows of the learned table
     # (0 means train_length) and the divisor of sinusoidal positions (position interpolation).
     position_rows: int = 0
     position_scale: float = 1.0
-    # Far keys at remapped positions (poscli.remap: Self-Extend, ReRoPE, attention sinks); empty: none.
+    # Far keys at remapped positions (poscli.extension.remap: Self-Extend, ReRoPE, attention sinks); empty: none.
     remap: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -81,7 +89,9 @@ class ModelConfig(FlatConfig):
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                flag = {"n_layer": "--layers", "n_head": "--heads", "d_model": "--width"}.get(name, "--" + name.replace("_", "-"))
+                flag = {"n_layer": "--layers", "n_head": "--heads", "d_model": "--width"}.get(
+                    name, "--" + name.replace("_", "-")
+                )
                 raise PoscliError(f"{flag} must be a positive whole number, got {value!r}")
         if self.d_model % self.n_head:
             raise PoscliError(
@@ -89,19 +99,26 @@ class ModelConfig(FlatConfig):
                 f"choose --width as a multiple of --heads (e.g. --width {self.n_head * 32})"
             )
         if self.head_dim % 2:
-            raise PoscliError(f"head dimension {self.head_dim} (width / heads) must be even for rotary and sinusoidal encodings")
+            raise PoscliError(
+                f"head dimension {self.head_dim} (width / heads) must be even for rotary and sinusoidal encodings"
+            )
 
 
 DTYPES = ("fp32", "bf16")
-OPTIMIZERS = ("adamw", "muon")  # poscli.optim
+OPTIMIZERS = ("adamw", "muon")  # poscli.training.optim
 
 
 @dataclass
 class TrainConfig(FlatConfig):
     # --- data ---
-    data: str = "stdlib"  # "stdlib", "shakespeare", "passkey", text files, dataset files, a prepared folder, or "hf:NAME[:CONFIG]"
-    tokenizer: str = "bytes"  # "bytes", "bpe:N" (trained on the training split; tokenizer.json in the run) or a tokenizer.json
-    split: str = "auto"  # held-out text: "documents", by position ("tail", "blocks:K"), "auto" (tail for a single document)
+    # "stdlib", "shakespeare", "passkey", text files, dataset files, a prepared folder, or "hf:NAME[:CONFIG]"
+    data: str = "stdlib"
+    tokenizer: str = (
+        "bytes"  # "bytes", "bpe:N" (trained on the training split; tokenizer.json in the run) or a tokenizer.json
+    )
+    split: str = (
+        "auto"  # held-out text: "documents", by position ("tail", "blocks:K"), "auto" (tail for a single document)
+    )
     data_split: str = "train"  # the dataset split(s) to train on (datasets' syntax: "train+validation")
     heldout_split: str | None = None  # a dataset split to hold out instead of a fraction of the training documents
     text_column: str | None = None  # a dataset's text column ("text", else its only string column)
@@ -109,24 +126,30 @@ class TrainConfig(FlatConfig):
     streaming: bool = False  # read a dataset row by row (with max_data_bytes for a budget)
     max_data_bytes: int | None = None  # stop reading a dataset after this much text
     mix: str | None = None  # "passkey:F": a fraction F of training sequences are passkey examples
-    passkey_template: str = "compact"  # the passkey format of training examples and of evaluation (poscli.passkey)
+    passkey_template: str = "compact"  # the passkey format of training examples and of evaluation (poscli.data.passkey)
     passkey_keys: int = 1  # keys per passkey prompt; more than 1: distractors with other names (RULER's multi-key)
-    passkey_lengths: str = "random"  # passkey examples fill the sequence ("full") or end it at a random length ("random")
+    passkey_lengths: str = (
+        "random"  # passkey examples fill the sequence ("full") or end it at a random length ("random")
+    )
     answer_loss: float = 0.0  # W > 0: the loss adds W times the mean loss of the passkey answers' tokens
     heldout_fraction: float = 0.1
     # --- optimisation ---
-    size: str = "tiny"  # the --size preset the model and optimisation started from (poscli.options.SIZES)
+    size: str = "tiny"  # the --size preset the model and optimisation started from (poscli.training.options.SIZES)
     batch_size: int = 16  # sequences per optimizer step (the global batch, whatever --accumulate and --nproc)
     accumulate: int = 1  # micro-batches per step: each holds batch_size / accumulate sequences
     steps: int = 1000
     minutes: float | None = None  # a time budget; training stops at whichever of steps/minutes comes first
-    optimizer: str = "adamw"  # "adamw", or "muon": Muon for the blocks' matrices, AdamW for the rest (poscli.optim)
+    optimizer: str = (
+        "adamw"  # "adamw", or "muon": Muon for the blocks' matrices, AdamW for the rest (poscli.training.optim)
+    )
     lr: float = 1e-3
     min_lr_ratio: float = 0.1  # cosine decay ends at lr * min_lr_ratio
     warmup_steps: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    dtype: str = "fp32"  # "bf16": autocast (matmuls in bfloat16; RoPE angles, softmax statistics, norms and loss in float32)
+    dtype: str = (
+        "fp32"  # "bf16": autocast (matmuls in bfloat16; RoPE angles, softmax statistics, norms and loss in float32)
+    )
     # Ruoss et al. (2023): each training sequence takes a sorted random subset of [0, MAX) as its
     # positions instead of 0..T-1 (0: plain positions). Evaluation always uses plain positions.
     random_positions: int = 0
@@ -159,8 +182,10 @@ class TrainConfig(FlatConfig):
         if self.accumulate < 1:
             raise PoscliError(f"--accumulate must be at least 1, got {self.accumulate}")
         if self.batch_size % self.accumulate:
-            raise PoscliError(f"--batch-size {self.batch_size} does not split into {self.accumulate} equal micro-batches; "
-                              f"use a multiple of {self.accumulate} (the batch stays --batch-size, --accumulate only saves memory)")
+            raise PoscliError(
+                f"--batch-size {self.batch_size} does not split into {self.accumulate} equal micro-batches; "
+                f"use a multiple of {self.accumulate} (the batch stays --batch-size, --accumulate only saves memory)"
+            )
         if self.steps < min_steps:
             raise PoscliError(f"--steps must be at least {min_steps}, got {self.steps}")
         if self.minutes is not None and self.minutes <= 0:
@@ -178,7 +203,7 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--dtype {self.dtype!r} is not supported; choose {' or '.join(DTYPES)}")
         if self.answer_loss < 0:
             raise PoscliError(f"--answer-loss must be 0 (off) or a positive weight, got {self.answer_loss}")
-        from poscli.passkey import PASSKEY_LENGTHS, check_format
+        from poscli.data.passkey import PASSKEY_LENGTHS, check_format
 
         check_format(self.passkey_template, self.passkey_keys)
         if self.passkey_lengths not in PASSKEY_LENGTHS:
@@ -191,8 +216,8 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--pose-chunks must be at least 1, got {self.pose_chunks}")
         if not (0 < self.heldout_fraction < 0.5):
             raise PoscliError(f"the held-out fraction must be between 0 and 0.5, got {self.heldout_fraction}")
-        from poscli.data import parse_split
-        from poscli.tokenizer import parse_spec
+        from poscli.data.corpus import parse_split
+        from poscli.data.tokenizer import parse_spec
 
         parse_spec(self.tokenizer)
         parse_split(self.split)
@@ -207,12 +232,19 @@ class TrainConfig(FlatConfig):
         except ValueError:
             fractions = [-1.0]
         if not all(0 < f < 1 for f in fractions):
-            raise PoscliError(f"--snapshots {self.snapshots!r}: give fractions of --steps between 0 and 1, e.g. --snapshots 0.25,0.5")
+            raise PoscliError(
+                f"--snapshots {self.snapshots!r}: give fractions of --steps between 0 and 1, e.g. --snapshots 0.25,0.5"
+            )
         return sorted({max(1, round(f * self.steps)) for f in fractions} - {self.steps})
 
     def row_options(self):
-        """How a dataset's rows become documents (``poscli.sources.RowOptions``)."""
-        from poscli.sources import RowOptions
+        """How a dataset's rows become documents (``poscli.data.sources.RowOptions``)."""
+        from poscli.data.sources import RowOptions
 
-        return RowOptions(split=self.data_split, text_column=self.text_column, join_rows=self.join_rows,
-                          streaming=self.streaming, max_bytes=self.max_data_bytes)
+        return RowOptions(
+            split=self.data_split,
+            text_column=self.text_column,
+            join_rows=self.join_rows,
+            streaming=self.streaming,
+            max_bytes=self.max_data_bytes,
+        )

@@ -1,4 +1,4 @@
-"""Errors that the CLI turns into one line and exit code 2 (see ``poscli.cli.main``)."""
+"""Errors that the CLI turns into one line and exit code 2 (see ``poscli.cli.app.main``)."""
 
 
 class PoscliError(Exception):

@@ -56,7 +56,7 @@ def cli_workspace(tmp_path_factory, name: str):
 def write_text_corpus(folder, documents: int = 12, words: int = 400, seed: int = 0):
     """A folder of plain-text documents of different lengths (the longest ~10x the shortest)."""
     rng = random.Random(seed)
-    vocabulary = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    vocabulary = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
     folder.mkdir(parents=True, exist_ok=True)
     for d in range(documents):
         count = words * (1 + d % 10) // 4 + 50
@@ -75,4 +75,6 @@ LONGEST_FIRST = ("test_smoke.py", "test_docs.py", "test_recipes.py", "test_bench
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST))
+    items.sort(
+        key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
+    )

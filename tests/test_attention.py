@@ -12,9 +12,11 @@ import math
 import pytest
 import torch
 
-from poscli import attention, distance_attention, encodings
-import poscli.model
-from poscli.model import GPT, fast_biased_attention
+import poscli.model.gpt
+from poscli import encodings
+from poscli.attention import blockwise as attention
+from poscli.attention import distance_attention
+from poscli.model.gpt import GPT, fast_biased_attention
 from tests.conftest import tiny_config
 
 # Every built-in bias encoding, and a user-defined one that implements only bias_of_distance.
@@ -130,8 +132,8 @@ def test_model_takes_the_fast_path_only_for_consecutive_positions(pe, monkeypatc
     tokens = torch.randint(0, 256, (1, 37))
     calls = []
     for path in ("relative_causal_attention", "distance_biased_attention"):
-        real = getattr(poscli.model, path)
-        monkeypatch.setattr(poscli.model, path, lambda *a, real=real: calls.append(1) or real(*a))
+        real = getattr(poscli.model.gpt, path)
+        monkeypatch.setattr(poscli.model.gpt, path, lambda *a, real=real: calls.append(1) or real(*a))
     with torch.no_grad():
         consecutive = model(tokens)
         fast_calls = len(calls)
@@ -164,6 +166,15 @@ def test_bf16_alibi_stays_within_plain_bf16_attentions_error_at_long_length():
     exact = textbook_attention(q, k, v, bias)
     low = (x.bfloat16() for x in (q, k, v))
     alibi_error = (fast(*low, encoding, torch.arange(T), 256).double() - exact).abs().max().item()
-    plain_error = (attention.fused_causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16()).double()
-                   - textbook_attention(q, k, v, torch.zeros(T, T))).abs().max().item()
-    assert alibi_error <= 2 * plain_error, f"bf16 ALiBi error {alibi_error:.4f} vs plain bf16 attention {plain_error:.4f}"
+    plain_error = (
+        (
+            attention.fused_causal_attention(q.bfloat16(), k.bfloat16(), v.bfloat16()).double()
+            - textbook_attention(q, k, v, torch.zeros(T, T))
+        )
+        .abs()
+        .max()
+        .item()
+    )
+    assert alibi_error <= 2 * plain_error, (
+        f"bf16 ALiBi error {alibi_error:.4f} vs plain bf16 attention {plain_error:.4f}"
+    )

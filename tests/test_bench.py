@@ -10,13 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from poscli import bench, encodings
+from benchmarks import bench
+from poscli import encodings
 from poscli.config import ModelConfig
-from poscli.model import GPT
+from poscli.model.gpt import GPT
 
 # A stand-in with nanoGPT's interface (GPTConfig fields; GPT(config)(idx, targets) -> (logits, loss)),
 # so the adapter is tested without nanoGPT's code in this repository.
-FAKE_NANOGPT = '''
+FAKE_NANOGPT = """
 from dataclasses import dataclass
 import torch
 from torch import nn
@@ -44,22 +45,28 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
         logits = self.head(x)
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-'''
+"""
 
 
+@pytest.mark.slow
 def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     checkout = tmp_path / "nanoGPT"
     checkout.mkdir()
     (checkout / "model.py").write_text(FAKE_NANOGPT)
     out = tmp_path / "bench"
-    done = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--out", str(out), "--nanogpt", str(checkout)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench", "--quick", "--out", str(out), "--nanogpt", str(checkout)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     names = set(encodings.names()) | set(bench.USER_DEFINED)  # a user-defined encoding too
     matmul = pd.read_csv(out / "matmul.csv")
     assert set(matmul["dtype"]) == {"fp32", "bf16"} and (matmul["gflops"] > 0).all()
-    with_kernel = set(matmul.loc[matmul["gflops"] >= bench.MIN_DTYPE_GFLOPS, "dtype"]) | {"fp32"}  # bf16 rows only where it has one
+    with_kernel = set(matmul.loc[matmul["gflops"] >= bench.MIN_DTYPE_GFLOPS, "dtype"]) | {
+        "fp32"
+    }  # bf16 rows only where it has one
     train = pd.read_csv(out / "train.csv")
     assert set(train["encoding"]) == names | {"nanoGPT (learned)"}
     assert set(train["dtype"]) == with_kernel
@@ -67,49 +74,84 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     assert (train.loc[train["encoding"] == "none", "ratio_to_none"] == 1.0).all()
 
     evals = pd.read_csv(out / "eval.csv")
-    assert set(evals["encoding"]) == names | set(bench.REMAPPED), "every encoding, learned and user-defined included, and every remapping"
+    assert set(evals["encoding"]) == names | set(bench.REMAPPED), (
+        "every encoding, learned and user-defined included, and every remapping"
+    )
     assert set(evals["length"]) == {64}
     assert (evals["peak_rss_gib"] >= evals["baseline_rss_gib"]).all()
 
     startup = pd.read_csv(out / "startup.csv")
     assert len(startup) == 3 and (startup["seconds"] > 0).all()
     targets = pd.read_csv(out / "targets.csv")
-    assert targets["target"].str.contains("nanoGPT").any() and targets["target"].str.contains("bf16").any() == ("bf16" in with_kernel)
+    assert targets["target"].str.contains("nanoGPT").any() and targets["target"].str.contains("bf16").any() == (
+        "bf16" in with_kernel
+    )
     assert json.loads((out / "machine.json").read_text())["torch"] == torch.__version__
     report = (out / "BENCH.md").read_text()
-    for heading in ("Targets", "Matrix-multiply peak", "Training throughput", "Evaluating one window", "Start-up", "Time to quality"):
+    for heading in (
+        "Targets",
+        "Matrix-multiply peak",
+        "Training throughput",
+        "Evaluating one window",
+        "Start-up",
+        "Time to quality",
+    ):
         assert f"## {heading}" in report
-    from poscli.quality import RECIPES, THRESHOLDS
+    from benchmarks.quality import RECIPES, THRESHOLDS
 
     quality = pd.read_csv(out / "quality.csv")
     assert len(quality) == len(RECIPES) * len(THRESHOLDS) and set(quality["recipe"]) == set(RECIPES)
     reached = quality.dropna(subset=["minutes"])
     assert (reached["minutes"] <= reached["budget_minutes"]).all() and (reached["steps"] % 10 == 0).all()
-    for recipe, part in quality.groupby("recipe"):  # the stricter threshold is never reached first
+    for _recipe, part in quality.groupby("recipe"):  # the stricter threshold is never reached first
         loose, strict = (part[part["threshold"] == t].iloc[0] for t in THRESHOLDS)
         assert np.isnan(strict["minutes"]) or loose["minutes"] <= strict["minutes"]
 
     # --only-eval --encodings re-measures those rows of eval.csv and keeps the rest and the other tables
     before, old_rows = (out / "train.csv").read_text(), evals.set_index(["encoding", "length"])
-    again = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--only-eval", "--encodings", "rope,rope+rerope", "--out", str(out)],
-                           capture_output=True, text=True)
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.bench",
+            "--quick",
+            "--only-eval",
+            "--encodings",
+            "rope,rope+rerope",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
-    assert (out / "train.csv").read_text() == before and "--only-eval --encodings rope,rope+rerope" in (out / "BENCH.md").read_text()
+    assert (out / "train.csv").read_text() == before and "--only-eval --encodings rope,rope+rerope" in (
+        out / "BENCH.md"
+    ).read_text()
     merged = pd.read_csv(out / "eval.csv").set_index(["encoding", "length"])
     assert set(merged.index) == set(old_rows.index)
     assert merged.loc[("alibi", 64), "seconds"] == old_rows.loc[("alibi", 64), "seconds"]  # kept, not re-measured
     assert merged.loc[("rope+rerope", 64), "ratio_to_plain"] == pytest.approx(
-        merged.loc[("rope+rerope", 64), "seconds"] / merged.loc[("rope", 64), "seconds"], abs=1e-3)
+        merged.loc[("rope+rerope", 64), "seconds"] / merged.loc[("rope", 64), "seconds"], abs=1e-3
+    )
 
     # --only-quality re-measures time to quality and keeps every other table
     kept = (out / "train.csv").read_text()
-    quality_again = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--only-quality", "--out", str(out)], capture_output=True, text=True)
+    quality_again = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench", "--quick", "--only-quality", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert quality_again.returncode == 0, quality_again.stderr[-3000:]
     assert (out / "train.csv").read_text() == kept and "--only-quality" in (out / "BENCH.md").read_text()
 
     # --only-train re-measures the matmul peak and training rows and keeps the evaluation table
     eval_before = (out / "eval.csv").read_text()
-    trained = subprocess.run([sys.executable, "-m", "poscli.bench", "--quick", "--only-train", "--out", str(out)], capture_output=True, text=True)
+    trained = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench", "--quick", "--only-train", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert (out / "eval.csv").read_text() == eval_before and "--only-train" in (out / "BENCH.md").read_text()
     train = pd.read_csv(out / "train.csv")
@@ -133,7 +175,13 @@ def test_training_rates_are_taken_round_robin_and_ratios_paired():
     plan = bench.Plan.quick()
     rates = bench.interleaved_tokens_per_second({"none": Recorder("none"), "t5": Recorder("t5")}, plan, "fp32")
     timed = order[2 * 2 :]  # after each model's two warm-up steps
-    assert timed == ["none"] * plan.train_steps + ["t5"] * plan.train_steps + ["none"] * plan.train_steps + ["t5"] * plan.train_steps
+    assert (
+        timed
+        == ["none"] * plan.train_steps
+        + ["t5"] * plan.train_steps
+        + ["none"] * plan.train_steps
+        + ["t5"] * plan.train_steps
+    )
     assert len(rates["none"]) == len(rates["t5"]) == plan.train_repeats
 
 

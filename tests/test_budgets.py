@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from poscli import runs
 from poscli.config import ModelConfig, TrainConfig
 from poscli.errors import PoscliError
-from poscli.model import GPT
-from poscli.optim import MuonAdamW, hidden_matrices, make_optimizer
+from poscli.model import runs
+from poscli.model.gpt import GPT
+from poscli.training.optim import MuonAdamW, hidden_matrices, make_optimizer
 from tests.conftest import cli_workspace, tiny_config
 from tests.test_cli import TINY, poscli
 from tests.test_resume import same_weights, stopped_then_resumed
@@ -64,7 +64,10 @@ def test_the_combined_state_dict_round_trips_into_a_fresh_optimizer():
     for old, new in zip(optimizer.parts, fresh.parts):
         for p in model.parameters():
             if p in old.state:
-                assert all(torch.equal(torch.as_tensor(old.state[p][k]), torch.as_tensor(new.state[p][k])) for k in old.state[p])
+                assert all(
+                    torch.equal(torch.as_tensor(old.state[p][k]), torch.as_tensor(new.state[p][k]))
+                    for k in old.state[p]
+                )
 
 
 @pytest.fixture(scope="module")
@@ -72,21 +75,38 @@ def workspace(tmp_path_factory):
     return cli_workspace(tmp_path_factory, "budgets")
 
 
+@pytest.mark.slow
 def test_muon_training_resumes_after_sigterm_to_the_uninterrupted_weights(workspace):
     corpus, results = workspace
-    args = ["train", "--pe", "rope", "--data", str(corpus), "--results", str(results), "--optimizer", "muon", *TINY,
-            "--steps", "120", "--checkpoint-every", "20"]
+    args = [
+        "train",
+        "--pe",
+        "rope",
+        "--data",
+        str(corpus),
+        "--results",
+        str(results),
+        "--optimizer",
+        "muon",
+        *TINY,
+        "--steps",
+        "120",
+        "--checkpoint-every",
+        "20",
+    ]
     done = poscli(*args, "--name", "muon-whole")
     assert done.returncode == 0, done.stderr
-    stopped_then_resumed(args, results, "muon-cut", ["train", "--resume", "muon-cut", "--results", str(results), "--quiet"])
+    stopped_then_resumed(
+        args, results, "muon-cut", ["train", "--resume", "muon-cut", "--results", str(results), "--quiet"]
+    )
     assert same_weights(results, "muon-whole", "muon-cut")
 
 
 def test_a_snapshot_holds_the_weights_the_model_had_after_its_step(workspace, monkeypatch):
     """The weights of RUN@20 are the model's after exactly 20 steps: the checkpoint written at step
     20 (spied on, in-process) holds the same tensors, and the final model differs."""
-    from poscli.options import train_plan, train_defaults
-    from poscli.train import train
+    from poscli.training.options import train_defaults, train_plan
+    from poscli.training.train import train
 
     corpus, results = workspace
     seen = {}
@@ -97,8 +117,20 @@ def test_a_snapshot_holds_the_weights_the_model_had_after_its_step(workspace, mo
         return real(run, model, optimizer, generator, step, elapsed)
 
     monkeypatch.setattr(runs, "save_checkpoint", spy)
-    values = {**train_defaults(), "pe": "alibi", "data": str(corpus), "layers": 1, "width": 32, "heads": 4, "train_length": 32,
-              "batch_size": 4, "warmup": 2, "steps": 40, "checkpoint_every": 20, "snapshots": "0.25,0.5"}
+    values = {
+        **train_defaults(),
+        "pe": "alibi",
+        "data": str(corpus),
+        "layers": 1,
+        "width": 32,
+        "heads": 4,
+        "train_length": 32,
+        "batch_size": 4,
+        "warmup": 2,
+        "steps": 40,
+        "checkpoint_every": 20,
+        "snapshots": "0.25,0.5",
+    }
     _, model_config, train_config = train_plan(values)
     train(model_config, train_config, name="snap", results=results, show_progress=False)
     run = results / "runs" / "snap"
@@ -112,13 +144,40 @@ def test_a_snapshot_holds_the_weights_the_model_had_after_its_step(workspace, mo
     assert runs.training_budget(config)["tokens_seen"] == 20 * 4 * 32  # steps x batch x train length
 
 
+@pytest.mark.slow
 def test_eval_reads_snapshots_by_name_and_reports_each_budget(workspace):
     corpus, results = workspace
-    done = poscli("train", "--pe", "rope", "--data", str(corpus), "--results", str(results), *TINY, "--steps", "20",
-                  "--snapshots", "0.5", "--name", "budgeted")
+    done = poscli(
+        "train",
+        "--pe",
+        "rope",
+        "--data",
+        str(corpus),
+        "--results",
+        str(results),
+        *TINY,
+        "--steps",
+        "20",
+        "--snapshots",
+        "0.5",
+        "--name",
+        "budgeted",
+    )
     assert done.returncode == 0, done.stderr
-    shown = poscli("eval", "budgeted@10", "budgeted", "--lengths", "32", "--max-tokens", "512", "--table", "budgets",
-                   "--results", str(results), "--quiet")
+    shown = poscli(
+        "eval",
+        "budgeted@10",
+        "budgeted",
+        "--lengths",
+        "32",
+        "--max-tokens",
+        "512",
+        "--table",
+        "budgets",
+        "--results",
+        str(results),
+        "--quiet",
+    )
     assert shown.returncode == 0, shown.stderr
     import pandas as pd
 
@@ -149,7 +208,7 @@ def test_flops_follow_kaplans_count_and_an_extension_adds_its_parents_budget():
 
 
 def test_the_effective_context_is_where_the_loss_by_position_stops_falling():
-    from poscli.evaluate import effective_context, loss_by_position, position_buckets
+    from poscli.evaluation.evaluate import effective_context, loss_by_position, position_buckets
 
     length = 128
     # loss falls as 2 + 1/(p + 1) until position 20, then stays flat (a model using 20 tokens of context)
@@ -166,7 +225,7 @@ def test_the_effective_context_is_where_the_loss_by_position_stops_falling():
 def test_float32_muon_takes_torchs_muon_step_up_to_bfloat16_rounding():
     """The same parameters, gradients and state: our float32 step and torch.optim.Muon's bfloat16
     one agree to bfloat16's precision, over several steps (momentum, Nesterov, weight decay)."""
-    from poscli.optim import Float32Muon
+    from poscli.training.optim import Float32Muon
 
     torch.manual_seed(0)
     ours, theirs = torch.nn.Parameter(torch.randn(48, 16)), torch.nn.Parameter(torch.randn(48, 16))

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from poscli import data
-from poscli.data import load_corpus, stratified_split
+from poscli.core.lengths import format_length, parse_length, parse_lengths
+from poscli.data import corpus as data
+from poscli.data.corpus import load_corpus, stratified_split
 from poscli.errors import PoscliError
-from poscli.lengths import format_length, parse_length, parse_lengths
 
 
 def test_byte_tokenizer_round_trips_unicode():
@@ -89,11 +89,13 @@ def test_hub_corpus_uses_the_text_column_of_the_train_split(monkeypatch):
         return datasets.Dataset.from_dict({"id": [1, 2, 3], "body": ["first doc " * 50, "", "second doc " * 80]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    monkeypatch.setattr("poscli.sources.hub_reachable", lambda: True)  # as for a user who is online
+    monkeypatch.setattr("poscli.data.sources.hub_reachable", lambda: True)  # as for a user who is online
     corpus = load_corpus("hf:someone/corpus:small")
     assert calls == [("someone/corpus", "small", "train", False)]
     assert corpus.num_documents == 2  # the empty row is dropped
-    assert data.decode(corpus.document(0)).startswith("first doc") or data.decode(corpus.document(1)).startswith("first doc")
+    assert data.decode(corpus.document(0)).startswith("first doc") or data.decode(corpus.document(1)).startswith(
+        "first doc"
+    )
 
 
 def test_hub_corpus_offline_is_an_environment_failure(monkeypatch):
@@ -103,7 +105,7 @@ def test_hub_corpus_offline_is_an_environment_failure(monkeypatch):
         raise ConnectionError("Couldn't reach the Hugging Face Hub\nmore detail")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    monkeypatch.setattr("poscli.sources.hub_reachable", lambda: True)  # the probe answered, the load did not
+    monkeypatch.setattr("poscli.data.sources.hub_reachable", lambda: True)  # the probe answered, the load did not
     with pytest.raises(PoscliError, match="could not load hf:wikitext:wikitext-2-raw-v1 .*Couldn't reach") as error:
         load_corpus("hf:wikitext:wikitext-2-raw-v1")
     assert error.value.exit_code == 1

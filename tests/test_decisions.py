@@ -5,14 +5,24 @@ import math
 import numpy as np
 import pytest
 
-from poscli.stats import decide, holm, paired_seed_test, t_quantile, t_two_sided_p
+from poscli.evaluation.stats import decide, holm, paired_seed_test, t_quantile, t_two_sided_p
 
 
-@pytest.mark.parametrize("df, t, p", [
-    # two-sided 5% and 1% critical values of Student's t (any statistics table)
-    (1, 12.706, 0.05), (2, 4.303, 0.05), (3, 3.182, 0.05), (4, 2.776, 0.05), (5, 2.571, 0.05), (10, 2.228, 0.05),
-    (2, 9.925, 0.01), (4, 4.604, 0.01), (9, 3.250, 0.01),
-])
+@pytest.mark.parametrize(
+    "df, t, p",
+    [
+        # two-sided 5% and 1% critical values of Student's t (any statistics table)
+        (1, 12.706, 0.05),
+        (2, 4.303, 0.05),
+        (3, 3.182, 0.05),
+        (4, 2.776, 0.05),
+        (5, 2.571, 0.05),
+        (10, 2.228, 0.05),
+        (2, 9.925, 0.01),
+        (4, 4.604, 0.01),
+        (9, 3.250, 0.01),
+    ],
+)
 def test_the_closed_form_t_matches_the_tables(df, t, p):
     assert t_two_sided_p(t, df) == pytest.approx(p, abs=2e-4)
     assert t_quantile(df) == pytest.approx(t, abs=2e-3) if p == 0.05 else True

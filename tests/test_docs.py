@@ -25,14 +25,22 @@ def blocks(path: Path) -> list[tuple[str, str, str]]:
     return found
 
 
-@pytest.mark.parametrize("path", [p for p in DOCS if any(lang in ("sh", "python") for lang, _, _ in blocks(p))],
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "path",
+    [p for p in DOCS if any(lang in ("sh", "python") for lang, _, _ in blocks(p))],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
 def test_every_runnable_block_runs(path, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / "recipes").symlink_to(ROOT / "recipes")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "POSCLI_RESULTS": str(work / "results"), "PYTHONPATH": str(work)}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "POSCLI_RESULTS": str(work / "results"),
+        "PYTHONPATH": str(work),
+    }
     ran = 0
     for language, marker, code in blocks(path):
         if marker.startswith("not run"):
@@ -44,7 +52,9 @@ def test_every_runnable_block_runs(path, tmp_path):
             assert done.returncode == 0, f"{path.name}:\n{code}\n{done.stderr[-2000:]}"
             ran += 1
         elif language == "sh":
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=work, env=env, capture_output=True, text=True)
+            done = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", code], cwd=work, env=env, capture_output=True, text=True
+            )
             assert done.returncode == 0, f"{path.name}:\n{code}\n{done.stderr[-2000:]}"
             ran += 1
     assert ran

@@ -6,9 +6,10 @@ import os
 import pytest
 import torch
 
-from poscli import encodings, runs
+from poscli import encodings
 from poscli.errors import NotApplicable
-from poscli.model import GPT
+from poscli.model import runs
+from poscli.model.gpt import GPT
 from tests.conftest import tiny_config
 
 # POSCLI_TEST_ENCODINGS=a,b holds only those encodings to these properties (the test of a new
@@ -128,7 +129,10 @@ def test_each_declared_extension_method_gives_a_model_that_runs_at_its_target(pe
     weights = GPT(config).state_dict()
     target = 4 * config.train_length
     for method in methods:
-        needed = {"base": {"rope_base": 40000.0}, "longrope": {"long_factor": (4.0,) * (config.head_dim // 2)}}  # options without defaults
+        needed = {
+            "base": {"rope_base": 40000.0},
+            "longrope": {"long_factor": (4.0,) * (config.head_dim // 2)},
+        }  # options without defaults
         options = cls.check_extension_options(method, needed.get(method, {}))
         changed = dict(weights)
         changes = cls.extended_config(config, method, 4.0, target, options, changed)
@@ -144,8 +148,16 @@ def test_a_config_written_before_encodings_declared_their_options_still_loads():
     its own (renamed) and ignores the others'."""
     from poscli.config import ModelConfig
 
-    old_fields = {"rope_base": 500000.0, "rope_layout": "interleaved", "rotary_fraction": 1.0, "rope_keep": 1.0,
-                  "shaw_clip": 5, "xpos_gamma": 64.0, "t5_num_buckets": 12, "t5_max_distance": 40}
+    old_fields = {
+        "rope_base": 500000.0,
+        "rope_layout": "interleaved",
+        "rotary_fraction": 1.0,
+        "rope_keep": 1.0,
+        "shaw_clip": 5,
+        "xpos_gamma": 64.0,
+        "t5_num_buckets": 12,
+        "t5_max_distance": 40,
+    }
     base = tiny_config("rope").to_dict()
     del base["pe_options"]
     xpos = encodings.build(ModelConfig.from_dict({**base, **old_fields, "pe": "xpos"}))
@@ -153,4 +165,7 @@ def test_a_config_written_before_encodings_declared_their_options_still_loads():
     assert encodings.build(ModelConfig.from_dict({**base, **old_fields, "pe": "shaw"})).options.clip == 5
     t5 = encodings.build(ModelConfig.from_dict({**base, **old_fields, "pe": "t5"})).options
     assert (t5.num_buckets, t5.max_distance) == (12, 40)
-    assert encodings.build(ModelConfig.from_dict({**base, **old_fields, "pe": "alibi"})).options == encodings.get("alibi").Options()
+    assert (
+        encodings.build(ModelConfig.from_dict({**base, **old_fields, "pe": "alibi"})).options
+        == encodings.get("alibi").Options()
+    )

@@ -8,14 +8,14 @@ import pandas as pd
 import pytest
 import torch
 
-from poscli import data
-from poscli.data import load_corpus, near_duplicate_groups, shingle_hashes, stratified_split
+from poscli.data import corpus as data
+from poscli.data.corpus import load_corpus, near_duplicate_groups, shingle_hashes, stratified_split
 from poscli.errors import PoscliError
-from poscli.evalset import MIN_SPANS, build_eval_set, null_stride, span_windows, truncated_windows
-from poscli.evaluate import perplexity
-from poscli.published import class_verdict, interval_class, ranked
-from poscli.reference import NGram
-from poscli.stats import bootstrap_perplexity, interval
+from poscli.evaluation.evalset import MIN_SPANS, build_eval_set, null_stride, span_windows, truncated_windows
+from poscli.evaluation.evaluate import perplexity
+from poscli.evaluation.reference import NGram
+from poscli.evaluation.stats import bootstrap_perplexity, interval
+from poscli.study.published import class_verdict, interval_class, ranked
 from tests.conftest import write_text_corpus
 
 
@@ -47,14 +47,16 @@ def test_every_length_scores_targets_one_to_span_length_exactly_once(span_length
     for index, (start, end, first) in enumerate(windows):
         last = index == len(windows) - 1
         assert 0 <= start < end <= span_length
-        assert end - start == min(length, span_length) or (stride is None and last), "only a remainder window is shorter"
+        assert end - start == min(length, span_length) or (stride is None and last), (
+            "only a remainder window is shorter"
+        )
         assert 0 <= first < end - start
         scored += range(start + 1 + first, end + 1)  # targets are span positions start+1 .. end
     assert sorted(scored) == list(range(1, span_length + 1))
 
 
 def test_sliding_windows_give_every_target_after_the_first_window_at_least_length_minus_stride_of_context():
-    for start, end, first in span_windows(1000, 64, 16):
+    for start, _end, first in span_windows(1000, 64, 16):
         if start > 0:
             assert first >= 48  # the last window may score fewer than S (a remainder), with more context
 
@@ -62,7 +64,9 @@ def test_sliding_windows_give_every_target_after_the_first_window_at_least_lengt
 @pytest.mark.parametrize("span_length", [100, 512, 1000])
 @pytest.mark.parametrize("length", [32, 128, 512])
 @pytest.mark.parametrize("context", [1, 16, 32, 40])
-def test_the_truncation_null_keeps_the_cold_starts_of_its_length_and_cuts_only_the_far_context(span_length, length, context):
+def test_the_truncation_null_keeps_the_cold_starts_of_its_length_and_cuts_only_the_far_context(
+    span_length, length, context
+):
     """Every target once; no window crosses a boundary of the non-overlapping windows of ``length``;
     a target at position p of its window of ``length`` sees p inputs while p < C, else between
     C - stride and C - 1: exactly what the model at ``length`` sees, cut to C."""
@@ -83,7 +87,7 @@ def test_the_truncation_null_keeps_the_cold_starts_of_its_length_and_cuts_only_t
 
 
 def test_the_null_equals_the_model_itself_where_the_length_fits_the_context_and_differs_past_it(corpus):
-    from poscli.model import GPT
+    from poscli.model.gpt import GPT
     from tests.conftest import tiny_config
 
     torch.manual_seed(0)
@@ -174,7 +178,9 @@ def test_the_reference_trigram_matches_its_formula_by_hand():
     model = NGram.fit(train)
     losses = model.token_losses(np.frombuffer(b"abc", dtype=np.uint8))
     n = len(train)
-    p_b = 0.05 * (3 + 1) / (n + 256) + 0.25 * (3 / 3)  # after "a": P2(b|a) = 3/3; no trigram context for the first target
+    p_b = 0.05 * (3 + 1) / (n + 256) + 0.25 * (
+        3 / 3
+    )  # after "a": P2(b|a) = 3/3; no trigram context for the first target
     p_c = 0.05 * (2 + 1) / (n + 256) + 0.25 * (2 / 3) + 0.7 * (2 / 3)  # after "ab": P3(c|ab) = 2/3, P2(c|b) = 2/3
     assert losses[0] == pytest.approx(-math.log(p_b / 0.30))
     assert losses[1] == pytest.approx(-math.log(p_c / 1.0))
@@ -222,7 +228,9 @@ def test_intervals_decide_classes_and_orders_only_where_they_separate():
     assert class_verdict("keeps", 0.95, 1.05) == "agrees"
     assert class_verdict("keeps", 1.2, 1.5) == "differs"
     assert class_verdict("keeps", 1.05, 1.2).startswith("tied")
-    rows = {name: pd.Series({"mean": m, "ci_low": lo, "ci_high": hi}) for name, m, lo, hi in
-            [("a", 1.0, 0.9, 1.1), ("b", 1.5, 1.4, 1.6), ("c", 1.55, 1.45, 1.65)]}
+    rows = {
+        name: pd.Series({"mean": m, "ci_low": lo, "ci_high": hi})
+        for name, m, lo, hi in [("a", 1.0, 0.9, 1.1), ("b", 1.5, 1.4, 1.6), ("c", 1.55, 1.45, 1.65)]
+    }
     order, text = ranked(rows)
     assert order == ["a", "b", "c"] and text == "a < b ≈ c"

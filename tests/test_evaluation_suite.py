@@ -7,13 +7,14 @@ import pandas as pd
 import pytest
 import torch
 
-from poscli import passkey, stats
-from poscli.data import load_corpus
-from poscli.decay import attention_decay
+from poscli.data import passkey
+from poscli.data.corpus import load_corpus
 from poscli.errors import PoscliError
-from poscli.evalset import build_eval_set
-from poscli.evaluate import loss_by_position, perplexity, position_buckets
-from poscli.model import GPT
+from poscli.evaluation import stats
+from poscli.evaluation.decay import attention_decay
+from poscli.evaluation.evalset import build_eval_set
+from poscli.evaluation.evaluate import loss_by_position, perplexity, position_buckets
+from poscli.model.gpt import GPT
 from tests.conftest import tiny_config
 from tests.test_cli import TINY, poscli
 
@@ -78,7 +79,8 @@ def test_decay_matches_a_direct_computation():
     k = torch.randn(pairs, dim, generator=generator, dtype=torch.float64)
     for distance in (0, 1, 7, 40):
         pe = lambda pos: torch.tensor(  # noqa: E731
-            [f(pos / base ** (2 * (t // 2) / dim)) for t, f in zip(range(dim), [math.sin, math.cos] * (dim // 2))], dtype=torch.float64
+            [f(pos / base ** (2 * (t // 2) / dim)) for t, f in zip(range(dim), [math.sin, math.cos] * (dim // 2))],
+            dtype=torch.float64,
         )
         sinusoidal = ((q + pe(0)) * (k + pe(distance))).sum(-1).mean()
         rotation = torch.zeros(dim, dim, dtype=torch.float64)  # block-diagonal R(distance)
@@ -87,7 +89,9 @@ def test_decay_matches_a_direct_computation():
             c, s = math.cos(angle), math.sin(angle)
             rotation[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
         rope = (q * (k @ rotation.T)).sum(-1).mean()
-        assert result["sinusoidal"][distance].item() == pytest.approx(sinusoidal.item(), rel=1e-6)  # PE table is float32
+        assert result["sinusoidal"][distance].item() == pytest.approx(
+            sinusoidal.item(), rel=1e-6
+        )  # PE table is float32
         assert result["rope"][distance].item() == pytest.approx(rope.item(), rel=1e-6, abs=1e-9)  # inv_freq is float32
 
 
@@ -100,11 +104,25 @@ def passkey_run(tmp_path_factory):
     results = base / "results"
     args = [*TINY]
     args[args.index("--train-length") + 1] = "128"
-    done = poscli("train", "--pe", "alibi", "--data", str(corpus), "--mix", "passkey:0.5", "--steps", "4", "--results", str(results), *args)
+    done = poscli(
+        "train",
+        "--pe",
+        "alibi",
+        "--data",
+        str(corpus),
+        "--mix",
+        "passkey:0.5",
+        "--steps",
+        "4",
+        "--results",
+        str(results),
+        *args,
+    )
     assert done.returncode == 0, done.stderr
     return results
 
 
+@pytest.mark.slow
 def test_the_whole_suite_writes_every_table_and_plot(passkey_run):
     results = passkey_run
     for args in (
@@ -114,10 +132,26 @@ def test_the_whole_suite_writes_every_table_and_plot(passkey_run):
         ["plot", "decay", "--max-distance", "64"],
         ["report"],
     ):
-        done = poscli(*args, "--results", str(results), "--quiet") if args[0] == "eval" else poscli(*args, "--results", str(results))
+        done = (
+            poscli(*args, "--results", str(results), "--quiet")
+            if args[0] == "eval"
+            else poscli(*args, "--results", str(results))
+        )
         assert done.returncode == 0, (args, done.stderr)
-    for name in ("ppl.csv", "ppl.md", "ppl.png", "ppl_by_position.csv", "ppl_by_position.png", "passkey.csv", "passkey.md",
-                 "passkey-alibi.png", "decay.png", "decay.csv", "REPORT.md", "history.jsonl"):
+    for name in (
+        "ppl.csv",
+        "ppl.md",
+        "ppl.png",
+        "ppl_by_position.csv",
+        "ppl_by_position.png",
+        "passkey.csv",
+        "passkey.md",
+        "passkey-alibi.png",
+        "decay.png",
+        "decay.csv",
+        "REPORT.md",
+        "history.jsonl",
+    ):
         assert (results / name).stat().st_size > 0, name
     for png in results.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -128,24 +162,40 @@ def test_the_whole_suite_writes_every_table_and_plot(passkey_run):
     assert cells["digit_accuracy"].between(0, 1).all() and (cells["answer_logprob"] <= 0).all()
     assert set(cells["template"]) == {"compact"} and set(cells["keys"]) == {1}  # the format the run trained on
     report = (results / "REPORT.md").read_text()
-    assert "poscli eval alibi --lengths 128,256 --stride 32" in report and "![passkey-alibi](passkey-alibi.png)" in report
+    assert (
+        "poscli eval alibi --lengths 128,256 --stride 32" in report and "![passkey-alibi](passkey-alibi.png)" in report
+    )
     assert "torch" in report and "## Runs" in report
     config = json.loads((results / "runs" / "alibi" / "config.json").read_text())
     assert config["train"]["mix"] == "passkey:0.5"
-    assert (config["train"]["passkey_template"], config["train"]["passkey_keys"], config["train"]["passkey_lengths"]) == ("compact", 1, "random")
+    assert (
+        config["train"]["passkey_template"],
+        config["train"]["passkey_keys"],
+        config["train"]["passkey_lengths"],
+    ) == ("compact", 1, "random")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["eval", "alibi", "--task", "passkey", "--depths", "0,150"], "between 0 and 100"),
-    (["eval", "alibi", "--task", "passkey", "--lengths", "32"], "passkey prompt with 1 key(s) needs at least 82 tokens"),
-    (["eval", "alibi", "--task", "passkey", "--lengths", "256", "--keys", "13"], "holds 1 to 12 keys"),
-    (["train", "--mix", "passkey:0.5", "--passkey-template", "paper", "--passkey-keys", "2"], "holds 1 to 1 keys"),
-    (["train", "--answer-loss", "1"], "--answer-loss weighs the answers of passkey examples"),
-    (["train", "--mix", "passkey:0.5", "--passkey-keys", "4", "--train-length", "128"], "needs a train length of at least"),
-    (["eval", "alibi", "--stride", "500", "--lengths", "128"], "--stride 500 is longer than the length 128"),
-    (["plot", "decay", "--dim", "7"], "--dim must be an even number"),
-    (["train", "--mix", "passkey:2"], "--mix 'passkey:2'"),
-])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["eval", "alibi", "--task", "passkey", "--depths", "0,150"], "between 0 and 100"),
+        (
+            ["eval", "alibi", "--task", "passkey", "--lengths", "32"],
+            "passkey prompt with 1 key(s) needs at least 82 tokens",
+        ),
+        (["eval", "alibi", "--task", "passkey", "--lengths", "256", "--keys", "13"], "holds 1 to 12 keys"),
+        (["train", "--mix", "passkey:0.5", "--passkey-template", "paper", "--passkey-keys", "2"], "holds 1 to 1 keys"),
+        (["train", "--answer-loss", "1"], "--answer-loss weighs the answers of passkey examples"),
+        (
+            ["train", "--mix", "passkey:0.5", "--passkey-keys", "4", "--train-length", "128"],
+            "needs a train length of at least",
+        ),
+        (["eval", "alibi", "--stride", "500", "--lengths", "128"], "--stride 500 is longer than the length 128"),
+        (["plot", "decay", "--dim", "7"], "--dim must be an even number"),
+        (["train", "--mix", "passkey:2"], "--mix 'passkey:2'"),
+    ],
+)
 def test_suite_errors_are_one_line_exit_2(passkey_run, args, message):
     done = poscli(*args, "--results", str(passkey_run))
     assert done.returncode == 2, done.stderr
@@ -155,7 +205,7 @@ def test_suite_errors_are_one_line_exit_2(passkey_run, args, message):
 
 def test_passkey_rows_reach_the_table_run_by_run(passkey_run):
     """An evaluation of many runs stopped midway keeps the runs it finished (the recipe then scores only the rest)."""
-    from poscli.retrieval import evaluate_passkey, save_rows
+    from poscli.evaluation.retrieval import evaluate_passkey, save_rows
 
     saved = []
 
@@ -173,7 +223,7 @@ def test_perplexity_rows_reach_the_table_run_by_run(passkey_run):
     """The same for perplexity: each run's rows, spans and positions are merged into TABLE.csv as
     it finishes; a run that failed after them keeps them (here: the second run is missing)."""
     from poscli.errors import PoscliError
-    from poscli.evaluate import evaluate_runs, write_tables
+    from poscli.evaluation.evaluate import evaluate_runs, write_tables
 
     saved = []
 

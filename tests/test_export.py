@@ -14,12 +14,13 @@ import pytest
 import torch
 import transformers
 
-from poscli import runs, scaling
-from poscli.cli import main
+from poscli.cli.app import main
 from poscli.config import ModelConfig
 from poscli.errors import NotApplicable, PoscliError
-from poscli.export import byte_level_tokenizer, check_export, export, exportable_encodings
-from poscli.model import GPT
+from poscli.export.hf import byte_level_tokenizer, check_export, export, exportable_encodings
+from poscli.extension import scaling
+from poscli.model import runs
+from poscli.model.gpt import GPT
 from tests.conftest import tiny_config
 
 TOLERANCE = 1e-4  # issue 19: max absolute logit difference in float32
@@ -34,7 +35,9 @@ def make_run(folder, config: ModelConfig, name: str = "run", tokenizer: str = "b
             parameter.add_(torch.randn_like(parameter) * 0.1)  # norms' weights near 1, every bias non-zero
     run = folder / name
     run.mkdir(parents=True)
-    runs.write_config(run, {"name": name, "model": config.to_dict(), "train": {"tokenizer": tokenizer}, "status": "finished"})
+    runs.write_config(
+        run, {"name": name, "model": config.to_dict(), "train": {"tokenizer": tokenizer}, "status": "finished"}
+    )
     runs.save_weights(model, run)
     return run
 
@@ -50,7 +53,9 @@ def logits_differ(run, folder, lengths) -> float:
     return worst
 
 
-@pytest.mark.parametrize("options", [{}, {"layout": "interleaved"}, {"layout": "interleaved", "rotary_fraction": 0.5}, {"base": 500.0}])
+@pytest.mark.parametrize(
+    "options", [{}, {"layout": "interleaved"}, {"layout": "interleaved", "rotary_fraction": 0.5}, {"base": 500.0}]
+)
 def test_rope_runs_give_poscli_logits_in_transformers(tmp_path, options):
     run = make_run(tmp_path, tiny_config("rope", options))
     written = export(run, tmp_path / "hf")
@@ -66,8 +71,15 @@ def longrope_options(rotary_dim: int) -> dict:
 
 
 EXTENSIONS = {
-    "pi": {}, "ntk": {}, "dynamic-ntk": {}, "yarn": {}, "ntk-by-parts": {}, "llama3": {}, "base": {"rope_base": 40000.0},
-    "longrope": longrope_options(8), "yarn-tuned": {"beta_fast": 8.0, "beta_slow": 2.0, "attention_factor": 1.2},
+    "pi": {},
+    "ntk": {},
+    "dynamic-ntk": {},
+    "yarn": {},
+    "ntk-by-parts": {},
+    "llama3": {},
+    "base": {"rope_base": 40000.0},
+    "longrope": longrope_options(8),
+    "yarn-tuned": {"beta_fast": 8.0, "beta_slow": 2.0, "attention_factor": 1.2},
 }
 
 
@@ -90,7 +102,12 @@ def test_learned_runs_export_as_gpt2_with_every_table_row(tmp_path):
 
 
 def test_check_export_reports_the_difference_at_the_extended_length(tmp_path):
-    rope_scaling = {"method": "yarn", "factor": 4.0, "original_length": 32, "options": scaling.check_options("yarn", {})}
+    rope_scaling = {
+        "method": "yarn",
+        "factor": 4.0,
+        "original_length": 32,
+        "options": scaling.check_options("yarn", {}),
+    }
     run = make_run(tmp_path, tiny_config("rope", rope_scaling=rope_scaling))
     export(run, tmp_path / "hf")
     checked = check_export(run, tmp_path / "hf")
@@ -100,7 +117,10 @@ def test_check_export_reports_the_difference_at_the_extended_length(tmp_path):
 def test_encodings_transformers_lacks_answer_in_one_line(tmp_path):
     assert set(exportable_encodings()) == {"rope", "learned"}
     for pe in ("alibi", "t5", "xpos", "none"):
-        with pytest.raises(NotApplicable, match=f"--pe {pe}, which no transformers architecture has; poscli export takes runs of --pe learned, rope"):
+        with pytest.raises(
+            NotApplicable,
+            match=f"--pe {pe}, which no transformers architecture has; poscli export takes runs of --pe learned, rope",
+        ):
             export(make_run(tmp_path / pe, tiny_config(pe)), tmp_path / "hf")
     remapped = tiny_config("rope", remap={"method": "self-extend", "window": 8, "group": 4})
     with pytest.raises(NotApplicable, match="self-extend, attention at remapped positions"):

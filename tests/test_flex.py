@@ -1,4 +1,4 @@
-"""FlexAttention (poscli.flex): every score-bias encoding's score_mod equals textbook attention.
+"""FlexAttention (poscli.attention.flex): every score-bias encoding's score_mod equals textbook attention.
 
 The reference is test_attention's: softmax(q k^T / sqrt(hd) + score_bias, causal) v in float64
 from the encoding's dense ``score_bias``. FlexAttention runs eagerly here (exact, on CPU, in CI);
@@ -9,8 +9,9 @@ blocks, and positions may start past 0 (a window of a longer text).
 import pytest
 import torch
 
-from poscli import encodings, flex
-from poscli.model import GPT
+from poscli import encodings
+from poscli.attention import flex
+from poscli.model.gpt import GPT
 from tests.conftest import tiny_config
 from tests.test_attention import WITH_BIAS, random_encoding, textbook_attention
 
@@ -27,6 +28,7 @@ def cpu_backward(monkeypatch):
     monkeypatch.setattr(flex_attention, "_validate_device", lambda *args, **kwargs: None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pe", WITH_BIAS)
 @pytest.mark.parametrize("length,start", [(1, 0), (150, 0), (200, 37)])
 def test_flex_equals_the_textbook_formula_forward_and_backward(pe, length, start, cpu_backward):
@@ -49,9 +51,16 @@ def test_flex_equals_the_textbook_formula_forward_and_backward(pe, length, start
         assert got_grad is not None, f"{pe}: no gradient reaches {name} through the score_mod"
         # float32 on the gradient's own scale, as in test_attention (a per-head constant's exact gradient is 0)
         atol = 5e-5 * max(1.0, want_grad.abs().max().item())
-        torch.testing.assert_close(got_grad, want_grad, rtol=1e-4, atol=atol, msg=lambda detail: f"{pe} {name}: {detail}")
+        torch.testing.assert_close(
+            got_grad,
+            want_grad,
+            rtol=1e-4,
+            atol=atol,
+            msg=lambda detail: f"{pe} {name}: {detail}",  # noqa: B023
+        )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pe", WITH_BIAS)
 def test_the_model_takes_the_flex_path_when_asked_and_agrees(pe, monkeypatch):
     """POSCLI_FLEX=always routes every bias encoding through FlexAttention; logits match the
@@ -62,7 +71,11 @@ def test_the_model_takes_the_flex_path_when_asked_and_agrees(pe, monkeypatch):
     expected = model(tokens)
     calls = []
     original = flex.flex_causal_attention
-    monkeypatch.setattr(flex, "flex_causal_attention", lambda *args, **kw: calls.append(1) or original(*args, **{**kw, "compiled": False}))
+    monkeypatch.setattr(
+        flex,
+        "flex_causal_attention",
+        lambda *args, **kw: calls.append(1) or original(*args, **{**kw, "compiled": False}),
+    )
     flex.set_flex_mode("always")
     try:
         with torch.no_grad():  # on CPU the flex path is inference only
@@ -104,5 +117,7 @@ def test_a_user_encoding_gets_the_flex_path_by_giving_a_score_mod():
     q, k, v = (torch.randn(1, 2, 140, 8) for _ in range(3))
     positions = torch.arange(140)
     got = flex.flex_causal_attention(q, k, v, encoding.score_mod(q, positions, 0), compiled=False)
-    torch.testing.assert_close(got.double(), textbook_attention(q, k, v, encoding.score_bias(q, positions, positions, 0)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        got.double(), textbook_attention(q, k, v, encoding.score_bias(q, positions, positions, 0)), rtol=1e-5, atol=1e-5
+    )
     assert encodings  # the registry is untouched: a user class needs no registration to be tested

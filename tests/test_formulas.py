@@ -10,8 +10,8 @@ from poscli import encodings
 from poscli.encodings.alibi import alibi_slopes
 from poscli.encodings.base import sinusoid_table
 from poscli.encodings.rope import rotate_pairs
-from poscli.scaling import default_inv_freq as rope_inv_freq
 from poscli.encodings.t5 import t5_causal_bucket
+from poscli.extension.scaling import default_inv_freq as rope_inv_freq
 from tests.conftest import tiny_config
 
 # --------------------------------------------------------------------------- RoPE
@@ -67,7 +67,9 @@ def test_rope_layouts_are_the_same_rotation_up_to_a_fixed_permutation():
 def test_rope_inverse_frequencies_follow_the_base():
     for base in (10000.0, 500000.0):
         expected = [base ** (-2 * i / 32) for i in range(16)]
-        torch.testing.assert_close(rope_inv_freq(32, base).double(), torch.tensor(expected, dtype=torch.float64), rtol=1e-6, atol=0)
+        torch.testing.assert_close(
+            rope_inv_freq(32, base).double(), torch.tensor(expected, dtype=torch.float64), rtol=1e-6, atol=0
+        )
 
 
 # --------------------------------------------------------------------------- sinusoidal
@@ -131,11 +133,15 @@ def test_alibi_bias_is_minus_slope_times_distance():
 
 
 def t5_bucket_by_hand(n, num_buckets=32, max_distance=128):
-    """Raffel et al. (2020) / the T5 code: n < 16 own bucket; else 16 + floor(log(n/16) / log(128/16) * 16), capped at 31."""
+    """Raffel et al. (2020) / the T5 code: n < 16 own bucket; else
+    16 + floor(log(n/16) / log(128/16) * 16), capped at 31."""
     exact = num_buckets // 2
     if n < exact:
         return n
-    return min(num_buckets - 1, exact + math.floor(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)))
+    return min(
+        num_buckets - 1,
+        exact + math.floor(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)),
+    )
 
 
 def test_t5_buckets_for_distances_0_to_300_match_the_formula():
@@ -225,7 +231,9 @@ def test_kerple_bias_is_zero_at_distance_zero_and_falls_with_distance():
         kerple.raw_r1.normal_()
         kerple.raw_r2.normal_()
     positions = torch.arange(200)
-    bias = kerple.score_bias(torch.zeros(1, 4, 200, 8), positions[-1:], positions, layer=0)[:, 0]  # (H, 200): distance 199..0
+    bias = kerple.score_bias(torch.zeros(1, 4, 200, 8), positions[-1:], positions, layer=0)[
+        :, 0
+    ]  # (H, 200): distance 199..0
     by_distance = bias.flip(-1)  # distance 0, 1, ..., 199
     assert torch.all(by_distance[:, 0] == 0)
     assert torch.all(by_distance[:, 1:] < by_distance[:, :-1])
@@ -252,7 +260,7 @@ def test_fire_input_is_the_progressively_normalised_log_distance():
 
 def test_fire_mlp_is_its_linear_pieces():
     """A one-layer ReLU MLP of a scalar is piecewise linear with a switch per unit at x = -b1 / w1
-    (the form poscli.distance_attention applies): the pieces from relu_pieces equal the MLP in
+    (the form poscli.attention.distance_attention applies): the pieces from relu_pieces equal the MLP in
     float64 everywhere, exactly at each switch and on either side of it, and off the switches
     their gradients with respect to the weights equal the MLP's."""
     from poscli.encodings.fire import relu_pieces
@@ -264,15 +272,20 @@ def test_fire_mlp_is_its_linear_pieces():
     w1, b1, w2, b2 = mlp[0].weight[:, 0], mlp[0].bias, mlp[2].weight, mlp[2].bias
     breakpoints, intercept, slope = relu_pieces(w1, b1, w2, b2)
     assert len(breakpoints) == 31 and bool((breakpoints.diff() >= 0).all())
-    x = torch.cat((torch.linspace(-5, 5, 1001, dtype=torch.float64), breakpoints, breakpoints - 1e-9, breakpoints + 1e-9))
+    x = torch.cat(
+        (torch.linspace(-5, 5, 1001, dtype=torch.float64), breakpoints, breakpoints - 1e-9, breakpoints + 1e-9)
+    )
     segment = torch.searchsorted(breakpoints, x, right=True)  # pieces: x >= breakpoint k is past it
     pieces = intercept[segment] + slope[segment] * x[:, None]  # (N, H)
     torch.testing.assert_close(pieces, mlp(x[:, None]), rtol=1e-12, atol=1e-12)
     weights, generic = list(mlp.parameters()), slice(0, 1001)  # off the switches, where ReLU's gradient is defined
-    for got, want in zip(torch.autograd.grad(pieces[generic].sum(), weights), torch.autograd.grad(mlp(x[generic, None]).sum(), weights)):
+    for got, want in zip(
+        torch.autograd.grad(pieces[generic].sum(), weights), torch.autograd.grad(mlp(x[generic, None]).sum(), weights)
+    ):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_fire_can_represent_alibi():
     """FIRE learns ALiBi as a special case (Li et al., 2023): with L above every position and
     c -> 0, psi(i - j) / psi(L) -> (i - j) / L, and the MLP only has to scale it by -m_h L.
@@ -320,7 +333,9 @@ def test_p_rope_with_keep_1_is_rope_and_lower_keeps_leave_the_lowest_pairs_untur
     torch.manual_seed(0)
     config = tiny_config("rope")  # head dim 8: 4 pairs, halves layout
     x, positions = torch.randn(1, 1, 20, 8), torch.arange(20)
-    torch.testing.assert_close(rotate_once(tiny_config("rope", options=dict(keep=1.0)), x, positions), rotate_once(config, x, positions))
+    torch.testing.assert_close(
+        rotate_once(tiny_config("rope", options=dict(keep=1.0)), x, positions), rotate_once(config, x, positions)
+    )
     half = rotate_once(tiny_config("rope", options=dict(keep=0.5)), x, positions)
     dropped = [2, 3, 6, 7]  # the two lowest-frequency pairs: (2, 6) and (3, 7)
     torch.testing.assert_close(half[..., dropped], x[..., dropped])
@@ -341,8 +356,11 @@ def test_rotary_fraction_rotates_only_the_first_dimensions_as_a_smaller_rope():
 def test_extension_methods_apply_to_the_rotated_dimensions_of_the_variants():
     from poscli.encodings import build
 
-    config = tiny_config("rope", options=dict(rotary_fraction=0.5, keep=0.5),
-                         rope_scaling={"method": "yarn", "factor": 4.0, "original_length": 32, "options": {}})
+    config = tiny_config(
+        "rope",
+        options=dict(rotary_fraction=0.5, keep=0.5),
+        rope_scaling={"method": "yarn", "factor": 4.0, "original_length": 32, "options": {}},
+    )
     encoding = build(config)
     assert encoding.inv_freq.shape == (encoding.rotary_dim // 2,)
     assert encoding.inv_freq[-1] == 0 and encoding.inv_freq[0] > 0

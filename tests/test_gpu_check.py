@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from poscli import gpu_check
+from benchmarks import gpu_check
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the real check runs instead")
@@ -15,6 +15,7 @@ def test_without_cuda_it_says_so_and_exits_0(capsys):
     assert "no CUDA device on this machine; nothing to check" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_check_runs_end_to_end_at_toy_sizes_on_cpu(tmp_path, capsys):
     assert gpu_check.main(["--device", "cpu", "--quick", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "gpu-check.json").read_text())

@@ -3,16 +3,15 @@ import stat
 
 import pytest
 
-from poscli.io import atomic_write
+from poscli.core.io import atomic_write
 
 
 def test_atomic_write_replaces_the_file_only_on_success(tmp_path):
     target = tmp_path / "table.csv"
     target.write_text("old\n")
-    with pytest.raises(RuntimeError):
-        with atomic_write(target) as handle:
-            handle.write("half a ta")
-            raise RuntimeError("crash mid-write")
+    with pytest.raises(RuntimeError), atomic_write(target) as handle:
+        handle.write("half a ta")
+        raise RuntimeError("crash mid-write")
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["table.csv"], "no temporary file is left behind"
     with atomic_write(target) as handle:

@@ -56,10 +56,17 @@ class LearnedSlope(PositionalEncoding):
 
 def through_the_cli(pe: str, env: dict, corpus: Path, results: Path, cwd: Path) -> None:
     def poscli(*args):
-        return subprocess.run([sys.executable, "-m", "poscli", *args, "--results", str(results)],
-                              capture_output=True, text=True, env=env, cwd=cwd)
+        return subprocess.run(
+            [sys.executable, "-m", "poscli", *args, "--results", str(results)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
 
-    trained = poscli("train", "--pe", pe, "-O", "slope=0.25", "--name", "slope", "--data", str(corpus), "--steps", "4", *TINY)
+    trained = poscli(
+        "train", "--pe", pe, "-O", "slope=0.25", "--name", "slope", "--data", str(corpus), "--steps", "4", *TINY
+    )
     assert trained.returncode == 0, trained.stderr
     config = json.loads((results / "runs" / "slope" / "config.json").read_text())
     assert config["model"]["pe"] == pe and config["model"]["pe_options"] == {"slope": 0.25}
@@ -69,15 +76,22 @@ def through_the_cli(pe: str, env: dict, corpus: Path, results: Path, cwd: Path) 
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(results / "ppl.csv")
     assert set(table["pe"]) == {pe} and table["ppl"].notna().all()
-    assert (results / "runs" / "slope+yarn-x4").exists() is False, "an encoding that needs no rescaling makes no new run"
+    assert (results / "runs" / "slope+yarn-x4").exists() is False, (
+        "an encoding that needs no rescaling makes no new run"
+    )
     refused = poscli("train", "--pe", pe, "-O", "slope=-1", "--data", str(corpus), "--steps", "1", *TINY)
     assert refused.returncode == 2 and "slope must be positive" in refused.stderr
 
 
 def registry_tests(pe: str, env: dict, root: Path = REPOSITORY) -> None:
     """tests/test_encodings.py for ``pe`` alone, run from ``root`` (which holds poscli/ and tests/)."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests" / "test_encodings.py")],
-                          capture_output=True, text=True, env={**env, "POSCLI_TEST_ENCODINGS": pe}, cwd=root)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests" / "test_encodings.py")],
+        capture_output=True,
+        text=True,
+        env={**env, "POSCLI_TEST_ENCODINGS": pe},
+        cwd=root,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     assert "passed" in done.stdout and "failed" not in done.stdout
 
@@ -89,6 +103,7 @@ def corpus(tmp_path_factory):
     return write_text_corpus(tmp_path_factory.mktemp("new-encoding") / "corpus")
 
 
+@pytest.mark.slow
 def test_one_file_in_the_encodings_package_is_a_whole_new_encoding(corpus, tmp_path):
     """A copy of poscli with one file added to poscli/encodings/ and nothing else changed."""
     package = tmp_path / "site" / "poscli"
@@ -96,14 +111,19 @@ def test_one_file_in_the_encodings_package_is_a_whole_new_encoding(corpus, tmp_p
     shutil.copytree(REPOSITORY / "tests", tmp_path / "site" / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     (package / "encodings" / "learned_slope.py").write_text(NEW_ENCODING)
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
-    listed = subprocess.run([sys.executable, "-m", "poscli", "encodings"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    listed = subprocess.run(
+        [sys.executable, "-m", "poscli", "encodings"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert "learned-slope" in listed.stdout and "options: slope=0.5; extend: needs no rescaling" in listed.stdout
-    helped = subprocess.run([sys.executable, "-m", "poscli", "train", "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    helped = subprocess.run(
+        [sys.executable, "-m", "poscli", "train", "--help"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert "learned-slope" in helped.stdout
     through_the_cli("learned-slope", env, corpus, tmp_path / "results", tmp_path)
     registry_tests("learned-slope", env, root=tmp_path / "site")
 
 
+@pytest.mark.slow
 def test_one_module_outside_the_package_is_a_whole_new_encoding(corpus, tmp_path):
     """The same class as --pe module:Class (the registry tests ran on it above, as a package file)."""
     (tmp_path / "slope_encoding.py").write_text(NEW_ENCODING)

@@ -5,9 +5,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from poscli.data import CorpusOptions, load_corpus
+from poscli.data.corpus import CorpusOptions, load_corpus
+from poscli.data.sources import RowOptions
 from poscli.errors import PoscliError
-from poscli.sources import RowOptions
 
 TEXT = "".join(f"Line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(4000))
 
@@ -50,7 +50,9 @@ def test_wikitext_style_rows_become_one_document_per_article(tmp_path):
     rows = wikitext_parquet(tmp_path / "train.parquet", 40)
     corpus = load_corpus(str(tmp_path / "train.parquet"), 0.1, CorpusOptions(rows=RowOptions(join_rows="heading")))
     assert corpus.num_documents == 40 and 0 < corpus.heldout.sum() < 40
-    assert sorted(corpus.document(d).tobytes().decode().splitlines()[0] for d in range(40)) == sorted(f" = Article {a} = " for a in range(40))
+    assert sorted(corpus.document(d).tobytes().decode().splitlines()[0] for d in range(40)) == sorted(
+        f" = Article {a} = " for a in range(40)
+    )
     assert corpus.document_lengths().sum() == len("".join(rows).encode())
     plain = load_corpus(str(tmp_path / "train.parquet"), 0.1)  # a row per document, as before
     assert plain.num_documents == len([r for r in rows if r])
@@ -72,11 +74,12 @@ def test_the_same_files_read_with_other_row_options_are_another_corpus(tmp_path)
     rows = load_corpus(str(tmp_path / "train.parquet"), 0.2)
     assert joined.num_documents < rows.num_documents and np.array_equal(
         np.concatenate([joined.document(d) for d in range(joined.num_documents)]),
-        np.concatenate([rows.document(d) for d in range(rows.num_documents)]))
+        np.concatenate([rows.document(d) for d in range(rows.num_documents)]),
+    )
 
 
 def test_a_bpe_corpus_keeps_the_documents_and_split_in_fewer_tokens(tmp_path):
-    from poscli.tokenizer import train_bpe
+    from poscli.data.tokenizer import train_bpe
 
     path = tmp_path / "input.txt"
     path.write_text(TEXT)
@@ -102,21 +105,39 @@ def poscli(*args, cwd=None):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy())
+    return subprocess.run(
+        [sys.executable, "-m", "poscli", *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy()
+    )
 
 
+@pytest.mark.slow
 def test_a_bpe_run_is_extended_resumed_and_evaluated_with_its_own_tokenizer(tmp_path):
     import json
 
     path = tmp_path / "input.txt"
     path.write_text(TEXT)
     results = str(tmp_path / "results")
-    trained = poscli("train", "--data", str(path), "--tokenizer", "bpe:300", "--steps", "3", "--name", "b", "--results", results, *TINY)
+    trained = poscli(
+        "train",
+        "--data",
+        str(path),
+        "--tokenizer",
+        "bpe:300",
+        "--steps",
+        "3",
+        "--name",
+        "b",
+        "--results",
+        results,
+        *TINY,
+    )
     assert trained.returncode == 0, trained.stderr
     run = tmp_path / "results" / "runs" / "b"
     config = json.loads((run / "config.json").read_text())
     vocabulary = json.loads((run / "tokenizer.json").read_text())["model"]["vocab"]
-    assert config["train"]["tokenizer"] == "bpe:300" and config["model"]["vocab_size"] == len(vocabulary) <= 300  # fewer when merges run out
+    assert (
+        config["train"]["tokenizer"] == "bpe:300" and config["model"]["vocab_size"] == len(vocabulary) <= 300
+    )  # fewer when merges run out
     (run / "config.json").write_text(json.dumps({**config, "status": "interrupted"}))  # as a Ctrl-C leaves it
     resumed = poscli("train", "--resume", "b", "--results", results)
     assert resumed.returncode == 0, resumed.stderr

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from poscli.data import cut_near, parse_split, position_split
+from poscli.data.corpus import cut_near, parse_split, position_split
+from poscli.data.tokens import encode
 from poscli.errors import PoscliError
-from poscli.tokens import encode
 
 TEXT = encode("".join(f"line {i}: {'é' * (i % 7)} some words of text\n" for i in range(5000)))
 
@@ -34,7 +34,9 @@ def test_a_cut_never_splits_a_utf8_character():
     assert text[cut] == 0xC3 and cut in (1002,)
 
 
-@pytest.mark.parametrize("text, phrase", [("blocks:0", "blocks:K"), ("rows", "auto, documents, tail"), ("blocks:x", "blocks:K")])
+@pytest.mark.parametrize(
+    "text, phrase", [("blocks:0", "blocks:K"), ("rows", "auto, documents, tail"), ("blocks:x", "blocks:K")]
+)
 def test_a_bad_split_is_one_line_naming_the_choices(text, phrase):
     with pytest.raises(PoscliError, match=phrase):
         parse_split(text)

@@ -5,17 +5,22 @@ import hashlib
 import numpy as np
 import pytest
 
+from poscli.data.prepared import TokenFile, heldout_by_hash, open_prepared, prepare
+from poscli.data.tokenizer import ByteTokenizer, train_bpe
+from poscli.data.tokens import encode
 from poscli.errors import PoscliError
-from poscli.prepared import TokenFile, heldout_by_hash, open_prepared, prepare
-from poscli.tokenizer import ByteTokenizer, train_bpe
-from poscli.tokens import encode
 
-DOCUMENTS = [f"document {i}\n" + "".join(f"line {j} of document {i}: {'ü' * (j % 3)}\n" for j in range(i % 17 + 1)) for i in range(400)]
+DOCUMENTS = [
+    f"document {i}\n" + "".join(f"line {j} of document {i}: {'ü' * (j % 3)}\n" for j in range(i % 17 + 1))
+    for i in range(400)
+]
 
 
 def test_the_files_hold_every_document_once_on_the_side_its_hash_decides(tmp_path):
     seen = []
-    corpus = prepare(iter(DOCUMENTS), tmp_path / "p", ByteTokenizer(), 0.1, "test", progress=lambda d, b: seen.append((d, b)))
+    corpus = prepare(
+        iter(DOCUMENTS), tmp_path / "p", ByteTokenizer(), 0.1, "test", progress=lambda d, b: seen.append((d, b))
+    )
     held = [heldout_by_hash(hashlib.sha1(d.encode()).hexdigest(), 0.1) for d in DOCUMENTS]
     assert corpus.heldout.tolist() == held and 0 < sum(held) < len(held)
     assert corpus.lengths.tolist() == [len(d.encode()) for d in DOCUMENTS]
@@ -53,7 +58,11 @@ def test_windows_are_the_tokens_at_their_starts(tmp_path):
 def test_a_bpe_corpus_stores_its_ids_and_tokenizer(tmp_path):
     bpe = train_bpe(DOCUMENTS, 400)
     corpus = prepare(iter(DOCUMENTS), tmp_path / "p", bpe, 0.1, "test")
-    assert corpus.meta["dtype"] == "uint16" and corpus.meta["tokenizer"] == "bpe:400" and (tmp_path / "p" / "tokenizer.json").exists()
+    assert (
+        corpus.meta["dtype"] == "uint16"
+        and corpus.meta["tokenizer"] == "bpe:400"
+        and (tmp_path / "p" / "tokenizer.json").exists()
+    )
     index = corpus.heldout_indices()[0]
     assert bpe.decode(corpus.document(index)) == DOCUMENTS[index]
     assert corpus.lengths.sum() < sum(len(d.encode()) for d in DOCUMENTS)
@@ -71,7 +80,7 @@ def test_a_folder_that_is_not_prepared_says_how_to_prepare_it(tmp_path):
 
 
 def test_a_big_text_file_is_cut_at_line_ends_into_documents_that_join_back(tmp_path):
-    from poscli.prepared import file_chunks
+    from poscli.data.prepared import file_chunks
 
     text = "".join(f"line {i} ünï\n" for i in range(20_000))
     path = tmp_path / "big.txt"

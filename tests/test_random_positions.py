@@ -5,8 +5,8 @@ import torch
 
 from poscli.config import TrainConfig
 from poscli.errors import PoscliError
-from poscli.model import GPT
-from poscli.train import sample_positions, train
+from poscli.model.gpt import GPT
+from poscli.training.train import sample_positions, train
 from tests.conftest import tiny_config
 
 
@@ -47,9 +47,11 @@ def test_training_reaches_positions_beyond_the_train_length(tmp_path, text_corpu
     """A learned table trained with --random-positions 256 at length 32 has 256 rows, and rows past
     32 move in training (weight decay off, so only gradients move them)."""
     model_config = tiny_config("learned")  # train length 32
-    train_config = TrainConfig(data=str(text_corpus), steps=5, batch_size=4, weight_decay=0.0, random_positions=256, eval_tokens=256)
+    train_config = TrainConfig(
+        data=str(text_corpus), steps=5, batch_size=4, weight_decay=0.0, random_positions=256, eval_tokens=256
+    )
     result = train(model_config, train_config, name="random", results=tmp_path, show_progress=False)
-    from poscli import runs
+    from poscli.model import runs
 
     trained = runs.load_weights(result.run)["encoding.table.weight"]  # (rows, C)
     assert trained.shape[0] == 256
@@ -61,7 +63,17 @@ def test_training_reaches_positions_beyond_the_train_length(tmp_path, text_corpu
 
 def test_the_range_must_cover_the_train_length_and_none_has_no_positions(tmp_path, text_corpus):
     with pytest.raises(PoscliError, match="shorter than --train-length 32"):
-        train(tiny_config("rope"), TrainConfig(data=str(text_corpus), steps=1, random_positions=16), results=tmp_path, show_progress=False)
+        train(
+            tiny_config("rope"),
+            TrainConfig(data=str(text_corpus), steps=1, random_positions=16),
+            results=tmp_path,
+            show_progress=False,
+        )
     with pytest.raises(PoscliError, match="reads no positions"):
-        train(tiny_config("none"), TrainConfig(data=str(text_corpus), steps=1, random_positions=64), results=tmp_path, show_progress=False)
+        train(
+            tiny_config("none"),
+            TrainConfig(data=str(text_corpus), steps=1, random_positions=64),
+            results=tmp_path,
+            show_progress=False,
+        )
     assert not (tmp_path / "runs").exists()

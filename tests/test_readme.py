@@ -9,10 +9,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_readme_headline_is_exactly_what_results_holds():
-    done = subprocess.run([sys.executable, "tools/readme_headline.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "tools/readme_headline.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
-    assert "<!-- results/reference/tstl-seeds.md -->\nPerplexity, mean over seeds" in results  # the block is filled, not empty
+    assert (
+        "<!-- results/reference/tstl-seeds.md -->\nPerplexity, mean over seeds" in results
+    )  # the block is filled, not empty
 
 
 def test_the_check_notices_a_number_typed_by_hand(tmp_path):

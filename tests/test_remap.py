@@ -1,4 +1,4 @@
-"""Self-Extend, ReRoPE, Leaky ReRoPE and attention sinks (poscli.remap) against their papers'
+"""Self-Extend, ReRoPE, Leaky ReRoPE and attention sinks (poscli.extension.remap) against their papers'
 definitions: every score computed pair by pair in float64 from the distance the method assigns."""
 
 import math
@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from poscli import remap
 from poscli.errors import PoscliError
-from poscli.model import GPT, CausalSelfAttention
+from poscli.extension import remap
+from poscli.model.gpt import GPT, CausalSelfAttention
 from tests.conftest import tiny_config
 
 
@@ -51,7 +51,9 @@ def textbook(q, k, v, plan: remap.Remap, pe: str, slopes=None) -> torch.Tensor:
     visible = ~distance.isnan()
     d = distance.nan_to_num(0.0)
     if pe == "rope":  # q at position d, k at 0: <R(d) q, k> depends on the distance only
-        scores = (rotate_by(q[:, :, None, :].expand(H, T, T, hd), d.expand(H, T, T), inv_freq) * k[:, None, :, :]).sum(-1)
+        scores = (rotate_by(q[:, :, None, :].expand(H, T, T, hd), d.expand(H, T, T), inv_freq) * k[:, None, :, :]).sum(
+            -1
+        )
     else:
         scores = q @ k.transpose(-1, -2) - slopes[:, None, None] * d * math.sqrt(hd)
     scores = (scores / math.sqrt(hd)).masked_fill(~visible, float("-inf"))
@@ -68,10 +70,14 @@ PLANS = [
 ]
 
 
-CASES = [("rope", *plan) for plan in PLANS] + [("alibi", *plan) for plan in PLANS if plan[0] == "sinks"]  # sinks: any encoding
+CASES = [("rope", *plan) for plan in PLANS] + [
+    ("alibi", *plan) for plan in PLANS if plan[0] == "sinks"
+]  # sinks: any encoding
 
 
-@pytest.mark.parametrize("pe, method, options", CASES, ids=[f"{pe}-{m}-{'-'.join(map(str, o.values()))}" for pe, m, o in CASES])
+@pytest.mark.parametrize(
+    "pe, method, options", CASES, ids=[f"{pe}-{m}-{'-'.join(map(str, o.values()))}" for pe, m, o in CASES]
+)
 @pytest.mark.parametrize("grad", [False, True], ids=["fast", "blocked"])
 def test_attention_equals_the_papers_distances(pe, method, options, grad):
     """The model's attention layer, fast path (no grad, CPU band + fused far part) and blocked
@@ -85,23 +91,31 @@ def test_attention_equals_the_papers_distances(pe, method, options, grad):
     x = torch.randn(1, T, config.d_model)
     with torch.set_grad_enabled(grad):
         got = layer(x, torch.arange(T), True, plan)  # (1, T, C)
-    q, k, v = (t.view(T, config.n_head, config.head_dim).transpose(0, 1).double() for t in layer.qkv(x)[0].split(config.d_model, dim=-1))
+    q, k, v = (
+        t.view(T, config.n_head, config.head_dim).transpose(0, 1).double()
+        for t in layer.qkv(x)[0].split(config.d_model, dim=-1)
+    )
     slopes = model.encoding.slopes.double() if pe == "alibi" else None
     expected = textbook(q, k, v, plan, pe, slopes)  # (H, T, hd)
     expected = layer.proj.weight.double() @ expected.transpose(0, 1).reshape(T, config.d_model).T  # (C, T)
     torch.testing.assert_close(got[0].double(), expected.T, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("method, options", [
-    ("self-extend", dict(window=8, group=1)),   # G = 1: every grouped position is the true one
-    ("rerope", dict(window=100)),                # a window longer than the sequence clips nothing
-    ("leaky-rerope", dict(window=8, leak=1.0)),  # slope 1: w + (d - w) = d
-    ("sinks", dict(sinks=4, window=28)),         # a cache as long as the sequence evicts nothing
-])
+@pytest.mark.parametrize(
+    "method, options",
+    [
+        ("self-extend", dict(window=8, group=1)),  # G = 1: every grouped position is the true one
+        ("rerope", dict(window=100)),  # a window longer than the sequence clips nothing
+        ("leaky-rerope", dict(window=8, leak=1.0)),  # slope 1: w + (d - w) = d
+        ("sinks", dict(sinks=4, window=28)),  # a cache as long as the sequence evicts nothing
+    ],
+)
 def test_a_remapping_that_changes_no_distance_is_plain_rope(method, options):
     torch.manual_seed(0)
     plain = GPT(tiny_config("rope")).eval()
-    plan = remap.Remap("rerope", 100) if method == "rerope" else remap.plan(method, 32, 64, **options)  # (w >= L is refused by plan)
+    plan = (
+        remap.Remap("rerope", 100) if method == "rerope" else remap.plan(method, 32, 64, **options)
+    )  # (w >= L is refused by plan)
     remapped = GPT(tiny_config("rope", remap=plan.to_dict())).eval()
     remapped.load_state_dict(plain.state_dict())
     tokens = torch.randint(0, 256, (2, 32 if method == "sinks" else 90))
@@ -126,7 +140,7 @@ def test_default_plans_reach_the_target_within_the_trained_distances(L, target):
     Leaky ReRoPE's default slope maps the target's farthest distance to L - 1 (Su, 2023)."""
     se = remap.plan("self-extend", L, target)
     W, G = se.window, se.group
-    assert W == L // 4 and (L - W) * G + W >= target
+    assert W == L // 4 and target <= (L - W) * G + W
     farthest = lambda G: (target - 1) // G + W - W // G  # noqa: E731, the paper's positions at i = target - 1, j = 0
     far_q, far_k = se.far_positions(torch.tensor([target - 1, 0]))
     assert far_q[0] - far_k[1] == farthest(G) <= L - 1
@@ -136,13 +150,16 @@ def test_default_plans_reach_the_target_within_the_trained_distances(L, target):
     assert float(far_q[0] - far_k[1]) == pytest.approx(min(L - 1, target - 1))
 
 
-@pytest.mark.parametrize("method, options, message", [
-    ("self-extend", dict(window=32), "--window 32 must be shorter than the run's train length 32"),
-    ("self-extend", dict(group=0.5), "--group must be a whole number"),
-    ("sinks", dict(sinks=4, window=29), "--sinks 4 + --window 29 is more than the train length 32"),
-    ("leaky-rerope", dict(leak=0.5), "--leak must be at least 1"),
-    ("rerope", dict(group=2), "--method rerope does not take --group"),
-])
+@pytest.mark.parametrize(
+    "method, options, message",
+    [
+        ("self-extend", dict(window=32), "--window 32 must be shorter than the run's train length 32"),
+        ("self-extend", dict(group=0.5), "--group must be a whole number"),
+        ("sinks", dict(sinks=4, window=29), "--sinks 4 + --window 29 is more than the train length 32"),
+        ("leaky-rerope", dict(leak=0.5), "--leak must be at least 1"),
+        ("rerope", dict(group=2), "--method rerope does not take --group"),
+    ],
+)
 def test_bad_options_are_one_line_errors(method, options, message):
     with pytest.raises(PoscliError, match=message.replace("+", r"\+").replace(".", r"\.")):
         remap.plan(method, 32, 512, **options)
@@ -151,7 +168,7 @@ def test_bad_options_are_one_line_errors(method, options, message):
 def test_pose_positions_skip_in_order_and_cover_distances_up_to_the_target():
     """Zhu et al. (2024): chunks of consecutive positions, skips non-decreasing, all below the
     target; over many draws the largest distance seen reaches the target's."""
-    from poscli.train import pose_positions
+    from poscli.training.train import pose_positions
 
     generator = torch.Generator().manual_seed(0)
     farthest = 0

@@ -20,7 +20,9 @@ RUN = [*TINY, "--steps", "400", "--checkpoint-every", "25"]
 def corpus_and_reference(tmp_path_factory):
     """A small corpus and one uninterrupted run to compare with."""
     corpus, results = cli_workspace(tmp_path_factory, "resume")
-    done = poscli("train", "--pe", "rope", "--data", str(corpus), "--results", str(results), "--name", "reference", *RUN)
+    done = poscli(
+        "train", "--pe", "rope", "--data", str(corpus), "--results", str(results), "--name", "reference", *RUN
+    )
     assert done.returncode == 0, done.stderr
     return corpus, results
 
@@ -31,7 +33,22 @@ def metrics(results, name):
 
 
 def start(corpus, results, name, *extra):
-    args = [sys.executable, "-m", "poscli", "train", "--pe", "rope", "--data", str(corpus), "--results", str(results), "--name", name, *RUN, *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "poscli",
+        "train",
+        "--pe",
+        "rope",
+        "--data",
+        str(corpus),
+        "--results",
+        str(results),
+        "--name",
+        name,
+        *RUN,
+        *extra,
+    ]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -40,14 +57,18 @@ def wait_for_step(results, name, step, process, timeout=60):
     path = results / "runs" / name / "metrics.jsonl"
     deadline = time.time() + timeout
     while time.time() < deadline and process.poll() is None:
-        if path.exists() and any(json.loads(line)["step"] >= step for line in path.read_text().splitlines() if line.strip()):
+        if path.exists() and any(
+            json.loads(line)["step"] >= step for line in path.read_text().splitlines() if line.strip()
+        ):
             return
         time.sleep(0.02)
 
 
 def stopped_then_resumed(argv: list, results, name: str, resume_argv: list, step: int = 50) -> None:
     """``poscli *argv --name NAME`` stopped by SIGTERM after ``step`` (exit 143), then ``poscli *resume_argv``."""
-    process = subprocess.Popen([sys.executable, "-m", "poscli", *argv, "--name", name], stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "poscli", *argv, "--name", name], stderr=subprocess.PIPE, text=True
+    )
     wait_for_step(results, name, step, process)
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
@@ -61,6 +82,7 @@ def same_weights(results, a, b):
     return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_at_step", [0, 130])
 def test_sigkill_at_any_point_then_resume_equals_an_uninterrupted_run(corpus_and_reference, kill_at_step):
     corpus, results = corpus_and_reference
@@ -82,6 +104,7 @@ def test_sigkill_at_any_point_then_resume_equals_an_uninterrupted_run(corpus_and
     assert [m["loss"] for m in resumed] == [m["loss"] for m in reference]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_number, exit_code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_sigterm_and_sigint_save_a_checkpoint_and_say_how_to_resume(corpus_and_reference, signal_number, exit_code):
     corpus, results = corpus_and_reference
@@ -99,16 +122,20 @@ def test_sigterm_and_sigint_save_a_checkpoint_and_say_how_to_resume(corpus_and_r
     assert same_weights(results, "reference", name)
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_loss_curve_and_the_run_records_its_environment(corpus_and_reference):
     corpus, results = corpus_and_reference
     done = poscli("train", "--pe", "rope", "--data", str(corpus), "--results", str(results), "--name", "again", *RUN)
     assert done.returncode == 0, done.stderr
     assert [m["loss"] for m in metrics(results, "again")] == [m["loss"] for m in metrics(results, "reference")]
     environment = json.loads((results / "runs" / "again" / "config.json").read_text())["environment"]
-    assert environment["torch"] == torch.__version__ and environment["device"] == "cpu" and environment["dtype"] == "fp32"
+    assert (
+        environment["torch"] == torch.__version__ and environment["device"] == "cpu" and environment["dtype"] == "fp32"
+    )
     assert "poscli_commit" in environment
 
 
+@pytest.mark.slow
 def test_resuming_with_a_different_config_names_the_differing_fields(corpus_and_reference):
     corpus, results = corpus_and_reference
     process = start(corpus, results, "changed")
@@ -121,6 +148,7 @@ def test_resuming_with_a_different_config_names_the_differing_fields(corpus_and_
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_truncated_checkpoint_is_a_clear_error_naming_the_file(corpus_and_reference, tmp_path):
     import shutil
 
@@ -143,14 +171,17 @@ def test_pickle_checkpoints_are_refused_without_being_opened(tmp_path):
     assert done.returncode == 2 and "never unpickles" in done.stderr
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_no_rows(tmp_path):
     """Eight processes merge rows into the same table at once; every row survives."""
     script = (
         "import sys\n"
-        "from poscli.evaluate import write_tables\n"
+        "from poscli.evaluation.evaluate import write_tables\n"
         "i = int(sys.argv[1])\n"
-        "rows = [dict(run=f'run{i}', label=f'run{i}', pe='none', train_length=32, corpus='c', protocol='stream', length=n,"
-        " mode='nonoverlapping', ppl=2.0, ci_low=1.9, ci_high=2.1, bpb=1.0, loss=0.69, windows=1, spans=1, documents=1, tokens=n,"
+        "rows = [dict(run=f'run{i}', label=f'run{i}', pe='none', train_length=32, corpus='c', protocol='stream', "
+        "length=n,"
+        " mode='nonoverlapping', ppl=2.0, ci_low=1.9, ci_high=2.1, bpb=1.0, loss=0.69, windows=1, spans=1, "
+        "documents=1, tokens=n,"
         " eval_set='x', note='', evaluated='now') for n in (32, 64)]\n"
         f"write_tables({{'rows': rows}}, {str(tmp_path)!r}, 'shared')\n"
     )
@@ -162,10 +193,25 @@ def test_concurrent_writers_lose_no_rows(tmp_path):
     assert sorted(set(table["run"])) == sorted(f"run{i}" for i in range(8)) and len(table) == 16
 
 
+@pytest.mark.slow
 def test_an_interrupted_extension_resumes_to_the_same_weights(corpus_and_reference):
     corpus, results = corpus_and_reference
-    extend = ["extend", "reference", "--method", "yarn", "--target", "128", "--steps", "300", "--results", str(results), "--quiet"]
+    extend = [
+        "extend",
+        "reference",
+        "--method",
+        "yarn",
+        "--target",
+        "128",
+        "--steps",
+        "300",
+        "--results",
+        str(results),
+        "--quiet",
+    ]
     done = poscli(*extend, "--name", "yarn-whole")
     assert done.returncode == 0, done.stderr
-    stopped_then_resumed(extend, results, "yarn-cut", ["extend", "yarn-cut", "--resume", "--results", str(results), "--quiet"])
+    stopped_then_resumed(
+        extend, results, "yarn-cut", ["extend", "yarn-cut", "--resume", "--results", str(results), "--quiet"]
+    )
     assert same_weights(results, "yarn-whole", "yarn-cut")

@@ -12,14 +12,14 @@ import pytest
 import torch
 from torch import nn
 
-from poscli import passkey, retrieval
 from poscli.config import ModelConfig, TrainConfig
+from poscli.data import passkey
+from poscli.data.passkey import TEMPLATES, Needle, PasskeyTraining
+from poscli.data.tokens import decode, encode
 from poscli.errors import PoscliError
-from poscli.model import GPT
-from poscli.passkey import Needle, PasskeyTraining, TEMPLATES
-from poscli.train import sample_batch, training_step
-from poscli.tokens import decode, encode
-
+from poscli.evaluation import retrieval
+from poscli.model.gpt import GPT
+from poscli.training.train import sample_batch, training_step
 
 # --------------------------------------------------------------------------- prompts
 
@@ -74,9 +74,14 @@ def test_no_key_name_is_in_the_filler_or_a_prefix_of_another():
         assert not any(other != name and other.startswith(name) for other in passkey.NAMES)
 
 
-@pytest.mark.parametrize("template, keys, message", [
-    ("paper", 2, "holds 1 to 1 keys"), ("compact", 13, "holds 1 to 12 keys"), ("fancy", 1, "unknown"),
-])
+@pytest.mark.parametrize(
+    "template, keys, message",
+    [
+        ("paper", 2, "holds 1 to 1 keys"),
+        ("compact", 13, "holds 1 to 12 keys"),
+        ("fancy", 1, "unknown"),
+    ],
+)
 def test_a_format_that_cannot_be_made_is_a_clear_error(template, keys, message):
     with pytest.raises(PoscliError, match=message):
         passkey.check_format(template, keys)
@@ -150,8 +155,12 @@ def test_a_model_that_copies_the_key_scores_one_at_every_length_and_depth(keys):
 
 def test_a_model_that_copies_the_first_number_fails_with_distractors():
     stub = Stub(copy_first_number)
-    single = np.concatenate([retrieval.score_cell(stub, 512, depth, 20, keys=1)["exact"] for depth in (25, 50, 75, 100)])
-    several = np.concatenate([retrieval.score_cell(stub, 512, depth, 20, keys=4)["exact"] for depth in (25, 50, 75, 100)])
+    single = np.concatenate(
+        [retrieval.score_cell(stub, 512, depth, 20, keys=1)["exact"] for depth in (25, 50, 75, 100)]
+    )
+    several = np.concatenate(
+        [retrieval.score_cell(stub, 512, depth, 20, keys=4)["exact"] for depth in (25, 50, 75, 100)]
+    )
     assert single.mean() == 1.0
     assert several.mean() < 0.5  # right only when the asked key happens to come first
 
@@ -167,6 +176,7 @@ def test_a_random_model_scores_about_zero():
 
 def test_teacher_forced_exact_match_is_what_greedy_decoding_gives():
     """Right, right then another digit, a wrong digit, a shorter number: exact only for the first."""
+
     def sometimes_wrong(prompt: str) -> str:
         key = copy_by_name(prompt)
         return [key, key + "7", key[:-1] + str((int(key[-1]) + 1) % 10), key[:-1] or "9"][int(key) % 4]
@@ -180,6 +190,7 @@ def test_teacher_forced_exact_match_is_what_greedy_decoding_gives():
     assert 0 < scored.sum() < len(answers)
 
 
+@pytest.mark.slow
 def test_a_tiny_model_trained_here_beats_chance_on_the_graded_scores():
     """A few seconds of training on passkey examples: the true key's digits get more probability
     than another key's under the same prompt (the paired chance level), so the model reads the
@@ -191,7 +202,9 @@ def test_a_tiny_model_trained_here_beats_chance_on_the_graded_scores():
     generator = torch.Generator().manual_seed(0)
     stream = torch.zeros(10_000, dtype=torch.uint8)
     for _ in range(250):
-        tokens, targets, weights = sample_batch(stream, 32, 96, generator, torch.device("cpu"), PasskeyTraining(1.0, answer_weight=4.0))
+        tokens, targets, weights = sample_batch(
+            stream, 32, 96, generator, torch.device("cpu"), PasskeyTraining(1.0, answer_weight=4.0)
+        )
         training_step(model, optimizer, tokens, targets, grad_clip=1.0, weights=weights)
     model.eval()
     prompts, answers = retrieval.cell_prompts(96, 50, 100)
@@ -218,7 +231,9 @@ def test_the_answer_loss_adds_w_times_the_mean_loss_of_the_answer_tokens():
     model = GPT(ModelConfig(pe="rope", n_layer=1, n_head=2, d_model=32, train_length=128))
     stream = torch.from_numpy(encode("plain text, no digits at all. " * 400))
     generator = torch.Generator().manual_seed(1)
-    tokens, targets, weights = sample_batch(stream, 8, 128, generator, torch.device("cpu"), PasskeyTraining(0.5, "compact", 2, "random", 3.0))
+    tokens, targets, weights = sample_batch(
+        stream, 8, 128, generator, torch.device("cpu"), PasskeyTraining(0.5, "compact", 2, "random", 3.0)
+    )
     answer = weights > 1
     assert answer.any() and not answer.all()
     for row in range(8):  # the weighted targets are exactly the answer's digits and the stop
@@ -227,7 +242,9 @@ def test_the_answer_loss_adds_w_times_the_mean_loss_of_the_answer_tokens():
         if text:
             assert re.fullmatch(r"\d+\.", text) and decode(targets[row]).endswith(text)
     with torch.no_grad():
-        losses = nn.functional.cross_entropy(model(tokens).flatten(0, 1), targets.flatten(), reduction="none").view(8, 128)
+        losses = nn.functional.cross_entropy(model(tokens).flatten(0, 1), targets.flatten(), reduction="none").view(
+            8, 128
+        )
         expected = losses.mean() + 3.0 * losses[answer].mean()
         assert model.loss(tokens, targets, weights=weights).item() == pytest.approx(expected.item(), rel=1e-5)
 
@@ -252,8 +269,11 @@ def test_passkey_examples_end_the_sequence_at_random_or_full_length(lengths):
 
 
 def test_a_config_written_before_passkey_formats_trained_on_full_length_examples():
-    old = {key: value for key, value in TrainConfig(mix="passkey:0.2").to_dict().items()
-           if key not in ("passkey_template", "passkey_keys", "passkey_lengths", "answer_loss")}
+    old = {
+        key: value
+        for key, value in TrainConfig(mix="passkey:0.2").to_dict().items()
+        if key not in ("passkey_template", "passkey_keys", "passkey_lengths", "answer_loss")
+    }
     assert TrainConfig.from_dict(old).passkey_lengths == "full"
     assert TrainConfig.from_dict(TrainConfig().to_dict()).passkey_lengths == "random"
 
@@ -261,7 +281,13 @@ def test_a_config_written_before_passkey_formats_trained_on_full_length_examples
 # --------------------------------------------------------------------------- over seeds and beside the papers
 
 
-def passkey_rows(per_group: dict[str, dict[int, list[int]]], trials: int = 50, depths=(0.0, 100.0), pe: str = "rope", train_length: int = 256):
+def passkey_rows(
+    per_group: dict[str, dict[int, list[int]]],
+    trials: int = 50,
+    depths=(0.0, 100.0),
+    pe: str = "rope",
+    train_length: int = 256,
+):
     """A passkey table from given correct counts per seed: every depth of a cell gets the same count."""
     import pandas as pd
 
@@ -272,9 +298,26 @@ def passkey_rows(per_group: dict[str, dict[int, list[int]]], trials: int = 50, d
                 run = f"{group}-s{seed}"
                 groups[run] = group
                 for depth in depths:
-                    rows.append({"run": run, "label": run, "pe": pe, "train_length": train_length, "template": "compact", "keys": 1,
-                                 "length": length, "depth": depth, "trials": trials, "correct": correct, "accuracy": correct / trials,
-                                 "ci_low": 0.0, "ci_high": 1.0, "digit_accuracy": correct / trials, "answer_logprob": -0.1, "note": ""})
+                    rows.append(
+                        {
+                            "run": run,
+                            "label": run,
+                            "pe": pe,
+                            "train_length": train_length,
+                            "template": "compact",
+                            "keys": 1,
+                            "length": length,
+                            "depth": depth,
+                            "trials": trials,
+                            "correct": correct,
+                            "accuracy": correct / trials,
+                            "ci_low": 0.0,
+                            "ci_high": 1.0,
+                            "digit_accuracy": correct / trials,
+                            "answer_logprob": -0.1,
+                            "note": "",
+                        }
+                    )
     return pd.DataFrame(rows), groups
 
 
@@ -282,7 +325,9 @@ def test_the_seed_summary_pools_depths_gives_intervals_and_effective_lengths():
     rows, groups = passkey_rows({"a": {256: [50, 50, 50], 512: [45, 44, 46], 1024: [10, 0, 20]}})
     summary = retrieval.passkey_seed_summary(rows, groups)
     pooled = summary[summary["depth"] == retrieval.ALL_DEPTHS].set_index("length")
-    assert pooled.loc[256, "accuracy"] == 1.0 and 0.95 < pooled.loc[256, "ci_low"] < 1.0  # 150 of 150: an interval below 1
+    assert (
+        pooled.loc[256, "accuracy"] == 1.0 and 0.95 < pooled.loc[256, "ci_low"] < 1.0
+    )  # 150 of 150: an interval below 1
     assert pooled.loc[1024, "ci_low"] < 0.2 < pooled.loc[1024, "ci_high"]  # the seeds disagree: a wide interval
     assert pooled.loc[256, "effective_length"] == 512 and pooled.loc[256, "effective_by_seed"] == "512, 512, 512"
     # one seed of 50 trials: the interval is about the Wilson interval of its count
@@ -294,11 +339,14 @@ def test_the_seed_summary_pools_depths_gives_intervals_and_effective_lengths():
 
 
 def test_the_yarn_passkey_comparison_names_a_best_method_only_where_it_separates():
-    from poscli.published import yarn2023_passkey
+    from poscli.study.published import yarn2023_passkey
 
-    per_group = {"base": {256: [50, 50, 50], 1024: [0, 0, 0]},
-                 "yarn": {256: [50, 50, 50], 1024: [49, 50, 48]}, "pi": {256: [50, 49, 50], 1024: [10, 12, 8]},
-                 "ntk": {256: [50, 50, 50], 1024: [48, 49, 47]}}
+    per_group = {
+        "base": {256: [50, 50, 50], 1024: [0, 0, 0]},
+        "yarn": {256: [50, 50, 50], 1024: [49, 50, 48]},
+        "pi": {256: [50, 49, 50], 1024: [10, 12, 8]},
+        "ntk": {256: [50, 50, 50], 1024: [48, 49, 47]},
+    }
     rows, groups = passkey_rows(per_group)
     meta = {"base": {"pe": "rope"}, **{m: {"method": m, "target": "1k", "steps": 0} for m in ("yarn", "pi", "ntk")}}
     text = yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta)
@@ -307,7 +355,11 @@ def test_the_yarn_passkey_comparison_names_a_best_method_only_where_it_separates
     assert "yarn ≈ ntk > pi" in line and "YaRN is tied for best with ntk" in line
     per_group["ntk"][1024] = [0, 1, 0]
     rows, groups = passkey_rows(per_group)
-    line = next(line for line in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines() if "at 1024" in line)
+    line = next(
+        line
+        for line in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines()
+        if "at 1024" in line
+    )
     assert "yarn > pi > ntk" in line and "YaRN retrieves best, as published" in line
     assert "unextended base base: 256: 1.00" in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta)
 
@@ -315,14 +367,23 @@ def test_the_yarn_passkey_comparison_names_a_best_method_only_where_it_separates
 def test_the_passkey_comparison_keeps_pose_apart_and_remappings_untrained():
     """yarn and yarn + PoSE are two rows of one setting, not one overwriting the other; an attention
     remapping (no steps in the recipe: it never trains) sits with the untrained methods."""
-    from poscli.published import yarn2023_passkey
+    from poscli.study.published import yarn2023_passkey
 
-    per_group = {"base": {256: [50, 50, 50]}, "yarn": {256: [50, 50, 50]}, "yarn-pose": {256: [10, 12, 11]},
-                 "self-extend": {256: [20, 20, 20]}, "pi": {256: [0, 0, 0]}}
+    per_group = {
+        "base": {256: [50, 50, 50]},
+        "yarn": {256: [50, 50, 50]},
+        "yarn-pose": {256: [10, 12, 11]},
+        "self-extend": {256: [20, 20, 20]},
+        "pi": {256: [0, 0, 0]},
+    }
     rows, groups = passkey_rows(per_group)
-    meta = {"base": {"pe": "rope"}, "yarn": {"method": "yarn", "target": "1k", "steps": 100},
-            "yarn-pose": {"method": "yarn", "target": "1k", "steps": 100, "pose": True},
-            "self-extend": {"method": "self-extend", "target": "1k"}, "pi": {"method": "pi", "target": "1k", "steps": 0}}
+    meta = {
+        "base": {"pe": "rope"},
+        "yarn": {"method": "yarn", "target": "1k", "steps": 100},
+        "yarn-pose": {"method": "yarn", "target": "1k", "steps": 100, "pose": True},
+        "self-extend": {"method": "self-extend", "target": "1k"},
+        "pi": {"method": "pi", "target": "1k", "steps": 0},
+    }
     lines = yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines()
     tuned = next(line for line in lines if "100 fine-tuning steps" in line)
     assert "yarn > yarn + PoSE" in tuned and "+ PoSE: at the train length" in tuned
@@ -331,12 +392,18 @@ def test_the_passkey_comparison_keeps_pose_apart_and_remappings_untrained():
 
 
 def test_perplexity_is_not_retrieval_is_said_only_where_both_intervals_decide():
-    from poscli.published import retrieval_vs_perplexity
+    from poscli.study.published import retrieval_vs_perplexity
     from tests.test_recipes import summary_from
 
     rows, groups = passkey_rows({"alibi": {256: [50], 4096: [0]}, "rope": {256: [50], 4096: [0]}})
     passkey_summary = retrieval.passkey_seed_summary(rows, groups)
-    perplexity, _ = summary_from({"alibi": {256: [5.0], 4096: [5.0]}, "rope": {256: [5.0], 4096: [40.0]}}, {"alibi": "alibi", "rope": "rope"}, 256, spread=0.1, min_runs=1)
+    perplexity, _ = summary_from(
+        {"alibi": {256: [5.0], 4096: [5.0]}, "rope": {256: [5.0], 4096: [40.0]}},
+        {"alibi": "alibi", "rope": "rope"},
+        256,
+        spread=0.1,
+        min_runs=1,
+    )
     meta = {"alibi": {"pe": "alibi"}, "rope": {"pe": "rope"}}
     text = retrieval_vs_perplexity(passkey_summary, meta, perplexity=perplexity)
     assert "alibi keeps its perplexity at 4096 but fails to retrieve there" in text
@@ -344,18 +411,21 @@ def test_perplexity_is_not_retrieval_is_said_only_where_both_intervals_decide():
 
 
 def test_a_run_scored_with_one_and_four_keys_gets_a_heatmap_for_each():
-    from poscli.plots import heatmap_parts
+    from poscli.evaluation.plots import heatmap_parts
 
     one, _ = passkey_rows({"a": {256: [50]}})
     four = one.assign(keys=4, correct=10, accuracy=0.2)
     parts = dict(heatmap_parts(pd.concat([one, four]), "passkey"))
     assert set(parts) == {"passkey-a-s0.png", "passkey-a-s0-4keys.png"}
-    assert parts["passkey-a-s0-4keys.png"]["accuracy"].eq(0.2).all() and parts["passkey-a-s0.png"]["accuracy"].eq(1.0).all()
+    assert (
+        parts["passkey-a-s0-4keys.png"]["accuracy"].eq(0.2).all()
+        and parts["passkey-a-s0.png"]["accuracy"].eq(1.0).all()
+    )
 
 
 def test_the_floor_is_the_share_of_keys_inside_the_last_window_and_grows_with_depth():
-    from poscli.retrieval import cell_prompts, key_starts, window_floor
-    from poscli.tokens import decode
+    from poscli.data.tokens import decode
+    from poscli.evaluation.retrieval import cell_prompts, key_starts, window_floor
 
     length, window = 1024, 128
     floors = []
@@ -363,20 +433,42 @@ def test_the_floor_is_the_share_of_keys_inside_the_last_window_and_grows_with_de
         prompts, answers = cell_prompts(length, depth, 20)
         starts = key_starts(prompts, answers)
         for prompt, key, start in zip(prompts, answers, starts):
-            assert decode(prompt[start:start + len(str(key))]) == str(key)
+            assert decode(prompt[start : start + len(str(key))]) == str(key)
         floors.append(window_floor(prompts, answers, window))
     assert floors[0] == 0.0 and floors[-1] == 1.0 and floors == sorted(floors)
-    assert window_floor(*cell_prompts(length, 50.0, 20), window=length) == 1.0, "a window of the whole prompt sees every key"
+    assert window_floor(*cell_prompts(length, 50.0, 20), window=length) == 1.0, (
+        "a window of the whole prompt sees every key"
+    )
 
 
 def test_passkey_rows_carry_their_floor_and_the_markdown_shows_depths(tmp_path):
     import pandas as pd
 
-    from poscli.retrieval import passkey_markdown
+    from poscli.evaluation.retrieval import passkey_markdown
 
-    rows = [{"run": "r", "label": "r", "pe": "rope", "train_length": 128, "template": "compact", "keys": 1, "length": 512, "depth": d,
-             "trials": 10, "correct": c, "accuracy": c / 10, "ci_low": 0.0, "ci_high": 1.0, "digit_accuracy": 0.5, "answer_logprob": -1.0,
-             "note": "", "floor": f, "floor_window": 128} for d, c, f in ((0.0, 0, 0.0), (50.0, 0, 0.0), (100.0, 10, 1.0))]
+    rows = [
+        {
+            "run": "r",
+            "label": "r",
+            "pe": "rope",
+            "train_length": 128,
+            "template": "compact",
+            "keys": 1,
+            "length": 512,
+            "depth": d,
+            "trials": 10,
+            "correct": c,
+            "accuracy": c / 10,
+            "ci_low": 0.0,
+            "ci_high": 1.0,
+            "digit_accuracy": 0.5,
+            "answer_logprob": -1.0,
+            "note": "",
+            "floor": f,
+            "floor_window": 128,
+        }
+        for d, c, f in ((0.0, 0, 0.0), (50.0, 0, 0.0), (100.0, 10, 1.0))
+    ]
     text = passkey_markdown(pd.DataFrame(rows))
     assert "| r | 1 | 512 | 0.00 (0.00) | 0.00 (0.00) | 1.00 (1.00) |" in text
     assert "0.33" in text.split("The floor of each cell")[1].split("Exact match by depth")[0]

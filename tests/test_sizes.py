@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from poscli.config import TrainConfig
-from poscli.device import compile_model
+from poscli.core.device import compile_model
 from poscli.errors import PoscliError
-from poscli.memory import training_memory
-from poscli.model import GPT
-from poscli.options import SIZES, train_defaults, train_plan
-from poscli.train import make_optimizer, training_step
+from poscli.model.gpt import GPT
+from poscli.training.memory import training_memory
+from poscli.training.options import SIZES, train_defaults, train_plan
+from poscli.training.train import make_optimizer, training_step
 from tests.conftest import tiny_config
 
 
@@ -23,7 +23,14 @@ def plan(**given):
 
 def test_size_presets_set_the_shape_and_explicit_flags_win():
     _, model, train = plan()
-    assert (model.n_layer, model.n_head, model.d_model, model.train_length, train.batch_size, train.lr) == (4, 4, 128, 256, 16, 1e-3)
+    assert (model.n_layer, model.n_head, model.d_model, model.train_length, train.batch_size, train.lr) == (
+        4,
+        4,
+        128,
+        256,
+        16,
+        1e-3,
+    )
     _, model, train = plan(size="base")
     assert (model.n_layer, model.n_head, model.d_model, model.train_length) == (12, 12, 768, 1024)  # GPT-2 small
     assert train.size == "base" and train.lr == SIZES["base"]["lr"]
@@ -48,8 +55,16 @@ def step_weights(accumulate: int, positions=None, weights=None):
     optimizer = make_optimizer(model, TrainConfig())
     generator = torch.Generator().manual_seed(1)
     data = torch.randint(0, 256, (8, 33), generator=generator)
-    loss = training_step(model, optimizer, data[:, :-1], data[:, 1:], grad_clip=1.0, positions=positions, weights=weights,
-                         accumulate=accumulate)
+    loss = training_step(
+        model,
+        optimizer,
+        data[:, :-1],
+        data[:, 1:],
+        grad_clip=1.0,
+        positions=positions,
+        weights=weights,
+        accumulate=accumulate,
+    )
     return loss, {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
@@ -61,7 +76,9 @@ def test_accumulation_takes_the_full_batch_step(extra):
         "plain": {},
         "weights": {"weights": torch.rand(8, 32, generator=generator) * 2},
         "shared positions": {"positions": torch.arange(32) * 3},
-        "row positions": {"positions": torch.stack([torch.randperm(96, generator=generator)[:32].sort().values for _ in range(8)])},
+        "row positions": {
+            "positions": torch.stack([torch.randperm(96, generator=generator)[:32].sort().values for _ in range(8)])
+        },
     }[extra]
     loss_one, weights_one = step_weights(1, **options)
     loss_four, weights_four = step_weights(4, **options)
@@ -71,7 +88,9 @@ def test_accumulation_takes_the_full_batch_step(extra):
 
 
 def test_accumulation_must_split_the_batch():
-    with pytest.raises(PoscliError, match="--batch-size 16 does not split into 3 equal micro-batches; use a multiple of 3"):
+    with pytest.raises(
+        PoscliError, match="--batch-size 16 does not split into 3 equal micro-batches; use a multiple of 3"
+    ):
         TrainConfig(accumulate=3).validate()
 
 
@@ -120,10 +139,13 @@ def test_compile_falls_back_to_eager_in_one_line(monkeypatch):
     def broken(self, *args, **kwargs):
         def fail(*a, **k):
             raise RuntimeError("InductorError: no working C++ compiler found\nmore detail")
+
         self._compiled_call_impl = fail
 
     monkeypatch.setattr(torch.nn.Module, "compile", broken)
     lines = []
     assert compile_model(model, torch.device("cpu"), 32, report=lines.append) is False
-    assert lines == ["--compile: torch.compile failed on cpu (InductorError: no working C++ compiler found); running eager"]
+    assert lines == [
+        "--compile: torch.compile failed on cpu (InductorError: no working C++ compiler found); running eager"
+    ]
     torch.testing.assert_close(model(tokens), expected)

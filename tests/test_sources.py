@@ -6,12 +6,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from poscli.data.sources import RowOptions, dataset_files, documents, join, load_rows, parse_join
 from poscli.errors import EnvironmentFailure, PoscliError
-from poscli.sources import RowOptions, dataset_files, documents, join, load_rows, parse_join
 
 # WikiText's layout: a row per paragraph or heading, top-level titles " = Title = ".
-WIKI = [" = Alpha = \n", "\n", " Alpha is a letter . \n", " = = History = = \n", " It is old . \n",
-        " = Beta = \n", " Beta follows alpha . \n", " = Gamma = \n", " Gamma . \n"]
+WIKI = [
+    " = Alpha = \n",
+    "\n",
+    " Alpha is a letter . \n",
+    " = = History = = \n",
+    " It is old . \n",
+    " = Beta = \n",
+    " Beta follows alpha . \n",
+    " = Gamma = \n",
+    " Gamma . \n",
+]
 
 
 def write(folder, kind, rows, column="text"):
@@ -21,12 +30,14 @@ def write(folder, kind, rows, column="text"):
         pq.write_table(table, path)
     elif kind == "jsonl":
         import json
+
         path.write_text("".join(json.dumps({column: r, "id": i}) + "\n" for i, r in enumerate(rows)))
     elif kind == "arrow":
         with pa.ipc.new_stream(str(path), table.schema) as writer:
             writer.write_table(table)
     elif kind == "csv":
         import csv
+
         with open(path, "w", newline="") as handle:
             out = csv.writer(handle)
             out.writerow([column, "id"])
@@ -93,7 +104,11 @@ def test_offline_a_hub_name_fails_at_once_in_one_line(monkeypatch):
     started = time.perf_counter()
     with pytest.raises(EnvironmentFailure) as caught:
         list(load_rows("hf:someone/no-such-dataset", RowOptions()))
-    assert time.perf_counter() - started < 10 and "\n" not in str(caught.value) and "hf:someone/no-such-dataset" in str(caught.value)
+    assert (
+        time.perf_counter() - started < 10
+        and "\n" not in str(caught.value)
+        and "hf:someone/no-such-dataset" in str(caught.value)
+    )
 
 
 def test_a_folder_with_train_and_test_files_has_both_splits(tmp_path):
@@ -109,11 +124,13 @@ def test_a_size_takes_k_m_g_and_nonsense_is_one_line_exit_2():
     import subprocess
     import sys
 
-    from poscli.lengths import parse_size
+    from poscli.core.lengths import parse_size
 
     assert parse_size("2G") == 2 << 30 and parse_size("200m") == 200 << 20 and parse_size("1000") == 1000
     for bad in ("abc", "0", "-5M", "G"):
         with pytest.raises(ValueError):
             parse_size(bad)
-    done = subprocess.run([sys.executable, "-m", "poscli", "train", "--max-data-bytes", "lots"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "poscli", "train", "--max-data-bytes", "lots"], capture_output=True, text=True
+    )
     assert done.returncode == 2 and "is not a size" in done.stderr and "Traceback" not in done.stderr

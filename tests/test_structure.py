@@ -23,8 +23,10 @@ def imports() -> dict[str, set[str]]:
         found = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("poscli"):
-                for alias in node.names:  # `from poscli import runs` imports the module poscli.runs
-                    found.add(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module)
+                for alias in node.names:  # `from poscli import runs` imports the module poscli.model.runs
+                    found.add(
+                        f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                    )
             elif isinstance(node, ast.Import):
                 found |= {alias.name for alias in node.names if alias.name.startswith("poscli")}
         graph[name] = {m for m in found if m in modules and m != name}
@@ -78,11 +80,58 @@ def test_no_two_modules_import_each_other_even_lazily():
 
 
 def test_the_library_never_imports_its_cli():
-    importers = sorted(m for m, targets in imports().items() if "poscli.cli" in targets and m not in ("poscli.__main__",))
+    importers = sorted(
+        m
+        for m, targets in imports().items()
+        if any(t.startswith("poscli.cli") for t in targets) and not m.startswith(("poscli.cli", "poscli.__main__"))
+    )
     assert importers == []
 
 
-NAME_TEST = re.compile(r"""(\bpe\b|\["pe"\]|\.pe\b|encoding)\s*(==|!=|\bin\b|\bnot in\b)\s*[("{\[]?\s*["'](none|sinusoidal|learned|shaw|t5|rope|alibi|xpos|kerple|fire)["']""")
+# The layers, lowest first (docs/design.md, "Layout"): a module may import its own layer and those
+# below it, never one above, at the top of a file or inside a function.
+LAYERS = [  # "poscli" is the package's __init__: the version only
+    *("poscli", "poscli.errors", "poscli.core", "poscli.data", "poscli.config", "poscli.attention"),
+    *("poscli.extension", "poscli.encodings", "poscli.model", "poscli.evaluation", "poscli.training"),
+    *("poscli.study", "poscli.export", "poscli.cli", "poscli.__main__"),
+]
+
+
+def layer(module: str) -> int:
+    return LAYERS.index(max((name for name in LAYERS if module == name or module.startswith(name + ".")), key=len))
+
+
+def test_every_module_belongs_to_a_declared_layer():
+    unplaced = sorted(m for m in imports() if m != "poscli" and layer(m) == 0)
+    assert unplaced == []
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    upward = sorted(f"{m} -> {t}" for m, targets in imports().items() for t in targets if layer(t) > layer(m))
+    assert upward == []
+
+
+def test_the_library_is_in_subpackages():
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    top_level = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(packages) >= 6 and top_level == ["config", "errors"]
+
+
+def test_importing_any_subpackage_loads_no_torch():
+    """``poscli --help`` stays fast: a subpackage's ``__init__`` imports nothing heavy."""
+    import subprocess
+    import sys
+
+    packages = [f"poscli.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")]
+    code = f"import sys; import {', '.join(packages)}; print('torch' in sys.modules, 'pandas' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "False"]
+
+
+NAME_TEST = re.compile(
+    r"""(\bpe\b|\["pe"\]|\.pe\b|encoding)\s*(==|!=|\bin\b|\bnot in\b)\s*[("{\[]?\s*["']"""
+    r"""(none|sinusoidal|learned|shaw|t5|rope|alibi|xpos|kerple|fire)["']"""
+)
 
 
 def test_no_code_outside_the_encodings_package_asks_an_encodings_name():
@@ -97,17 +146,39 @@ def test_no_code_outside_the_encodings_package_asks_an_encodings_name():
 
 
 def command_lengths() -> dict[str, int]:
-    tree = ast.parse((PACKAGE / "cli.py").read_text(encoding="utf-8"))
+    """Each command's statements, its docstring aside (statements, not lines: the formatter puts a
+    call's every argument on a line of its own)."""
+    tree = ast.parse((PACKAGE / "cli" / "app.py").read_text(encoding="utf-8"))
     lengths = {}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and any("command" in ast.unparse(d) for d in node.decorator_list):
             body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body  # without the docstring
-            lengths[node.name] = body[-1].end_lineno - body[0].lineno + 1
+            lengths[node.name] = sum(isinstance(n, ast.stmt) for statement in body for n in ast.walk(statement))
     return lengths
 
 
 @pytest.mark.parametrize("command", sorted(command_lengths()))
 def test_each_command_body_is_short(command):
     """Parse, call one library function, print: no command's body (its signature and docstring
-    aside) runs past 30 lines."""
-    assert command_lengths()[command] <= 30
+    aside) runs past 25 statements."""
+    assert command_lengths()[command] <= 25
+
+
+def test_the_design_documents_layout_names_every_module_and_only_modules_that_exist():
+    """docs/design.md's "Code layout" lists each module under its package; checked both ways."""
+    text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    block = text.split("## Code layout", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    listed, folder = set(), None
+    for line in block.splitlines():
+        entry = line.split()[0] if line.strip() else ""
+        if entry.endswith("/") and not line.startswith(" "):
+            folder = entry
+        elif entry.endswith(".py"):
+            listed.add(entry if not line.startswith(" ") else folder + entry)
+    wanted = {
+        str(p.relative_to(PACKAGE.parent))
+        for root in ("poscli", "benchmarks")
+        for p in (PACKAGE.parent / root).rglob("*.py")
+        if not (p.name == "__init__.py" and p.parent != PACKAGE) and "encodings" not in p.parent.name
+    } | {"poscli/encodings/base.py"}
+    assert sorted(wanted - listed) == [] and sorted(listed - wanted) == []

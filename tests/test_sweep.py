@@ -4,16 +4,32 @@ import json
 import os
 import sys
 
-from poscli.sweep import Job, job_environments, run_jobs
+import pytest
+
+from poscli.study.sweep import Job, job_environments, run_jobs
 from tests.conftest import cli_workspace
 from tests.test_cli import poscli
 
-TINY = ["--layers", "1", "--width", "32", "--heads", "4", "--train-length", "32", "--batch-size", "4", "--steps", "8", "--warmup", "2"]
+TINY = "--layers 1 --width 32 --heads 4 --train-length 32 --batch-size 4 --steps 8 --warmup 2".split()
 
 
+@pytest.mark.slow
 def test_a_sweep_trains_every_encoding_and_seed(tmp_path_factory):
     corpus, results = cli_workspace(tmp_path_factory, "sweep")
-    done = poscli("train", "--pe", "alibi,rope", "--seeds", "0,1", "--jobs", "2", *TINY, "--data", str(corpus), "--results", str(results))
+    done = poscli(
+        "train",
+        "--pe",
+        "alibi,rope",
+        "--seeds",
+        "0,1",
+        "--jobs",
+        "2",
+        *TINY,
+        "--data",
+        str(corpus),
+        "--results",
+        str(results),
+    )
     assert done.returncode == 0, done.stderr
     for pe in ("alibi", "rope"):
         for seed in (0, 1):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from poscli.data.tokenizer import ByteTokenizer, bytes_to_unicode, load_file, parse_spec, token_dtype, train_bpe
 from poscli.errors import PoscliError
-from poscli.tokenizer import ByteTokenizer, bytes_to_unicode, load_file, parse_spec, token_dtype, train_bpe
 
 TEXTS = [
     "def mean(values):\n    return sum(values) / len(values)\n\n",
@@ -62,9 +62,14 @@ def test_gpt2_byte_map_is_a_bijection_onto_printable_characters():
     assert mapping[ord("A")] == "A" and mapping[ord(" ")] == "Ġ" and mapping[ord("\n")] == "Ċ"  # GPT-2's
 
 
-@pytest.mark.parametrize("spec, phrase", [
-    ("bpe:abc", "whole number"), ("bpe:100", "between 257"), ("bpe:99999999", "between 257"),
-])
+@pytest.mark.parametrize(
+    "spec, phrase",
+    [
+        ("bpe:abc", "whole number"),
+        ("bpe:100", "between 257"),
+        ("bpe:99999999", "between 257"),
+    ],
+)
 def test_a_bad_tokenizer_spec_is_one_line_saying_what_to_type(spec, phrase):
     with pytest.raises(PoscliError, match=phrase) as caught:
         parse_spec(spec)
@@ -88,13 +93,15 @@ def test_ids_are_stored_in_the_smallest_type():
 def test_passkey_prompts_in_bpe_tokens_have_the_exact_length_and_the_key_at_its_depth(bpe):
     import random
 
-    from poscli.passkey import draw_needles, make_prompt_tokens, training_sequence
+    from poscli.data.passkey import draw_needles, make_prompt_tokens, training_sequence
 
     for length, depth in [(200, 0), (300, 50), (500, 100)]:
         needles = draw_needles(random.Random(length), depth, 1)
         prompt = make_prompt_tokens(length, needles, "compact", bpe)
         text = bpe.decode(prompt)
-        assert len(prompt) == length and text.endswith(f"What is the {needles[0].name} pass key? The {needles[0].name} pass key is ")
+        assert len(prompt) == length and text.endswith(
+            f"What is the {needles[0].name} pass key? The {needles[0].name} pass key is "
+        )
         sentence = f"The {needles[0].name} pass key is {needles[0].key}. "
         question = f"What is the {needles[0].name} pass key? The {needles[0].name} pass key is "
         filler = len(text) - len(sentence) - len(question)
@@ -107,12 +114,15 @@ def test_passkey_prompts_in_bpe_tokens_have_the_exact_length_and_the_key_at_its_
 def test_a_tokenizer_that_merges_digits_cannot_score_a_passkey(tmp_path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from poscli.passkey import check_tokenizer
-    from poscli.tokenizer import HFTokenizer
+    from poscli.data.passkey import check_tokenizer
+    from poscli.data.tokenizer import HFTokenizer
 
     merging = Tokenizer(models.BPE())
     merging.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     merging.decoder = decoders.ByteLevel()
-    merging.train_from_iterator(["12345 67890 " * 200], trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    merging.train_from_iterator(
+        ["12345 67890 " * 200],
+        trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False),
+    )
     with pytest.raises(PoscliError, match="merges digits"):
         check_tokenizer(HFTokenizer(merging, "file"))

@@ -1,10 +1,11 @@
 """The training step: bf16 autocast tracks fp32, and a non-finite loss never reaches the weights."""
 
+import pytest
 import torch
 
 from poscli.config import TrainConfig
-from poscli.model import GPT
-from poscli.train import make_optimizer, training_step
+from poscli.model.gpt import GPT
+from poscli.training.train import make_optimizer, training_step
 from tests.conftest import tiny_config
 
 
@@ -22,12 +23,15 @@ def loss_curve(pe: str, dtype: str, steps: int = 40) -> list[float]:
     return losses
 
 
+@pytest.mark.slow
 def test_bf16_loss_curve_tracks_fp32():
     for pe in ("rope", "alibi", "t5"):
         fp32, bf16 = loss_curve(pe, "fp32"), loss_curve(pe, "bf16")
         assert bf16[-1] < 0.6 * bf16[0], f"{pe}: bf16 training must learn"
         for step in range(0, len(fp32), 10):
-            assert abs(bf16[step] - fp32[step]) < 0.05 * fp32[step], f"{pe} step {step}: bf16 {bf16[step]:.3f} vs fp32 {fp32[step]:.3f}"
+            assert abs(bf16[step] - fp32[step]) < 0.05 * fp32[step], (
+                f"{pe} step {step}: bf16 {bf16[step]:.3f} vs fp32 {fp32[step]:.3f}"
+            )
 
 
 def test_a_non_finite_loss_leaves_the_weights_untouched():

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from poscli.lengths import parse_size
+from poscli.core.lengths import parse_size
 
 
 def write_text(path: Path, size: int, seed: int = 0) -> None:
@@ -61,7 +61,9 @@ def main() -> None:
     parser.add_argument("--size", default="2G", help="text to generate, e.g. 2G")
     parser.add_argument("--steps", type=int, default=200, help="training steps on the prepared corpus")
     parser.add_argument("--tokenizer", default="bytes", help="bytes or bpe:N")
-    parser.add_argument("--out", default="/tmp/poscli-bench-data", help="a scratch folder (needs about 2x SIZE of disk)")
+    parser.add_argument(
+        "--out", default="/tmp/poscli-bench-data", help="a scratch folder (needs about 2x SIZE of disk)"
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,14 +76,60 @@ def main() -> None:
     shutil.rmtree(prepared, ignore_errors=True)
     poscli = [sys.executable, "-m", "poscli"]
     rows = []
-    rows.append(("prepare", *timed([*poscli, "data", "prepare", str(text), "--out", str(prepared), "--tokenizer", args.tokenizer, "--quiet"],
-                                   out / "prepare.log")))
+    rows.append(
+        (
+            "prepare",
+            *timed(
+                [
+                    *poscli,
+                    "data",
+                    "prepare",
+                    str(text),
+                    "--out",
+                    str(prepared),
+                    "--tokenizer",
+                    args.tokenizer,
+                    "--quiet",
+                ],
+                out / "prepare.log",
+            ),
+        )
+    )
     results = out / "results"
     shutil.rmtree(results, ignore_errors=True)
-    rows.append((f"train {args.steps} steps", *timed([*poscli, "train", "--data", str(prepared), "--steps", str(args.steps), "--name", "big",
-                                                     "--results", str(results), "--quiet"], out / "train.log")))
-    rows.append(("eval 1k, 4k", *timed([*poscli, "eval", "big", "--lengths", "1k,4k", "--results", str(results), "--quiet"], out / "eval.log")))
-    print(f"\n| step ({args.tokenizer}, {text.stat().st_size / 2**30:.2f} GiB of text, {os.cpu_count()} cores) | seconds | peak RSS (GiB) |")
+    rows.append(
+        (
+            f"train {args.steps} steps",
+            *timed(
+                [
+                    *poscli,
+                    "train",
+                    "--data",
+                    str(prepared),
+                    "--steps",
+                    str(args.steps),
+                    "--name",
+                    "big",
+                    "--results",
+                    str(results),
+                    "--quiet",
+                ],
+                out / "train.log",
+            ),
+        )
+    )
+    rows.append(
+        (
+            "eval 1k, 4k",
+            *timed(
+                [*poscli, "eval", "big", "--lengths", "1k,4k", "--results", str(results), "--quiet"], out / "eval.log"
+            ),
+        )
+    )
+    print(
+        f"\n| step ({args.tokenizer}, {text.stat().st_size / 2**30:.2f} GiB of text, {os.cpu_count()} cores) | seconds "
+        "| peak RSS (GiB) |"
+    )
     print("|---|---|---|")
     for name, seconds, peak in rows:
         print(f"| {name} | {seconds:.0f} | {peak:.2f} |")

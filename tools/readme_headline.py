@@ -39,7 +39,9 @@ def main() -> int:
             if "--check" not in sys.argv:
                 path.write_text(rendered, encoding="utf-8")
     if stale and "--check" in sys.argv:
-        print(f"{', '.join(map(str, stale))} differ from results/; run: python tools/readme_headline.py", file=sys.stderr)
+        print(
+            f"{', '.join(map(str, stale))} differ from results/; run: python tools/readme_headline.py", file=sys.stderr
+        )
         return 1
     return 0
 

@@ -28,9 +28,7 @@ def resolves_offline(requirement: str) -> bool:
 
 def main() -> None:
     pinned = f"torch=={TORCH_VERSION}"
-    if shutil.which("nvidia-smi") or platform.system() == "Darwin":
-        print(pinned)
-    elif resolves_offline(pinned):
+    if shutil.which("nvidia-smi") or platform.system() == "Darwin" or resolves_offline(pinned):
         print(pinned)
     else:
         print(f"{pinned}+cpu --extra-index-url {CPU_INDEX}")

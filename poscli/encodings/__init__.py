@@ -16,7 +16,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from typing import TYPE_CHECKING, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from poscli.errors import PoscliError
 
@@ -52,7 +53,11 @@ def module_for(name: str) -> str:
 
 def builtin_names() -> list[str]:
     """poscli's own encodings: one module per encoding, named after it (``_`` read as ``-``)."""
-    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(__path__) if m.name != "base" and not m.name.startswith("_"))
+    return sorted(
+        m.name.replace("_", "-")
+        for m in pkgutil.iter_modules(__path__)
+        if m.name != "base" and not m.name.startswith("_")
+    )
 
 
 def plugin_names() -> dict[str, str]:
@@ -83,7 +88,9 @@ def get(name: str) -> type:
     if name in builtin_names():
         importlib.import_module(f"{__name__}.{module_for(name)}")
         if name not in _REGISTRY:
-            raise ValueError(f"module poscli.encodings.{module_for(name)} must register its encoding as @register({name!r})")
+            raise ValueError(
+                f"module poscli.encodings.{module_for(name)} must register its encoding as @register({name!r})"
+            )
         return _REGISTRY[name]
     return _load_user_encoding(name, plugin_names().get(name, name))
 
@@ -133,7 +140,10 @@ def parse_option_pairs(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise PoscliError(f"--pe-option {pair!r}: write KEY=VALUE, e.g. --pe-option base=500000 (poscli encodings lists each encoding's options)")
+            raise PoscliError(
+                f"--pe-option {pair!r}: write KEY=VALUE, e.g. --pe-option base=500000 (poscli encodings lists each "
+                "encoding's options)"
+            )
         options[key.strip().replace("-", "_")] = value.strip()
     return options
 
@@ -159,9 +169,13 @@ def check_random_positions(model_config: ModelConfig, train_config: TrainConfig)
     if not maximum:
         return
     if not get(model_config.pe).reads_positions:
-        raise PoscliError(f"--pe {model_config.pe} reads no positions, so --random-positions changes nothing; drop it or choose another --pe")
+        raise PoscliError(
+            f"--pe {model_config.pe} reads no positions, so --random-positions changes nothing; drop it or choose "
+            "another --pe"
+        )
     if maximum < model_config.train_length:
         raise PoscliError(
             f"--random-positions {maximum} is shorter than --train-length {model_config.train_length}; "
-            f"positions are drawn from [0, MAX), so use at least {model_config.train_length} (e.g. 16x: {16 * model_config.train_length})"
+            f"positions are drawn from [0, MAX), so use at least {model_config.train_length} (e.g. 16x: "
+            f"{16 * model_config.train_length})"
         )

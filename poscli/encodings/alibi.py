@@ -5,7 +5,7 @@ import math
 import torch
 from torch import Tensor
 
-from poscli.attention import RelativeBias
+from poscli.attention.blockwise import RelativeBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
 

@@ -15,14 +15,15 @@ Tq query positions, Tk key positions. ``positions`` are integer token positions,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from poscli.attention import RelativeBias
-from poscli.distance_attention import DistanceTable, ScaledDistanceBias
+from poscli.attention.blockwise import RelativeBias
+from poscli.attention.distance_attention import DistanceTable, ScaledDistanceBias
 from poscli.config import LEGACY_OPTION_KEYS, ModelConfig
 from poscli.errors import PoscliError
 
@@ -58,7 +59,7 @@ class PositionalEncoding(nn.Module):
     has_score_bias: ClassVar[bool] = False
     reads_positions: ClassVar[bool] = True
     # True when rotate(q at p) and rotate(k at p') meet at p - p' and score_bias takes any positions,
-    # so poscli.remap can score far keys at other positions (Self-Extend, ReRoPE, sinks).
+    # so poscli.extension.remap can score far keys at other positions (Self-Extend, ReRoPE, sinks).
     separable_positions: ClassVar[bool] = True
 
     def __init__(self, config: ModelConfig):
@@ -91,12 +92,19 @@ class PositionalEncoding(nn.Module):
         return None
 
     @classmethod
-    def extended_config(cls, config: ModelConfig, method: str, factor: float, target: int,
-                        options: dict[str, float], weights: dict[str, Tensor]) -> dict[str, Any]:
+    def extended_config(
+        cls,
+        config: ModelConfig,
+        method: str,
+        factor: float,
+        target: int,
+        options: dict[str, float],
+        weights: dict[str, Tensor],
+    ) -> dict[str, Any]:
         """The config changes (and, in place, weight changes) that extend ``config`` to ``target``
         tokens with ``method``. ``options`` were checked by ``check_extension_options``. The
-        attention remappings of :mod:`poscli.remap` (sinks for every encoding) are handled here."""
-        from poscli import remap
+        attention remappings of :mod:`poscli.extension.remap` (sinks for every encoding) are handled here."""
+        from poscli.extension import remap
 
         if method in remap.METHODS:
             return {"remap": remap.plan(method, config.train_length, target, **options).to_dict()}
@@ -105,7 +113,7 @@ class PositionalEncoding(nn.Module):
     @classmethod
     def check_extension_options(cls, method: str, options: dict[str, float]) -> dict[str, float]:
         """The method's options with defaults filled in (none, unless an encoding says otherwise)."""
-        from poscli import remap
+        from poscli.extension import remap
 
         if method in remap.METHODS:
             return remap.check_options(method, options)
@@ -128,14 +136,14 @@ class PositionalEncoding(nn.Module):
     def score_mod(self, q: Tensor, positions: Tensor, layer: int) -> Callable | None:
         """The score bias as a FlexAttention ``score_mod`` (score, b, h, q_idx, kv_idx) -> score,
         where q_idx and kv_idx index ``positions`` (T,), so the bias runs fused on CUDA
-        (``poscli.flex``); None: the model derives one from ``relative_bias`` when that exists,
+        (``poscli.attention.flex``); None: the model derives one from ``relative_bias`` when that exists,
         else uses the blocked path. Tensors it reads (parameters included) are captured, and
         gradients reach them. q: (B, H, T, hd)."""
         return None
 
     def transformers_layout(self) -> dict[str, Any] | None:
         """How a transformers architecture expresses this encoding, for ``poscli export``: a dict with
-        ``architecture`` (a key of ``poscli.export.ARCHITECTURES``) and that architecture's encoding
+        ``architecture`` (a key of ``poscli.export.hf.ARCHITECTURES``) and that architecture's encoding
         settings, or None when no transformers architecture has it. Raise
         :class:`~poscli.errors.PoscliError` for a setting of this encoding transformers cannot express."""
         return None
@@ -167,7 +175,7 @@ class PositionalEncoding(nn.Module):
         return None
 
     def distance_bias(self, positions: Tensor, layer: int) -> DistanceTable | ScaledDistanceBias | None:
-        """The bias over consecutive ``positions`` (T,) in a form ``poscli.distance_attention``
+        """The bias over consecutive ``positions`` (T,) in a form ``poscli.attention.distance_attention``
         applies block by block at any length, forward and backward: a table over distances 0..T-1
         (by default, from ``bias_of_distance``), or a piecewise-linear function of a distance
         feature scaled per query row (FIRE). None: the model uses the blocked ``score_bias`` path.
@@ -188,7 +196,11 @@ class PositionalEncoding(nn.Module):
 
 def _convert(value: Any, field: dataclasses.Field, encoding: str) -> Any:
     """An option value as its declared type (``--pe-option`` gives strings)."""
-    kind = field.type if isinstance(field.type, type) else {"int": int, "float": float, "str": str, "bool": bool}.get(str(field.type), str)
+    kind = (
+        field.type
+        if isinstance(field.type, type)
+        else {"int": int, "float": float, "str": str, "bool": bool}.get(str(field.type), str)
+    )
     if not isinstance(value, str) or kind is str:
         return float(value) if kind is float and isinstance(value, int) and not isinstance(value, bool) else value
     try:
@@ -196,7 +208,10 @@ def _convert(value: Any, field: dataclasses.Field, encoding: str) -> Any:
             return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}[value.lower()]
         return kind(value)
     except (KeyError, ValueError):
-        raise PoscliError(f"--pe-option {field.name}={value}: {encoding}'s {field.name} is a {kind.__name__}, e.g. {field.name}={field.default}") from None
+        raise PoscliError(
+            f"--pe-option {field.name}={value}: {encoding}'s {field.name} is a {kind.__name__}, e.g. "
+            f"{field.name}={field.default}"
+        ) from None
 
 
 def causal_distance(q_positions: Tensor, k_positions: Tensor) -> Tensor:

@@ -3,7 +3,7 @@
 import torch
 from torch import Tensor, nn
 
-from poscli.distance_attention import ScaledDistanceBias
+from poscli.attention.distance_attention import ScaledDistanceBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
 
@@ -67,7 +67,9 @@ class Fire(PositionalEncoding):
         switches f is intercept + slope * x (``relu_pieces``). Gradients reach c, L and f's weights."""
         distance = torch.arange(len(positions), dtype=torch.float32, device=positions.device)  # (T,)
         row_scale = 1.0 / self.psi(torch.maximum(positions.to(torch.float32), self.threshold()))  # (T,)
-        breakpoints, intercept, slope = relu_pieces(self.mlp[0].weight[:, 0], self.mlp[0].bias, self.mlp[2].weight, self.mlp[2].bias)
+        breakpoints, intercept, slope = relu_pieces(
+            self.mlp[0].weight[:, 0], self.mlp[0].bias, self.mlp[2].weight, self.mlp[2].bias
+        )
         return ScaledDistanceBias(self.psi(distance), row_scale, breakpoints, intercept, slope)
 
     def score_mod(self, q: Tensor, positions: Tensor, layer: int):
@@ -75,12 +77,16 @@ class Fire(PositionalEncoding):
         as scalar arithmetic, which the compiled kernel fuses into the attention loop."""
         w1, b1 = self.mlp[0].weight[:, 0], self.mlp[0].bias  # (32,) each
         w2, b2 = self.mlp[2].weight, self.mlp[2].bias  # (H, 32), (H,)
-        constants = torch.stack((self.c.abs(), self.threshold()))  # (2,): c and L (FlexAttention captures no 0-d tensors)
+        constants = torch.stack(
+            (self.c.abs(), self.threshold())
+        )  # (2,): c and L (FlexAttention captures no 0-d tensors)
         where = positions.to(torch.float32)  # (T,)
 
         def fire(score, b, h, q_idx, kv_idx):
             query, c = where[q_idx], constants[0]
-            x = torch.log1p(c * (query - where[kv_idx]).clamp(min=0)) / torch.log1p(c * (constants[1] + (query - constants[1]).clamp(min=0)))  # max(i, L)
+            x = torch.log1p(c * (query - where[kv_idx]).clamp(min=0)) / torch.log1p(
+                c * (constants[1] + (query - constants[1]).clamp(min=0))
+            )  # max(i, L)
             bias = b2[h]
             for unit in range(MLP_WIDTH):
                 bias = bias + w2[h, unit] * torch.relu(w1[unit] * x + b1[unit])
@@ -99,7 +105,9 @@ def relu_pieces(w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> tuple[Tensor,
     if len(breakpoints) == 0:
         inside = torch.zeros(1, device=w1.device)
     else:  # a point inside each segment, the outer two included
-        inside = torch.cat((breakpoints[:1] - 1, (breakpoints[1:] + breakpoints[:-1]) / 2, breakpoints[-1:] + 1))  # (K + 1,)
+        inside = torch.cat(
+            (breakpoints[:1] - 1, (breakpoints[1:] + breakpoints[:-1]) / 2, breakpoints[-1:] + 1)
+        )  # (K + 1,)
     on = (w1.detach()[None, :] * inside[:, None] + b1.detach()[None, :] > 0).to(w1.dtype)  # (K + 1, U)
     intercept = b2[None, :] + (on * b1[None, :]) @ w2.T  # (K + 1, H)
     slope = (on * w1[None, :]) @ w2.T  # (K + 1, H)

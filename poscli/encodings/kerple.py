@@ -17,7 +17,7 @@ class Kerple(PositionalEncoding):
     spreads r2 over heads geometrically from 1 down to 2^-7, so heads start with different
     reaches (the paper only requires r1, r2 > 0). The bias grows without bound, like ALiBi's,
     but logarithmically, so no constant far value exists: the fast path takes it as a table over
-    distances (``bias_of_distance``, ``poscli.distance_attention``) rather than a band.
+    distances (``bias_of_distance``, ``poscli.attention.distance_attention``) rather than a band.
     """
 
     citation = "Chi et al., 2022"
@@ -54,5 +54,3 @@ class Kerple(PositionalEncoding):
 
 def _softplus_inverse(x: Tensor) -> Tensor:
     return x + torch.log(-torch.expm1(-x))  # softplus(y) = x  <=>  y = x + log(1 - e^-x)
-
-

@@ -18,7 +18,10 @@ class Learned(PositionalEncoding):
 
     @classmethod
     def extension_methods(cls) -> dict[str, str]:
-        return {"interpolate": "the table stretched to the target length by linear interpolation (as for BERT and ViT tables)"}
+        return {
+            "interpolate": "the table stretched to the target length by linear interpolation (as for BERT and ViT "
+            "tables)"
+        }
 
     @classmethod
     def extended_config(cls, config, method, factor, target, options, weights):

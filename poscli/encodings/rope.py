@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from poscli import scaling
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError
-from poscli.scaling import rope_parameters
+from poscli.extension import scaling
+from poscli.extension.scaling import rope_parameters
 
 LAYOUTS = ("halves", "interleaved")
 
@@ -19,11 +19,11 @@ LAYOUTS = ("halves", "interleaved")
 @dataclass(frozen=True)
 class RopeOptions:
     """Args:
-        base: theta_i = base^(-2i/d) (10000 as in RoFormer; Llama 3 trains at 500000).
-        layout: which dimensions form a pair: "halves" (GPT-NeoX, transformers) or "interleaved"
-            (RoFormer, Meta's Llama). A checkpoint only works with the layout it was trained with.
-        rotary_fraction: rotate only this fraction of each head's dimensions (GPT-NeoX's rotary_pct).
-        keep: p-RoPE: keep this highest fraction of frequencies, zero the rest (Barbero et al., 2025).
+    base: theta_i = base^(-2i/d) (10000 as in RoFormer; Llama 3 trains at 500000).
+    layout: which dimensions form a pair: "halves" (GPT-NeoX, transformers) or "interleaved"
+        (RoFormer, Meta's Llama). A checkpoint only works with the layout it was trained with.
+    rotary_fraction: rotate only this fraction of each head's dimensions (GPT-NeoX's rotary_pct).
+    keep: p-RoPE: keep this highest fraction of frequencies, zero the rest (Barbero et al., 2025).
     """
 
     base: float = 10000.0
@@ -106,13 +106,21 @@ class RoPE(PositionalEncoding):
     citation = "Su et al., 2021"
     summary = "rotates query/key pairs by position-proportional angles in every layer"
     Options = RopeOptions
-    legacy_options = {"rope_base": "base", "rope_layout": "layout", "rotary_fraction": "rotary_fraction", "rope_keep": "keep"}
+    legacy_options = {
+        "rope_base": "base",
+        "rope_layout": "layout",
+        "rotary_fraction": "rotary_fraction",
+        "rope_keep": "keep",
+    }
 
     def __init__(self, config):
         super().__init__(config)
         self.rotary_dim = self.options.rotary_dim(config.head_dim)
         if self.rotary_dim < 2:
-            raise PoscliError(f"--pe-option rotary_fraction {self.options.rotary_fraction:g} leaves no pair of the {config.head_dim} head dimensions to rotate")
+            raise PoscliError(
+                f"--pe-option rotary_fraction {self.options.rotary_fraction:g} leaves no pair of the {config.head_dim} "
+                "head dimensions to rotate"
+            )
         rescaled = dict(config.rope_scaling)
         self.method = scaling.get_method(rescaled.pop("method", "default"))
         self._scaling = {
@@ -158,7 +166,12 @@ class RoPE(PositionalEncoding):
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos and sin of every angle, times the attention scale, per element. positions (T,) -> (T, hd) each."""
         compiling = torch.compiler.is_compiling()  # under torch.compile: no cache, no data-dependent length
-        if not compiling and self._table is not None and self._table[0] is positions and self._table[1].device == positions.device:
+        if (
+            not compiling
+            and self._table is not None
+            and self._table[0] is positions
+            and self._table[1].device == positions.device
+        ):
             return self._table[1], self._table[2]
         inv_freq, attention_scale = self.frequencies_at(positions)
         angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]  # (T, hd/2)
@@ -195,36 +208,52 @@ class RoPE(PositionalEncoding):
         if options.keep < 1:
             raise PoscliError("p-RoPE (--pe-option keep < 1) zeroes frequencies, which no transformers rope type does")
         if int(head_dim * options.rotary_fraction) != self.rotary_dim:
-            raise PoscliError(f"rotary_fraction {options.rotary_fraction:g} rotates {self.rotary_dim} of {head_dim} dimensions, "
-                              f"but transformers would rotate int({head_dim} x {options.rotary_fraction:g}); use a fraction that gives an even count")
+            raise PoscliError(
+                f"rotary_fraction {options.rotary_fraction:g} rotates {self.rotary_dim} of {head_dim} dimensions, "
+                f"but transformers would rotate int({head_dim} x {options.rotary_fraction:g}); use a fraction that "
+                "gives an even count"
+            )
         if self.rotary_dim < head_dim and self.attention_scale != 1:
-            raise PoscliError("transformers scales only the rotated dimensions by an extension's attention factor; "
-                              "this run (partial rotary with an attention scale) would not give the same logits")
+            raise PoscliError(
+                "transformers scales only the rotated dimensions by an extension's attention factor; "
+                "this run (partial rotary with an attention scale) would not give the same logits"
+            )
         method = self.method.name
         original_length = int(self._scaling["original_length"])
         factor = float(self._scaling["factor"])
         own = {key: value for key, value in self._scaling.items() if key not in ("factor", "original_length")}
-        theta, rope_scaling = scaling.transformers_rope(method, self.rotary_dim, options.base, factor, original_length, **own)
+        theta, rope_scaling = scaling.transformers_rope(
+            method, self.rotary_dim, options.base, factor, original_length, **own
+        )
         pair_order = None
         if options.layout == "interleaved":  # pairs (2i, 2i+1) -> (i, i + rd/2)
             rotated = list(range(0, self.rotary_dim, 2)) + list(range(1, self.rotary_dim, 2))
             pair_order = rotated + list(range(self.rotary_dim, head_dim))
         per_length = rope_scaling is not None and rope_scaling["rope_type"] == "dynamic"
-        return {"architecture": "gpt_neox", "rope_theta": float(theta), "partial_rotary_factor": self.rotary_dim / head_dim,
-                "rope_scaling": rope_scaling, "pair_order": pair_order,
-                "max_position_embeddings": original_length if per_length else max(original_length, round(factor * original_length))}
+        return {
+            "architecture": "gpt_neox",
+            "rope_theta": float(theta),
+            "partial_rotary_factor": self.rotary_dim / head_dim,
+            "rope_scaling": rope_scaling,
+            "pair_order": pair_order,
+            "max_position_embeddings": original_length
+            if per_length
+            else max(original_length, round(factor * original_length)),
+        }
 
     # ------------------------------------------------------------------ context extension
 
     @classmethod
     def extension_methods(cls) -> dict[str, str]:
-        """Every frequency recipe of :mod:`poscli.scaling` applies, and the remappings of
-        :mod:`poscli.remap` (Self-Extend, ReRoPE, sinks) where q and k take separate positions."""
-        from poscli import remap
+        """Every frequency recipe of :mod:`poscli.extension.scaling` applies, and the remappings of
+        :mod:`poscli.extension.remap` (Self-Extend, ReRoPE, sinks) where q and k take separate positions."""
+        from poscli.extension import remap
 
         methods = {name: method.description for name, method in scaling.METHODS.items() if name != "default"}
         if cls.separable_positions:
-            methods.update({name: method.description for name, method in remap.METHODS.items() if not method.any_encoding})
+            methods.update(
+                {name: method.description for name, method in remap.METHODS.items() if not method.any_encoding}
+            )
         return methods
 
     @classmethod
@@ -241,4 +270,6 @@ class RoPE(PositionalEncoding):
             return super().extended_config(config, method, factor, target, options, weights)
         original_length, own = config.train_length, cls.parse_options(config.pe_options)
         rope_parameters(method, own.rotary_dim(config.head_dim), own.base, factor, original_length, target, **options)
-        return {"rope_scaling": {"method": method, "factor": factor, "original_length": original_length, "options": options}}
+        return {
+            "rope_scaling": {"method": method, "factor": factor, "original_length": original_length, "options": options}
+        }

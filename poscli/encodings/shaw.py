@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from poscli.attention import RelativeBias
+from poscli.attention.blockwise import RelativeBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
 from poscli.errors import PoscliError
@@ -15,7 +15,7 @@ from poscli.errors import PoscliError
 @dataclass(frozen=True)
 class ShawOptions:
     """Args:
-        clip: relative distances are clipped to [-clip, clip] (the paper's k)."""
+    clip: relative distances are clipped to [-clip, clip] (the paper's k)."""
 
     clip: int = 16
 

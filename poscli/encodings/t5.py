@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from poscli.attention import RelativeBias
+from poscli.attention.blockwise import RelativeBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
 from poscli.errors import PoscliError
@@ -31,15 +31,17 @@ def t5_causal_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int 
 @dataclass(frozen=True)
 class T5Options:
     """Args:
-        num_buckets: distance buckets (32 in T5), half of them exact distances.
-        max_distance: distances from here on share the last bucket (128 in T5)."""
+    num_buckets: distance buckets (32 in T5), half of them exact distances.
+    max_distance: distances from here on share the last bucket (128 in T5)."""
 
     num_buckets: int = 32
     max_distance: int = 128
 
     def __post_init__(self) -> None:
         if self.num_buckets < 2 or self.max_distance <= self.num_buckets // 2:
-            raise PoscliError("T5 bias needs --pe-option num_buckets of at least 2 and a max_distance above half the buckets")
+            raise PoscliError(
+                "T5 bias needs --pe-option num_buckets of at least 2 and a max_distance above half the buckets"
+            )
 
 
 @register("t5")
@@ -71,7 +73,8 @@ class T5Bias(PositionalEncoding):
         self.register_buffer("bucket_of_distance", buckets, persistent=False)  # (max_distance + 1,)
 
     def bias_by_distance(self) -> Tensor:
-        """The bias at distances 0 .. max_distance (the last value holds for every longer one). (H, max_distance + 1)."""
+        """The bias at distances 0 .. max_distance (the last value holds for every longer one).
+        (H, max_distance + 1)."""
         return self.bias_scale * self.bucket_bias(self.bucket_of_distance).T
 
     def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:

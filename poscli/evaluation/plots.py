@@ -1,0 +1,241 @@
+"""PNG plots with matplotlib (Agg backend: no display needed). Each reads like a figure in a
+paper: labelled axes, a title that says what was measured, the train length marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from poscli.core.io import atomic_write  # noqa: E402
+
+
+def _save(figure, path: Path) -> Path:
+    figure.tight_layout()
+    with atomic_write(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=120)
+    plt.close(figure)
+    return path
+
+
+def _length_axis(axes) -> None:
+    """Log2 x axis labelled 256, 1k, 4k, ..."""
+    from matplotlib.ticker import FuncFormatter
+
+    from poscli.core.lengths import format_length
+
+    axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_length(int(round(x))) if x >= 1 else f"{x:g}"))
+
+
+def _plain_log_y(axes) -> None:
+    from matplotlib.ticker import ScalarFormatter
+
+    axes.set_yscale("log")
+    axes.yaxis.set_major_formatter(ScalarFormatter())
+    axes.yaxis.set_minor_formatter(ScalarFormatter())
+    axes.ticklabel_format(axis="y", style="plain")
+
+
+def _mark_train_lengths(axes, train_lengths) -> None:
+    for n, length in enumerate(sorted(set(int(x) for x in train_lengths if int(x) > 0))):
+        axes.axvline(length, color="grey", linestyle="--", linewidth=1, label="train length" if n == 0 else None)
+
+
+def _finish_length_plot(figure, axes, table, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    """Shared ending of the plots over length or position: train length marked, log2 axis, legend."""
+    _mark_train_lengths(axes, table["train_length"])
+    _length_axis(axes)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(figure, path)
+
+
+def _distinct_colors(axes, count: int) -> None:
+    """More lines than the default 10-colour cycle: take distinct colours from tab20."""
+    if count > 10:
+        axes.set_prop_cycle(color=plt.cm.tab20(np.linspace(0, 1, count, endpoint=False)))
+
+
+def plot_perplexity(table, path: Path, title: str) -> Path:
+    """Perplexity versus evaluation length, one line per run (and mode), log-log axes."""
+    figure, axes = plt.subplots(figsize=(11, 5))
+    rows = table.dropna(subset=["ppl"])
+    rows = rows[
+        ~rows["mode"].astype(str).str.startswith("truncated-")
+    ]  # the truncation null is in the tables, not the figure
+    modes = rows["mode"].unique()
+    _distinct_colors(axes, rows.groupby(["label", "mode"]).ngroups)
+    for (label, mode), part in rows.groupby(["label", "mode"], sort=False):
+        part = part.sort_values("length")
+        name = label if len(modes) == 1 else f"{label} ({mode})"
+        reference = (part["pe"] == "reference").all()
+        line = axes.plot(
+            part["length"],
+            part["ppl"],
+            marker="o",
+            label=name,
+            linestyle="--" if reference else "-",
+            color="black" if reference else None,
+        )[0]
+        if "ci_low" in part.columns:
+            axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.12)
+    _plain_log_y(axes)
+    return _finish_length_plot(
+        figure, axes, table, "evaluation length (tokens)", "perplexity (held-out, per byte)", title, path
+    )
+
+
+def plot_seed_summary(summary, path: Path, title: str) -> Path:
+    """Mean perplexity over seeds versus length, one line per group of runs, the band its 95%
+    interval over seeds and evaluation sample (``poscli.study.recipes.seed_summary``)."""
+    figure, axes = plt.subplots(figsize=(11, 5))
+    rows = summary[summary["seeds"] > 0]
+    _distinct_colors(axes, rows["group"].nunique())
+    for group, part in rows.groupby("group", sort=False):
+        part = part.sort_values("length")
+        reference = (part["pe"] == "reference").all()
+        label = group if reference else f"{group} ({int(part['seeds'].max())} seeds)"
+        line = axes.plot(
+            part["length"],
+            part["mean"],
+            marker="o",
+            label=label,
+            linestyle="--" if reference else "-",
+            color="black" if reference else None,
+        )[0]
+        axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.15)
+    _plain_log_y(axes)
+    return _finish_length_plot(
+        figure,
+        axes,
+        summary,
+        "evaluation length (tokens)",
+        "perplexity (mean over seeds; band: 95% interval)",
+        title,
+        path,
+    )
+
+
+def plot_budgets(summary, path: Path, title: str, multiples=(16, 64)) -> Path | None:
+    """Each group's ratio (perplexity at 16x and 64x its train length over its own at the train
+    length, 95% interval) against the tokens it had seen: its snapshots (GROUP@STEP) and itself."""
+    from poscli.model.runs import SNAPSHOT_MARK
+
+    rows = summary[(summary["seeds"] > 0) & summary["ratio"].notna()].copy()
+    rows["base"] = rows["group"].str.split(SNAPSHOT_MARK).str[0]
+    rows["length_multiple"] = rows["length"] / rows["train_length"].replace(0, np.nan)
+    longer = sorted(m for m in rows["length_multiple"].dropna().unique() if m > 1)
+    shown = [m for m in multiples if m in longer] or longer[-1:]  # 16x and 64x, else the longest there is
+    if not shown or not rows["group"].str.contains(SNAPSHOT_MARK, regex=False).any():
+        return None
+    figure, panels = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.5), squeeze=False)
+    for axes, multiple in zip(panels[0], shown):
+        part = rows[rows["length_multiple"] == multiple]
+        _distinct_colors(axes, part["base"].nunique())
+        for base, line in part.groupby("base", sort=False):
+            line = line.sort_values("tokens_seen")
+            drawn = axes.plot(line["tokens_seen"], line["ratio"], marker="o", label=base)[0]
+            axes.fill_between(
+                line["tokens_seen"], line["ratio_low"], line["ratio_high"], color=drawn.get_color(), alpha=0.12
+            )
+        axes.set_xscale("log")
+        _plain_log_y(axes)
+        axes.set_xlabel("tokens seen in training")
+        axes.set_ylabel(f"perplexity at {multiple:g}x / at the train length")
+        axes.set_title(f"{title}: {multiple:g}x", fontsize=10)
+        axes.grid(True, which="both", alpha=0.3)
+    panels[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(figure, path)
+
+
+def plot_loss_by_position(table, path: Path, title: str) -> Path:
+    """Mean loss against token position (log axis), one line per run at its longest length."""
+    figure, axes = plt.subplots(figsize=(11, 5))
+    _distinct_colors(axes, table["label"].nunique())
+    for label, part in table.groupby("label", sort=False):
+        longest = part[part["length"] == part["length"].max()].sort_values("position_start")
+        centre = (longest["position_start"] + longest["position_end"]) / 2
+        axes.plot(centre, longest["loss"], marker=".", label=f"{label} (length {longest['length'].iloc[0]})")
+    return _finish_length_plot(
+        figure, axes, table, "token position in the window", "mean loss (nats per byte)", title, path
+    )
+
+
+def plot_passkey_heatmap(table, path: Path, title: str) -> Path:
+    """Passkey accuracy per (length, depth) cell for one run: length on x, depth on y."""
+    pivot = table.pivot_table(index="depth", columns="length", values="accuracy").sort_index(ascending=False)
+    figure, axes = plt.subplots(figsize=(1.2 + 1.1 * len(pivot.columns), 1.2 + 0.6 * len(pivot.index)))
+    image = axes.imshow(pivot.values, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    axes.set_xticks(range(len(pivot.columns)), [str(c) for c in pivot.columns])
+    axes.set_yticks(range(len(pivot.index)), [f"{d:g}%" for d in pivot.index])
+    for (y, x), value in np.ndenumerate(pivot.values):
+        axes.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=8)
+    axes.set_xlabel("context length (tokens)")
+    axes.set_ylabel("key depth")
+    axes.set_title(title, fontsize=10)
+    figure.colorbar(image, ax=axes, label="exact-match accuracy")
+    return _save(figure, path)
+
+
+def plot_decay(result: dict, path: Path, dim: int, base: float, pairs: int) -> Path:
+    """Mean q.k against relative distance, sinusoidal versus RoPE (chapter section 4.5)."""
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    axes.plot(result["distance"], result["sinusoidal"], label="sinusoidal: (q + PE_i) . (k + PE_j)", linewidth=1)
+    axes.plot(result["distance"], result["rope"], label="RoPE: R(i) q . R(j) k", linewidth=1)
+    axes.axhline(0, color="black", linewidth=0.5)
+    axes.set_xlabel("relative distance j - i")
+    axes.set_ylabel(f"mean q.k over {pairs} random pairs")
+    axes.set_title(f"q.k versus distance (d = {dim}, base = {base:g})")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    return _save(figure, path)
+
+
+def draw_plots(folder: Path, table: str) -> list[Path]:
+    """Every plot of the results table ``table``, drawn from its CSV files in ``folder``:
+    perplexity versus length and loss by position for perplexity tables, a heatmap per run for
+    passkey tables. Used after each evaluation and again by ``poscli report``."""
+    import pandas as pd
+
+    csv_path = folder / f"{table}.csv"
+    if not csv_path.exists():
+        return []
+    data = pd.read_csv(csv_path, keep_default_na=False, na_values=["nan", "NaN", ""])
+    written = []
+    if "ppl" in data.columns and data["ppl"].notna().any():
+        written.append(plot_perplexity(data, folder / f"{table}.png", f"perplexity versus length ({table})"))
+        positions_path = folder / f"{table}_by_position.csv"
+        if positions_path.exists():
+            positions = pd.read_csv(positions_path)
+            nonoverlapping = positions[positions["mode"] == "nonoverlapping"]
+            if len(nonoverlapping):
+                title = f"loss by position ({table}, non-overlapping windows)"
+                written.append(plot_loss_by_position(nonoverlapping, folder / f"{table}_by_position.png", title))
+    if "accuracy" in data.columns:
+        for name, part in heatmap_parts(data, table):
+            if part["accuracy"].notna().any():
+                keys = int(part["keys"].iloc[0]) if "keys" in part else 1
+                several = f", {keys} keys" if keys > 1 else ""
+                trials = int(part["trials"].iloc[0])
+                title = f"passkey accuracy: {part['label'].iloc[0]}{several} ({trials} trials per cell)"
+                written.append(plot_passkey_heatmap(part, folder / name, title))
+    return written
+
+
+def heatmap_parts(data, table: str) -> list[tuple[str, object]]:
+    """A passkey table's heatmaps: (file name, rows) per run, TABLE-RUN.png, and per number of
+    keys when a run was scored with more than one (TABLE-RUN-Kkeys.png for K > 1)."""
+    if "keys" not in data.columns:
+        return [(f"{table}-{run}.png", part) for run, part in data.groupby("run")]
+    return [
+        (f"{table}-{run}{f'-{int(keys)}keys' if int(keys) > 1 else ''}.png", part)
+        for (run, keys), part in data.groupby(["run", "keys"])
+    ]

@@ -1,0 +1,574 @@
+"""Passkey retrieval as an evaluation: exact match, per-digit accuracy and the answer's mean
+log-probability for prompts made by :mod:`poscli.data.passkey`, per (length, depth) cell, with
+Wilson intervals, the effective length of each run (RULER, Hsieh et al., 2024), and tables.
+
+Scoring is one teacher-forced forward pass over the prompt and the key's digits. Exact match
+is what greedy decoding would give: greedy decoding continues a prompt with the key's digits and
+then a non-digit exactly when, given the true prefix, each digit is the argmax and the token
+after the last digit is not a digit (``tests/test_retrieval.py`` checks the two agree).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from poscli.data.passkey import (
+    ANSWER_BUDGET,
+    check_format,
+    check_tokenizer,
+    draw_needles,
+    make_prompt,
+    make_prompt_tokens,
+    shortest_prompt_tokens,
+)
+from poscli.data.tokenizer import run_tokenizer
+from poscli.data.tokens import encode
+from poscli.errors import PoscliError
+from poscli.evaluation.stats import wilson_interval
+from poscli.evaluation.tables import merge_rows, pivot_markdown
+
+PASSKEY_COLUMNS = [
+    "run",
+    "label",
+    "pe",
+    "train_length",
+    "template",
+    "keys",
+    "length",
+    "depth",
+    "trials",
+    "correct",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "digit_accuracy",
+    "answer_logprob",
+    "note",
+    "floor",
+    "floor_window",
+]
+# percent of the filler; every depth, so a local window cannot look like retrieval
+DEFAULT_DEPTHS = "0,10,20,30,40,50,60,70,80,90,100"
+EFFECTIVE_THRESHOLD = 0.85  # RULER's effective length: the longest length whose accuracy stays at or above this
+KEY_DIGITS = 5  # keys are 1..50000: at most five digits
+
+
+def run_format(config: dict) -> tuple[str, int]:
+    """The passkey format a run was trained on (compact with one key for runs that saw no passkey
+    examples, or were made before formats were recorded)."""
+    train = config.get("train", {})
+    return train.get("passkey_template", "compact"), int(train.get("passkey_keys", 1))
+
+
+def cell_prompts(
+    length: int, depth: float, trials: int, template: str = "compact", keys: int = 1, tokenizer=None
+) -> tuple[np.ndarray, list[int]]:
+    """The prompts of one (length, depth) cell, the same for every run (seeded by the cell and the
+    format; the same keys and names in any tokenizer): ``trials`` prompts of ``length - 6`` tokens
+    and their keys. -> (trials, length - 6) uint8 (bytes) or int64."""
+    rng = random.Random(f"passkey-{template}-{keys}-{length}-{depth}")
+    prompts, answers = [], []
+    for _ in range(trials):
+        needles = draw_needles(rng, depth, keys)
+        if tokenizer is None or tokenizer.spec == "bytes":
+            prompts.append(encode(make_prompt(length - ANSWER_BUDGET, needles, template)))
+        else:
+            prompts.append(make_prompt_tokens(length - ANSWER_BUDGET, needles, template, tokenizer))
+        answers.append(needles[0].key)
+    return np.stack(prompts), answers
+
+
+def key_starts(prompts, answers: list[int], tokenizer=None) -> np.ndarray:
+    """Where the asked key's digits start in each prompt (their last occurrence). -> (B,) int."""
+    encoder = encode if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.encode
+    starts = []
+    for prompt, key in zip(np.asarray(prompts), answers):
+        digits = np.asarray(encoder(str(key)), dtype=np.int64)
+        matches = np.flatnonzero(
+            np.all(np.lib.stride_tricks.sliding_window_view(prompt.astype(np.int64), len(digits)) == digits, axis=1)
+        )
+        starts.append(int(matches[-1]) if len(matches) else -1)
+    return np.array(starts)
+
+
+def window_floor(prompts, answers: list[int], window: int, tokenizer=None) -> float:
+    """The chance floor of a cell: the share of its prompts whose key lies wholly within the last
+    ``window`` tokens before the answer, which a model attending only to a local window of that
+    size (e.g. its train length) can copy without retrieving from far away."""
+    length = np.asarray(prompts).shape[1]
+    starts = key_starts(prompts, answers, tokenizer)
+    return float(np.mean((starts >= 0) & (starts >= length - window)))
+
+
+def score_answers(model, prompts, answers: list[int], device=None, tokenizer=None) -> dict[str, np.ndarray]:
+    """Teacher-forced scores of each prompt's answer. prompts: (B, P) tokens; answers: B keys.
+
+    Returns per prompt: ``exact`` (greedy decoding would give the key's digits, then a non-digit),
+    ``digit_accuracy`` (the fraction of the key's digits that are the argmax given the true digits
+    before them) and ``logprob`` (the digits' mean log-probability in nats).
+    """
+    import torch
+
+    prompts = torch.as_tensor(np.asarray(prompts), dtype=torch.long)  # (B, P)
+    B, P = prompts.shape
+    device = device or next(model.parameters()).device
+    encoder = (
+        encode if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.encode
+    )  # one token per digit (checked)
+    digits = [encoder(str(key)) for key in answers]
+    digit_ids = encoder("0123456789")
+    tail = torch.full(
+        (B, KEY_DIGITS), int(encoder(".")[0]), dtype=torch.long
+    )  # (B, 5): digits, then padding never scored
+    for row, key in enumerate(digits):
+        tail[row, : len(key)] = torch.from_numpy(key.astype(np.int64))
+    with torch.inference_mode():
+        logits = model(torch.cat([prompts, tail], dim=1).to(device))[
+            :, P - 1 :
+        ].float()  # (B, 6, V): predictions of answer tokens 0..5
+        logprobs = torch.log_softmax(logits, dim=-1).cpu()  # (B, 6, V)
+    best = logprobs.argmax(-1).numpy()  # (B, 6)
+    exact, digit_accuracy, logprob = np.zeros(B, bool), np.zeros(B), np.zeros(B)
+    for row, key in enumerate(digits):
+        n = len(key)
+        hits = best[row, :n] == key
+        exact[row] = hits.all() and best[row, n] not in digit_ids
+        digit_accuracy[row] = hits.mean()
+        logprob[row] = logprobs[row, torch.arange(n), torch.from_numpy(key.astype(np.int64))].mean().item()
+    return {"exact": exact, "digit_accuracy": digit_accuracy, "logprob": logprob}
+
+
+def score_cell(
+    model, length: int, depth: float, trials: int, template: str = "compact", keys: int = 1, device=None, tokenizer=None
+) -> dict[str, np.ndarray]:
+    """``score_answers`` of one (length, depth) cell's prompts, in batches of at most 32k tokens."""
+    prompts, answers = cell_prompts(length, depth, trials, template, keys, tokenizer)
+    batch = max(1, 32768 // length)  # prompts per forward pass: bounded memory at any length
+    parts = [
+        score_answers(model, prompts[i : i + batch], answers[i : i + batch], device, tokenizer)
+        for i in range(0, trials, batch)
+    ]
+    scores = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+    scores["prompts"], scores["answers"] = prompts, answers
+    return scores
+
+
+def evaluate_passkey(
+    run_names: list[str],
+    lengths: list[int] | None,
+    depths: list[float],
+    trials: int = 50,
+    results=None,
+    device: str = "auto",
+    progress=None,
+    keys: int | None = None,
+    save=None,
+) -> list[dict]:
+    """Passkey scores of each run for every (length, depth) cell, on the format the run was trained
+    on (``keys`` overrides its number of keys, e.g. to add distractors).
+
+    ``length`` is the whole context: a prompt of ``length - 6`` tokens and room for the answer.
+    Every run with the same format sees the same prompts, so runs are comparable. ``save``, if
+    given, is called with each run's rows as soon as they are scored (so an interrupted
+    evaluation of many runs keeps the runs it finished).
+    """
+    from poscli.core.device import select_device
+    from poscli.errors import NotApplicable
+    from poscli.evaluation.evaluate import default_lengths, null_context
+    from poscli.model import runs
+
+    device = select_device(device)
+    if trials < 1:
+        raise PoscliError(f"--trials must be at least 1, got {trials}")
+    plans = []
+    for name in run_names:
+        folder = runs.find_run(name, results)
+        config = runs.read_config(folder)
+        template, run_keys = run_format(config)
+        run_keys = keys or run_keys
+        check_format(template, run_keys)
+        tokenizer = run_tokenizer(config["train"].get("tokenizer", "bytes"), folder)
+        check_tokenizer(tokenizer)
+        run_lengths = lengths or default_lengths(config)
+        shortest = shortest_prompt_tokens(template, run_keys, tokenizer) + ANSWER_BUDGET
+        if min(run_lengths) < shortest:
+            raise PoscliError(
+                f"a {template} passkey prompt with {run_keys} key(s) needs at least {shortest} tokens; "
+                f"got length {min(run_lengths)} (run {config['name']}); choose longer --lengths"
+            )
+        plans.append((folder, run_lengths, template, run_keys, tokenizer))
+
+    rows = []
+    for folder, run_lengths, template, run_keys, tokenizer in plans:
+        done_before = len(rows)
+        model, config = runs.load_model(folder, str(device))
+        for length in run_lengths:
+            task = (
+                progress.add_task(f"passkey {runs.run_label(config)} @ {length}", total=len(depths) * trials)
+                if progress
+                else None
+            )
+            for depth in depths:
+                row = {
+                    "run": config["name"],
+                    "label": runs.run_label(config),
+                    "pe": config["model"]["pe"],
+                    "train_length": config["model"]["train_length"],
+                    "template": template,
+                    "keys": run_keys,
+                    "length": length,
+                    "depth": depth,
+                    "trials": trials,
+                    "note": "",
+                }
+                try:
+                    scores = score_cell(model, length, depth, trials, template, run_keys, device, tokenizer)
+                    correct = int(scores["exact"].sum())
+                    low, high = wilson_interval(correct, trials)
+                    window = null_context(config)
+                    row.update(
+                        correct=correct,
+                        accuracy=correct / trials,
+                        ci_low=low,
+                        ci_high=high,
+                        digit_accuracy=float(scores["digit_accuracy"].mean()),
+                        answer_logprob=float(scores["logprob"].mean()),
+                        floor=window_floor(scores["prompts"], scores["answers"], window, tokenizer),
+                        floor_window=window,
+                    )
+                except NotApplicable as reason:
+                    nan = float("nan")
+                    row.update(
+                        correct=0,
+                        accuracy=nan,
+                        ci_low=nan,
+                        ci_high=nan,
+                        digit_accuracy=nan,
+                        answer_logprob=nan,
+                        note=f"n/a: {reason}",
+                    )
+                rows.append(row)
+                if progress:
+                    progress.advance(task, trials)
+        if save is not None:
+            save(rows[done_before:])
+    return rows
+
+
+def greedy_generate(model, prompts, new_tokens: int):
+    """Append ``new_tokens`` argmax tokens to each prompt. prompts: (B, T) -> generated (B, new_tokens)."""
+    import torch
+
+    tokens = prompts
+    with torch.inference_mode():
+        for _ in range(new_tokens):
+            next_token = model(tokens)[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+            tokens = torch.cat([tokens, next_token], dim=1)  # (B, T + 1)
+    return tokens[:, prompts.shape[1] :]
+
+
+def effective_length(accuracy_by_length: dict[int, float], threshold: float = EFFECTIVE_THRESHOLD) -> int:
+    """The longest length up to which accuracy stays at or above ``threshold`` at every evaluated
+    length (RULER, Hsieh et al., 2024); 0 when the shortest length is already below it."""
+    longest = 0
+    for length in sorted(accuracy_by_length):
+        if not accuracy_by_length[length] >= threshold:  # NaN (no representation) ends it too
+            break
+        longest = length
+    return longest
+
+
+def pooled_accuracy(cell) -> tuple[int, int]:
+    """(correct, trials) over the rows of a table cell (e.g. every depth of one length)."""
+    scored = cell[cell["accuracy"].notna()]
+    return int(scored["correct"].sum()), int(scored["trials"].sum())
+
+
+def run_effective_lengths(table, threshold: float = EFFECTIVE_THRESHOLD) -> dict[str, int]:
+    """Each run's effective length from its accuracy pooled over depths."""
+    lengths = {}
+    for run, part in table.groupby("run", sort=False):
+        by_length = {}
+        for length, cell in part.groupby("length"):
+            correct, trials = pooled_accuracy(cell)
+            by_length[int(length)] = correct / trials if trials else float("nan")
+        lengths[run] = effective_length(by_length, threshold)
+    return lengths
+
+
+def save_rows(rows: list[dict], results=None, table: str = "passkey") -> None:
+    """Merge rows into RESULTS/TABLE.csv only (the Markdown and plots come at the end)."""
+    from poscli.core.io import locked
+    from poscli.model import runs
+
+    folder = runs.results_dir(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    with locked(folder / table):
+        merge_rows(folder / f"{table}.csv", rows, PASSKEY_COLUMNS, ["run", "keys", "length", "depth"])
+
+
+def write_passkey_tables(rows: list[dict], results=None, table: str = "passkey") -> list:
+    """Merge into RESULTS/TABLE.csv, write the accuracy-versus-length table RESULTS/TABLE.md and
+    one heatmap per run, RESULTS/TABLE-RUN.png."""
+    from poscli.core.io import atomic_write, locked
+    from poscli.evaluation.plots import draw_plots
+    from poscli.model import runs
+
+    folder = runs.results_dir(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    with locked(folder / table):  # concurrent evaluations take turns
+        combined = merge_rows(folder / f"{table}.csv", rows, PASSKEY_COLUMNS, ["run", "keys", "length", "depth"])
+        with atomic_write(folder / f"{table}.md") as handle:
+            handle.write(passkey_markdown(combined))
+        return [folder / f"{table}.csv", folder / f"{table}.md", *draw_plots(folder, table)]
+
+
+def passkey_markdown(table) -> str:
+    """Per run and length, over all depths: exact-match accuracy with its 95% Wilson interval and
+    the run's effective length; then per-digit accuracy and the answer's mean log-probability."""
+    table = table.copy()
+    if "keys" not in table.columns:  # a table written before formats were recorded
+        table["keys"], table["template"] = 1, "compact"
+    table["keys"] = table["keys"].fillna(1).astype(int)
+    table["row"] = table["run"] + "/" + table["keys"].astype(str)
+
+    def pooled(cell) -> str:
+        correct, trials = pooled_accuracy(cell)
+        if not trials:
+            return "n/a"
+        low, high = wilson_interval(correct, trials)
+        return f"{correct / trials:.2f} [{low:.2f}, {high:.2f}]"
+
+    def pooled_floor(cell) -> str:
+        scored = cell[cell["accuracy"].notna()]
+        if "floor" not in scored or scored["floor"].isna().all() or not scored["trials"].sum():
+            return "-"
+        return f"{(scored['floor'] * scored['trials']).sum() / scored['trials'].sum():.2f}"
+
+    def mean_of(column: str, digits: int):
+        def cell_text(cell) -> str:
+            values = cell[column].dropna() if column in cell else []
+            return "n/a" if len(values) == 0 else f"{values.mean():.{digits}f}"
+
+        return cell_text
+
+    effective = run_effective_lengths(table.assign(run=table["row"]))  # per run and number of keys
+    lead = {
+        "run": lambda first: first["label"],
+        "pe": lambda first: first["pe"],
+        "train length": lambda first: first["train_length"],
+        "keys": lambda first: first["keys"],
+        f"effective length (≥{EFFECTIVE_THRESHOLD})": lambda first: effective[first["row"]],
+    }
+    trials = ", ".join(str(t) for t in sorted(table["trials"].unique()))
+    depths = ", ".join(f"{d:g}" for d in sorted(table["depth"].unique()))
+    lines = [
+        f"Passkey retrieval: exact match over all depths ({depths}%; {trials} prompts per depth) at each length, with "
+        "its 95% "
+        "Wilson interval. Effective length: the longest length up to which accuracy stays at or above "
+        f"{EFFECTIVE_THRESHOLD} "
+        "(RULER). keys: keys in each prompt (more than 1: distractors with other names). `n/a`: the encoding has no "
+        "representation at that length.\n",
+        *pivot_markdown(table, "row", lead, pooled),
+        "",
+        "The floor of each cell above: the accuracy a model attending only to the last W tokens before the answer (W: "
+        "the "
+        "train length, the base's for an extension) could reach by copying a key that happens to lie there, over the "
+        "same "
+        "prompts. Accuracy at or below its floor is no evidence of retrieval from far away.\n",
+        *pivot_markdown(table, "row", {k: v for k, v in lead.items() if not k.startswith("effective")}, pooled_floor),
+        "",
+        *depth_markdown(table),
+        "Per-digit accuracy (teacher forced: each digit given the true digits before it; chance about 0.1):\n",
+        *pivot_markdown(
+            table, "row", {k: v for k, v in lead.items() if not k.startswith("effective")}, mean_of("digit_accuracy", 2)
+        ),
+        "",
+        "The answer's mean log-probability per digit, nats (teacher forced; a uniform guess among digits: -2.30):\n",
+        *pivot_markdown(
+            table, "row", {k: v for k, v in lead.items() if not k.startswith("effective")}, mean_of("answer_logprob", 2)
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def depth_markdown(table) -> list[str]:
+    """Per run and length, exact match at each depth with the floor in parentheses."""
+    if "floor" not in table.columns:
+        return []
+    lines = [
+        "Exact match by depth (the key's depth in percent of the filler: 0 just after the introduction, 100 just "
+        "before the question), the cell's floor in parentheses:\n"
+    ]
+    depths = sorted(table["depth"].unique())
+    lines += [
+        "| run | keys | length | " + " | ".join(f"{d:g}%" for d in depths) + " |",
+        "|---|---|---|" + "---|" * len(depths),
+    ]
+    for (_row, length), part in table.groupby(["row", "length"], sort=False):
+        by_depth = {d: part[part["depth"] == d] for d in depths}
+        cells = []
+        for depth in depths:
+            cell = by_depth[depth]
+            if cell.empty or cell["accuracy"].isna().all():
+                cells.append("n/a")
+            else:
+                floor = cell["floor"].iloc[0]
+                cells.append(f"{cell['accuracy'].iloc[0]:.2f}" + (f" ({floor:.2f})" if floor == floor else ""))
+        first = part.iloc[0]
+        lines.append(f"| {first['label']} | {int(first['keys'])} | {int(length)} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def parse_depths(text: str) -> list[float]:
+    """``--depths 0,25,50`` -> [0.0, 25.0, 50.0], each a percentage of the filler."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise PoscliError(f"--depths {text!r}: use percentages from 0 to 100, e.g. --depths 0,25,50,75,100") from None
+    if any(not 0 <= v <= 100 for v in values):
+        raise PoscliError(f"--depths {text!r}: every depth must be between 0 and 100, e.g. --depths 0,25,50,75,100")
+    return values
+
+
+def console_table(rows: list[dict], trials: int):
+    """The rows as a rich table for the console."""
+    from rich.table import Table
+
+    shown = Table(title=f"passkey retrieval ({trials} prompts per cell, 95% Wilson interval)")
+    for column in ("run", "keys", "length", "depth %", "exact match", "95% interval", "per digit", "log p / digit"):
+        shown.add_column(column, justify="left" if column == "run" else "right")
+    for row in rows:
+        na = bool(row["note"])
+        shown.add_row(
+            row["label"],
+            str(row["keys"]),
+            str(row["length"]),
+            f"{row['depth']:g}",
+            "n/a" if na else f"{row['accuracy']:.2f}",
+            "" if na else f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]",
+            "" if na else f"{row['digit_accuracy']:.2f}",
+            "" if na else f"{row['answer_logprob']:.2f}",
+        )
+    return shown
+
+
+# --------------------------------------------------------------------------- over seeds
+
+ALL_DEPTHS = -1.0  # the depth column's value for a summary row that pools every depth
+
+
+def bootstrap_accuracy(correct: np.ndarray, trials: np.ndarray, resamples: int = 2000, seed: int = 0) -> np.ndarray:
+    """Bootstrap samples of the mean accuracy over runs (seeds): runs resampled with replacement,
+    then each run's accuracy drawn from its Jeffreys posterior Beta(c + 1/2, n - c + 1/2), so a
+    run that got every trial right still has an interval below 1. correct, trials: (R,) -> (N,)."""
+    generator = np.random.default_rng(seed)
+    runs = len(correct)
+    picked = generator.integers(0, runs, size=(resamples, runs))  # (N, R)
+    drawn = generator.beta(correct[picked] + 0.5, trials[picked] - correct[picked] + 0.5)  # (N, R)
+    return drawn.mean(1)
+
+
+def passkey_seed_summary(rows, groups: dict[str, str], threshold: float = EFFECTIVE_THRESHOLD):
+    """Per group of runs (runs that differ only in seed), number of keys, length and depth (and
+    every depth pooled, depth = ALL_DEPTHS): the mean accuracy over seeds with its 95% interval
+    (``bootstrap_accuracy``), the mean per-digit accuracy and answer log-probability, and the
+    group's effective length (from the seed-mean accuracy pooled over depths) beside each seed's.
+    None when no run of the groups has been scored."""
+    import pandas as pd
+
+    from poscli.evaluation.stats import interval
+
+    rows = rows[rows["run"].isin(list(groups)) & rows["accuracy"].notna()].copy()
+    if rows.empty:
+        return None
+    rows["group"] = rows["run"].map(groups)
+    if "keys" not in rows.columns:
+        rows["keys"] = 1
+    records = []
+    for (group, keys), part in rows.groupby(["group", "keys"], sort=False):
+        per_seed = run_effective_lengths(part, threshold)
+        pooled = part.groupby(["run", "length"], as_index=False).agg(
+            correct=("correct", "sum"),
+            trials=("trials", "sum"),
+            digit_accuracy=("digit_accuracy", "mean"),
+            answer_logprob=("answer_logprob", "mean"),
+            pe=("pe", "first"),
+            train_length=("train_length", "first"),
+        )
+        pooled["depth"] = ALL_DEPTHS
+        cells = pd.concat([part[pooled.columns], pooled])
+        mean_by_length = {}
+        for (length, depth), cell in cells.groupby(["length", "depth"]):
+            correct, trials = cell["correct"].to_numpy(float), cell["trials"].to_numpy(float)
+            accuracy = float((correct / trials).mean())
+            low, high = interval(bootstrap_accuracy(correct, trials))
+            if depth == ALL_DEPTHS:
+                mean_by_length[int(length)] = accuracy
+            records.append(
+                {
+                    "group": group,
+                    "pe": cell["pe"].iloc[0],
+                    "train_length": int(cell["train_length"].iloc[0]),
+                    "keys": int(keys),
+                    "length": int(length),
+                    "depth": float(depth),
+                    "seeds": len(cell),
+                    "trials": int(cell["trials"].iloc[0]),
+                    "accuracy": accuracy,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "digit_accuracy": float(cell["digit_accuracy"].mean()),
+                    "answer_logprob": float(cell["answer_logprob"].mean()),
+                }
+            )
+        effective = effective_length(mean_by_length, threshold)
+        seeds_text = ", ".join(str(per_seed[run]) for run in sorted(per_seed))
+        for record in records:
+            if record["group"] == group and record["keys"] == keys:
+                record["effective_length"], record["effective_by_seed"] = effective, seeds_text
+    return pd.DataFrame(records)
+
+
+def passkey_seed_markdown(summary) -> str:
+    """Accuracy pooled over depths per group and length (mean over seeds, 95% interval), the
+    effective length, then accuracy by depth at each group's longest length."""
+    pooled = summary[summary["depth"] == ALL_DEPTHS].copy()
+    pooled["row"] = pooled["group"] + "/" + pooled["keys"].astype(str)
+
+    def cell(rows) -> str:
+        row = rows.iloc[0]
+        return f"{row['accuracy']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+
+    first = summary.iloc[0]
+    lines = [
+        f"Passkey exact match over every depth, mean over seeds with its 95% interval (seeds resampled, each seed's "
+        f"accuracy drawn from its Jeffreys posterior); {int(first['trials'])} prompts per depth and seed. Effective "
+        "length: "
+        f"the longest length up to which the seed-mean accuracy stays at or above {EFFECTIVE_THRESHOLD} (each seed's "
+        "in brackets).\n",
+        *pivot_markdown(
+            pooled,
+            "row",
+            {
+                "runs": lambda r: r["group"],
+                "keys": lambda r: r["keys"],
+                "seeds": lambda r: r["seeds"],
+                "effective length": lambda r: f"{r['effective_length']} ({r['effective_by_seed']})",
+            },
+            cell,
+            sort=False,
+        ),
+        "",
+        "Per-digit accuracy (teacher forced), mean over seeds and depths:\n",
+        *pivot_markdown(
+            pooled,
+            "row",
+            {"runs": lambda r: r["group"], "keys": lambda r: r["keys"]},
+            lambda rows: f"{rows['digit_accuracy'].iloc[0]:.2f}",
+            sort=False,
+        ),
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,159 @@
+"""Intervals for perplexity: bootstrap over the evaluation sample, and over seeds as well.
+
+A perplexity cell is exp(sum of losses / sum of tokens) over the spans of an ``EvalSet``. Its
+uncertainty has two sources: which text was scored (the sample of spans or documents) and which
+training seed made the model. ``bootstrap_perplexity`` resamples the evaluation units (spans or
+documents, with replacement) and, given several runs that differ only in seed, the runs too
+(a two-level bootstrap), and returns the resampled statistic so that callers can take a
+percentile interval of it or of a ratio of two lengths. Lengths and encodings evaluated on the
+same spans share the same resampled units (one seeded generator per call with the same seed), so
+ratios between them are paired.
+
+Shapes: R runs (seeds), S spans, U units, N resamples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+SEED = 0
+
+
+def unit_sums(span_loss: np.ndarray, span_tokens: np.ndarray, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum spans into their units. span_loss: (R, S); span_tokens: (S,); units: (S,) -> (R, U), (U,)."""
+    _, index = np.unique(units, return_inverse=True)
+    count = index.max() + 1
+    loss = np.stack([np.bincount(index, weights=row, minlength=count) for row in np.atleast_2d(span_loss)])  # (R, U)
+    tokens = np.bincount(index, weights=span_tokens, minlength=count)  # (U,)
+    return loss, tokens
+
+
+def bootstrap_perplexity(
+    span_loss: np.ndarray,
+    span_tokens: np.ndarray,
+    units: np.ndarray,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    resample_runs: bool = True,
+) -> np.ndarray:
+    """Resampled mean-over-runs perplexity. -> (N,).
+
+    span_loss: (R, S) summed loss (nats) of each run on each span; span_tokens: (S,) targets
+    scored in each span; units: (S,) the bootstrap unit of each span. Each resample draws U
+    units with replacement (the same draws for every call with the same seed and shape) and,
+    when ``resample_runs`` and R > 1, R runs with replacement; its value is the mean over the
+    drawn runs of exp(drawn loss / drawn tokens).
+    """
+    loss, tokens = unit_sums(span_loss, span_tokens, units)  # (R, U), (U,)
+    runs, count = loss.shape
+    generator = np.random.default_rng(seed)
+    unit_draws = generator.multinomial(count, np.full(count, 1 / count), size=resamples)  # (N, U) counts
+    ppl = np.exp((unit_draws @ loss.T) / (unit_draws @ tokens)[:, None])  # (N, R)
+    if runs > 1 and resample_runs:
+        run_draws = generator.multinomial(runs, np.full(runs, 1 / runs), size=resamples)  # (N, R) counts
+        return (ppl * run_draws).sum(1) / runs
+    return ppl.mean(1)
+
+
+def interval(samples: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Percentile interval of bootstrap samples."""
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(samples, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def separated(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two intervals do not overlap."""
+    return a[1] < b[0] or b[1] < a[0]
+
+
+def wilson_interval(correct: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (sound at 0 and at 1, unlike +-SE)."""
+    if trials == 0:
+        return (float("nan"), float("nan"))
+    p = correct / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+# --------------------------------------------------------------------------- paired decisions over seeds
+
+ALPHA = 0.05  # family-wise error rate of one published file's decisions (Holm, 1979)
+MIN_EFFECT = 0.01  # a perplexity ratio within 1% of 1 is "tied", whatever the test says
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """Two-sided p-value of Student's t with ``df`` (whole) degrees of freedom, in closed form
+    (Abramowitz and Stegun, 1964, 26.7.3-4): A(t|df) = P(|T| < |t|) as a finite sum in cos(theta),
+    theta = atan(|t| / sqrt(df)); p = 1 - A."""
+    if df < 1:
+        return float("nan")
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:  # odd: 2/pi [theta + sin cos (1 + 2/3 c^2 + 2*4/(3*5) c^4 + ...)], df - 3 over 2 terms after 1
+        term, total = 1.0, 1.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        a = 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
+    else:  # even: sin (1 + 1/2 c^2 + 1*3/(2*4) c^4 + ...), df/2 terms
+        term, total = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        a = s * total
+    return max(0.0, min(1.0, 1 - a))
+
+
+def paired_seed_test(log_ratios: np.ndarray) -> tuple[float, float, float, float]:
+    """The paired t-test over seeds of a log perplexity ratio (seed s of A against seed s of B, on
+    the same spans). log_ratios: (R,) -> (ratio, low, high, p): the geometric-mean ratio with its
+    95% t interval and the two-sided p-value of "no difference". R < 2: no test (p nan)."""
+    values = np.asarray(log_ratios, dtype=float)
+    mean = float(values.mean())
+    if len(values) < 2:
+        return math.exp(mean), float("nan"), float("nan"), float("nan")
+    sd = float(values.std(ddof=1))
+    df = len(values) - 1
+    if sd == 0:
+        return math.exp(mean), math.exp(mean), math.exp(mean), 0.0 if mean else 1.0
+    t = mean / (sd / math.sqrt(len(values)))
+    half = t_quantile(df) * sd / math.sqrt(len(values))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), t_two_sided_p(t, df)
+
+
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """The two-sided ``confidence`` quantile of Student's t (bisection on ``t_two_sided_p``)."""
+    low, high = 0.0, 1e3
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_two_sided_p(middle, df) > 1 - confidence else (low, middle)
+    return (low + high) / 2
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's (1979) step-down adjusted p-values: reject where adjusted p < ALPHA, and the chance
+    of any false rejection among all of them stays under ALPHA. NaN stays NaN (not tested)."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    adjusted = [float("nan")] * len(p_values)
+    running, m = 0.0, len(tested)
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def decide(ratio: float, adjusted_p: float, alpha: float = ALPHA, min_effect: float = MIN_EFFECT) -> str:
+    """ "<" (A lower), ">" (A higher) or "≈" (tied): a difference is claimed only where Holm's
+    adjusted p is under ``alpha`` and the ratio is at least ``min_effect`` away from 1."""
+    if math.isnan(adjusted_p) or adjusted_p >= alpha or abs(ratio - 1) < min_effect:
+        return "≈"
+    return "<" if ratio < 1 else ">"

@@ -1,0 +1,1 @@
+"""Context-extension formulas: RoPE frequency rescalings and position remappings."""

@@ -1,0 +1,1 @@
+"""The GPT and its saved form (run folders, checkpoints, weights)."""

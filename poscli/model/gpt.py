@@ -1,0 +1,189 @@
+"""A small decoder-only GPT whose positional encoding is a plugin.
+
+Pre-norm, causal, tied input/output embeddings, GELU MLP, no dropout (nanoGPT's layout).
+The model calls the encoding's three hooks (see ``poscli.encodings.base``) and never asks
+which encoding it holds.
+
+Shape legend: B batch, T sequence length, C width (d_model), H heads, hd head dimension,
+V vocabulary, Bq query rows in one attention block.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from poscli import encodings
+from poscli.attention import flex
+from poscli.attention.blockwise import (
+    blocked_biased_attention,
+    fast_path_available,
+    fused_causal_attention,
+    relative_causal_attention,
+    remapped_attention,
+)
+from poscli.attention.distance_attention import distance_biased_attention
+from poscli.config import ModelConfig
+from poscli.encodings.base import PositionalEncoding
+from poscli.extension import remap as remapping
+
+
+def fast_biased_attention(
+    q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, positions: Tensor, layer: int, block: int
+) -> Tensor | None:
+    """The encoding's bias through a memory-bounded fast path over consecutive ``positions``, or
+    None where it has none here: its banded or linear form (``relative_bias``: ALiBi, T5, Shaw),
+    else its distance form (``distance_bias``: KERPLE, FIRE, ``bias_of_distance``). CPU only.
+    q, k, v: (B, H, T, hd) -> (B, H, T, hd)."""
+    if not fast_path_available(q):
+        return None
+    if (relative := encoding.relative_bias(q, layer)) is not None:
+        return relative_causal_attention(q, k, v, relative, block)
+    if (form := encoding.distance_bias(positions, layer)) is not None:
+        return distance_biased_attention(q, k, v, form)
+    return None
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, encoding: PositionalEncoding):
+        super().__init__()
+        self.config, self.layer = config, layer
+        self.encoding = [encoding]  # a list, so the shared module is not registered once per layer
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
+
+    def forward(self, x: Tensor, positions: Tensor, consecutive: bool, remap: remapping.Remap | None = None) -> Tensor:
+        B, T, C = x.shape
+        H, hd = self.config.n_head, self.config.head_dim
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd) each
+        encoding = self.encoding[0]
+        if remap is not None:
+            y = self._remapped(q, k, v, positions, remap)  # (B, H, T, hd)
+            return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        q, k = encoding.rotate(q, k, positions, self.layer)
+        if not encoding.has_score_bias:
+            y = fused_causal_attention(q, k, v)  # (B, H, T, hd)
+        elif (
+            flex.wanted(q)
+            and (score_mod := flex.score_mod_for(encoding, q, positions, self.layer, consecutive)) is not None
+        ):
+            y = flex.flex_causal_attention(q, k, v, score_mod)  # (B, H, T, hd)
+        elif (
+            consecutive
+            and (fast := fast_biased_attention(q, k, v, encoding, positions, self.layer, self.config.attention_block))
+            is not None
+        ):
+            y = fast  # (B, H, T, hd)
+        else:
+            score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, self.layer)  # noqa: E731
+            y = blocked_biased_attention(q, k, v, score_bias, positions, self.config.attention_block)  # (B, H, T, hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.proj(y)
+
+    def _remapped(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, remap: remapping.Remap) -> Tensor:
+        """Attention with far keys at remapped positions (``poscli.extension.remap``): the encoding rotates
+        q and k at the true positions for the window and at the far positions beyond it, and
+        scores its bias at either. q, k, v: (B, H, T, hd) -> (B, H, T, hd)."""
+        encoding, layer = self.encoding[0], self.layer
+        q_near, k_near = encoding.rotate(q, k, positions, layer)
+        far_q_positions, far_k_positions = remap.far_positions(positions)  # (T,) each, float64
+        q_far = encoding.rotate(q, q, far_q_positions, layer)[0]
+        k_far = encoding.rotate(k, k, far_k_positions, layer)[1]
+        far_q_positions, far_k_positions = (
+            far_q_positions.long(),
+            far_k_positions.long(),
+        )  # bias encodings: sinks only (whole positions)
+
+        def score_bias(part: str, q_block: Tensor, rows: slice, keys: slice) -> Tensor:
+            if part == "near":
+                return encoding.score_bias(q_block, positions[rows], positions[keys], layer)
+            return encoding.score_bias(q_block, far_q_positions[rows], far_k_positions[keys], layer)
+
+        return remapped_attention(
+            q_near,
+            k_near,
+            q_far,
+            k_far,
+            v,
+            remap.window,
+            remap.far_keys,
+            positions,
+            score_bias if encoding.has_score_bias else None,
+            self.config.attention_block,
+        )
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, encoding: PositionalEncoding):
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(config.d_model)
+        self.attn = CausalSelfAttention(config, layer, encoding)
+        self.norm_mlp = nn.LayerNorm(config.d_model)
+        hidden = config.mlp_ratio * config.d_model
+        self.mlp = nn.Sequential(nn.Linear(config.d_model, hidden), nn.GELU(), nn.Linear(hidden, config.d_model))
+
+    def forward(self, x: Tensor, positions: Tensor, consecutive: bool, remap: remapping.Remap | None = None) -> Tensor:
+        x = x + self.attn(self.norm_attn(x), positions, consecutive, remap)
+        return x + self.mlp(self.norm_mlp(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        # Scores far below a row's maximum make exp() return subnormal floats, and CPU arithmetic
+        # on subnormals is ~100x slower (ALiBi at 16k: 2x slower in all). Flushing them to zero
+        # changes no result by more than 1e-38. A process-wide setting, made by every GPT.
+        torch.set_flush_denormal(True)
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.encoding = encodings.build(config)
+        self.remap = remapping.build(config)  # Self-Extend, ReRoPE, sinks (poscli extend), or None
+        self.blocks = nn.ModuleList(Block(config, layer, self.encoding) for layer in range(config.n_layer))
+        self.norm_out = nn.LayerNorm(config.d_model)
+        # GPT-2 initialisation for the transformer; each encoding initialises its own parameters.
+        nn.init.normal_(self.token_embedding.weight, std=0.02)
+        for module in self.blocks.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for block in self.blocks:  # residual projections scaled by 1/sqrt(2 * n_layer)
+            nn.init.normal_(block.attn.proj.weight, std=0.02 / math.sqrt(2 * config.n_layer))
+            nn.init.normal_(block.mlp[2].weight, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
+        """tokens: (B, T) byte ids -> logits (B, T, V). ``positions``: (T,) for every sequence,
+        defaulting to 0..T-1, or (B, T), one row per sequence (randomized positions, Ruoss et al.,
+        2023); the hooks take one row of positions, so each sequence then runs on its own."""
+        B, T = tokens.shape
+        if positions is not None and positions.dim() == 2:
+            return torch.cat([self(tokens[row : row + 1], positions[row]) for row in range(B)])  # (B, T, V)
+        consecutive = positions is None or T < 2 or bool((positions.diff() == 1).all())  # the fast path needs i - j
+        if positions is None:
+            positions = torch.arange(T, device=tokens.device)  # (T,)
+        x = self.token_embedding(tokens)  # (B, T, C)
+        x = self.encoding.embed(
+            x, positions if self.remap is None else self.remap.embed_positions(positions)
+        )  # (B, T, C)
+        for block in self.blocks:
+            x = block(x, positions, consecutive, self.remap)
+        x = self.norm_out(x)
+        return x @ self.token_embedding.weight.T  # (B, T, V), tied output embedding
+
+    def loss(
+        self, tokens: Tensor, targets: Tensor, positions: Tensor | None = None, weights: Tensor | None = None
+    ) -> Tensor:
+        """Mean next-token cross-entropy in nats. tokens, targets: (B, T). ``weights`` (B, T), if
+        given, weigh each target's loss (the mean is still over all B * T targets)."""
+        logits = self(tokens, positions)  # (B, T, V)
+        if weights is None:
+            return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")  # (B * T,)
+        return (losses * weights.flatten()).mean()

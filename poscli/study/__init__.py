@@ -1,0 +1,1 @@
+"""Recipes, seed summaries, comparisons with published results, the report."""

@@ -1,0 +1,860 @@
+"""``poscli run RECIPE.toml``: a whole study from one file (format: recipes/README.md).
+
+A recipe lists runs to train (``[[train]]``; a list value is a sweep axis, every combination is
+a run), extensions of them (``[[extend]]``), evaluations (``[[eval]]``) and comparisons with
+published numbers (``[[compare]]``). It compiles to a plan of poscli commands, each run as its
+own process (``--jobs N`` at a time), in four phases: train, extend, evaluate, then summaries
+over seeds, comparisons and the report. Every step is checked against what the results folder
+already holds, so running a recipe again skips what is done, resumes what was interrupted
+(from the run's checkpoint) and refuses a run of the same name with a different config.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from poscli.core.lengths import parse_length, parse_lengths
+from poscli.errors import EnvironmentFailure, PoscliError
+from poscli.model import runs
+from poscli.training.options import (
+    EVAL_TASKS,
+    EXTEND_OPTIONS,
+    RUN_ONLY,
+    TRAIN_OPTIONS,
+    saved_value,
+    train_defaults,
+    wanted_value,
+)
+
+# `pe = "all"` in a [[train]] (or a list holding "all"): every registered encoding, so a new
+# encoding file joins a study without a recipe edit.
+EVERY_ENCODING = "all"
+
+SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare"}
+# Options a recipe may not set: the runner sets them, or they would break the plan.
+EVAL_KEYS = {
+    "runs",
+    "table",
+    "lengths",
+    "max_tokens",
+    "stride",
+    "protocol",
+    "reference",
+    "null",
+    "data",
+    "task",
+    "depths",
+    "trials",
+    "keys",
+    "device",
+    "budgets",
+}
+EXTEND_KEYS = {"runs", "name", "method_options"}
+
+
+@dataclass
+class Step:
+    """One poscli command of the plan. ``status``: "to do", "resume", "done"."""
+
+    kind: str  # train, extend, eval
+    name: str  # the run's name, or the table's for an evaluation
+    argv: list[str]
+    status: str = "to do"
+    detail: str = ""
+    group: str = ""  # the run's name with its seed replaced by *, for summaries over seeds
+    runs: list[str] = field(default_factory=list)  # an evaluation's runs
+    options: dict = field(default_factory=dict)  # the recipe's options for this step
+    groups: dict = field(default_factory=dict)  # an evaluation's run -> group
+
+
+@dataclass
+class Recipe:
+    path: Path
+    name: str
+    description: str
+    train: list[Step]
+    extend: list[Step]
+    evals: list[Step]
+    compare: list[dict]
+
+    @property
+    def steps(self) -> list[Step]:
+        return [*self.train, *self.extend, *self.evals]
+
+
+class RecipeError(PoscliError):
+    pass
+
+
+class RecipeInterrupted(PoscliError):
+    exit_code = 130
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _line_of(text: str, key: str, section: str | None = None, index: int = 0) -> int | None:
+    """The line (1-based) where ``key`` is set, inside the ``index``-th [[section]] if given."""
+    current, seen = None, -1
+    for number, line in enumerate(text.splitlines(), 1):
+        header = re.match(r"^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?", line)
+        if header:
+            current = header.group(1)
+            if current == section:
+                seen += 1
+            if section is None and current == key:
+                return number
+            continue
+        if re.match(rf"^\s*{re.escape(key)}\s*=", line) and (
+            section is None and current is None or current == section and seen == index
+        ):
+            return number
+    return None
+
+
+def _axes(entry: dict) -> list[dict]:
+    """Every combination of an entry's list values (sweep axes), in order."""
+    keys = list(entry)
+    values = [entry[key] if isinstance(entry[key], list) else [entry[key]] for key in keys]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+
+
+def _argv(options: dict) -> list[str]:
+    argv = []
+    for key, value in options.items():
+        if isinstance(value, dict):  # pe_option = { base = 500000 }: one --pe-option KEY=VALUE each
+            for option, setting in value.items():
+                argv += [f"--{key.replace('_', '-')}", f"{option}={setting}"]
+        elif isinstance(value, bool):  # a switch: --reference / --no-reference
+            argv.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
+        else:
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def _render(template: str, values: dict, where: str, group: bool = False) -> str:
+    """A run's name from its template (or, with ``group``, the name of its group: seed = *)."""
+    try:
+        name = template.format(**values)
+    except (KeyError, IndexError, ValueError) as error:
+        raise RecipeError(
+            f"{where}: name {template!r} uses {error}, which is not one of its keys ({', '.join(values)})"
+        ) from None
+    if not group and not runs.RUN_NAME.match(name):
+        raise RecipeError(
+            f"{where}: name {template!r} gives {name!r}; run names may use only letters, digits and . _ + -"
+        )
+    return name
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Parse and check a recipe; every error names the key and its line."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(
+            f"no recipe at {path}; recipes in this checkout: "
+            f"{', '.join(sorted(p.name for p in Path('recipes').glob('*.toml'))) or 'none'}"
+        )
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise RecipeError(f"{path}: not valid TOML: {error}") from None
+
+    def fail(message: str, key: str, section: str | None = None, index: int = 0):
+        line = _line_of(text, key, section, index)
+        place = f"{path}, line {line}" if line else str(path)
+        raise RecipeError(f"{place}: {message}")
+
+    for key in data:
+        if key not in SECTIONS:
+            fail(f"unknown key {key!r}; a recipe has: {', '.join(sorted(SECTIONS))}", key)
+    if not isinstance(data.get("name"), str) or not runs.RUN_NAME.match(data["name"]):
+        fail("'name' must be a short name (letters, digits, . _ + -)", "name")
+
+    def check_keys(entry: dict, allowed: set, section: str, index: int, command: str):
+        for key in entry:
+            if key not in allowed:  # poscli.training.options.RUNNER_OPTIONS are never allowed: the runner sets them
+                fail(
+                    f"[{section}] has no key {key!r}; use the options of poscli {command} (with _ for -)",
+                    key,
+                    section,
+                    index,
+                )
+
+    defaults = data.get("defaults", {})
+    check_keys(defaults, set(TRAIN_OPTIONS), "defaults", 0, "train")
+
+    train_steps = []
+    for index, entry in enumerate(data.get("train", [])):
+        where = f"{path}, [[train]] {index + 1}"
+        check_keys(entry, set(TRAIN_OPTIONS) | {"name"}, "train", index, "train")
+        if "name" not in entry:
+            fail('every [[train]] needs a name, e.g. name = "{pe}-s{seed}"', "train", None)
+        entry = {**entry, **({"pe": _encodings(entry["pe"])} if "pe" in entry else {})}
+        for values in _axes({key: value for key, value in entry.items() if key != "name"}):
+            options = {**defaults, **values}
+            name = _render(entry["name"], options, where)
+            group = _render(entry["name"], {**options, "seed": "*"}, where, group=True)
+            train_steps.append(
+                Step(
+                    "train",
+                    name,
+                    ["train", *_argv(options), "--name", name],
+                    group=group,
+                    detail=_describe(options),
+                    options=options,
+                )
+            )
+    _check_unique([s.name for s in train_steps], path)
+
+    extend_steps = []
+    for index, entry in enumerate(data.get("extend", [])):
+        where = f"{path}, [[extend]] {index + 1}"
+        check_keys(entry, set(EXTEND_OPTIONS) | EXTEND_KEYS, "extend", index, "extend")
+        for key in ("runs", "name", "method", "target"):
+            if key not in entry:
+                fail(f"every [[extend]] needs {key!r}", "extend")
+        parents = _match(entry["runs"], [s for s in train_steps], fail, "extend", index)
+        per_method = entry.get("method_options", {})
+        axes = {key: value for key, value in entry.items() if key not in EXTEND_KEYS}
+        for parent in parents:
+            for values in _axes(axes):
+                options = {**values, **per_method.get(values["method"], {})}
+                name = _render(entry["name"], {"run": parent.name, **values}, where)
+                group = _render(entry["name"], {"run": parent.group, **values}, where, group=True)
+                extend_steps.append(
+                    Step(
+                        "extend",
+                        name,
+                        ["extend", parent.name, *_argv(options), "--name", name],
+                        group=group,
+                        detail=f"{parent.name}: {_describe(options)}",
+                        options={**options, "parent": parent.name, "parent_options": parent.options},
+                    )
+                )
+    _check_unique([s.name for s in [*train_steps, *extend_steps]], path)
+
+    eval_steps = []
+    all_runs = [*train_steps, *extend_steps]
+    for index, entry in enumerate(data.get("eval", [])):
+        check_keys(entry, EVAL_KEYS, "eval", index, "eval")
+        for key in ("runs", "table"):
+            if key not in entry:
+                fail(f"every [[eval]] needs {key!r}", "eval")
+        try:
+            runs.check_table_name(str(entry["table"]))
+        except PoscliError as error:
+            fail(str(error).replace("--table", "table"), "table", "eval", index)
+        matched = _match(entry["runs"], all_runs, fail, "eval", index)
+        options = {key: value for key, value in entry.items() if key not in ("runs", "budgets")}
+        budgets = entry.get("budgets", False)
+        if budgets not in (True, False, "only"):
+            fail(
+                'budgets must be true (each run and its snapshots), "only" (the snapshots alone) or false',
+                "budgets",
+                "eval",
+                index,
+            )
+        if budgets:
+            snapshots = [snapshot for s in matched for snapshot in _snapshots(s)]
+            if not snapshots:
+                fail(
+                    'budgets: none of these runs keeps snapshots; add snapshots = "0.25,0.5" to their [[train]] or '
+                    "[defaults]",
+                    "budgets",
+                    "eval",
+                    index,
+                )
+            matched = snapshots if budgets == "only" else [*matched, *snapshots]
+        for key in ("lengths", "max_tokens", "stride"):
+            if key in options:
+                try:
+                    parse_lengths(str(options[key])) if key == "lengths" else parse_length(
+                        str(options[key]), "--" + key.replace("_", "-")
+                    )
+                except PoscliError as error:
+                    fail(str(error), key, "eval", index)
+        if options.get("task", EVAL_TASKS[0]) not in EVAL_TASKS:
+            fail(f"task {options['task']!r} is not a task; choose {' or '.join(EVAL_TASKS)}", "task", "eval", index)
+        names = [s.name for s in matched]
+        eval_steps.append(
+            Step(
+                "eval",
+                str(entry["table"]),
+                ["eval", *names, *_argv(options)],
+                runs=names,
+                detail=f"{len(names)} runs",
+                options=options,
+                groups={s.name: s.group for s in matched},
+            )
+        )
+
+    compare = data.get("compare", [])
+    from poscli.study.published import PUBLISHED
+
+    tables = {s.name for s in eval_steps}
+    for index, entry in enumerate(compare):
+        if entry.get("published") not in PUBLISHED:
+            fail(f"published must be one of: {', '.join(PUBLISHED)}", "published", "compare", index)
+        for key in ("table", "perplexity"):
+            if (key == "table" or key in entry) and entry.get(key) not in tables:
+                fail(
+                    f"{key} {entry.get(key)!r} is not one of this recipe's [[eval]] tables "
+                    f"({', '.join(sorted(tables))})",
+                    key,
+                    "compare",
+                    index,
+                )
+    return Recipe(path, data["name"], data.get("description", ""), train_steps, extend_steps, eval_steps, compare)
+
+
+def _snapshots(step: Step) -> list[Step]:
+    """A train step's snapshots (``snapshots`` fractions of its ``steps``) as steps of their own,
+    named RUN@STEP, in a group GROUP@STEP: the same runs at an earlier training budget."""
+    if step.kind != "train" or not step.options.get("snapshots"):
+        return []
+    from poscli.config import TrainConfig
+
+    budget = TrainConfig(
+        steps=int(step.options.get("steps", TrainConfig.steps)), snapshots=str(step.options["snapshots"])
+    )
+    return [
+        Step(
+            "snapshot",
+            f"{step.name}{runs.SNAPSHOT_MARK}{n}",
+            [],
+            group=f"{step.group}{runs.SNAPSHOT_MARK}{n}",
+            options={**step.options, "budget_steps": n, "snapshot_of": step.name},
+        )
+        for n in budget.snapshot_steps()
+    ]
+
+
+def _encodings(value):
+    """A [[train]]'s pe with "all" read as every registered encoding (a list: a sweep axis)."""
+    from poscli.encodings import builtin_names
+
+    values = value if isinstance(value, list) else [value]
+    if EVERY_ENCODING not in values:
+        return value
+    return [name for v in values for name in (builtin_names() if v == EVERY_ENCODING else [v])]
+
+
+def _describe(options: dict) -> str:
+    return " ".join(f"{key}={value}" for key, value in options.items())
+
+
+def _check_unique(names: list[str], path: Path) -> None:
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise RecipeError(
+            f"{path}: the run names repeat ({', '.join(repeated[:5])}); put every sweep key into the name template"
+        )
+
+
+def _match(patterns, steps: list[Step], fail, section: str, index: int) -> list[Step]:
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    matched = []
+    for pattern in patterns:
+        found = [s for s in steps if fnmatch.fnmatchcase(s.name, pattern) and s not in matched]
+        if not found and not any(fnmatch.fnmatchcase(s.name, pattern) for s in steps):
+            fail(f"runs pattern {pattern!r} matches none of this recipe's runs", "runs", section, index)
+        matched += found
+    return matched
+
+
+# --------------------------------------------------------------------------- state
+
+
+def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
+    """Set each step's status from what RESULTS already holds. With ``each`` (``poscli run --each``),
+    a run whose folder is gone but whose rows are in every table that names it counts as done (a
+    study carried on in a fresh clone, which holds the tables, not the weights); without it, a
+    missing run is trained (again)."""
+    import pandas as pd
+
+    folder = runs.runs_dir(results)
+    defaults = train_defaults()
+    tables = {
+        step.name: pd.read_csv(runs.results_dir(results) / f"{step.name}.csv")
+        for step in recipe.evals
+        if (runs.results_dir(results) / f"{step.name}.csv").exists()
+    }
+    for step in recipe.train:
+        config_path = folder / step.name / runs.CONFIG_FILE
+        if not config_path.exists():
+            extensions = [e for e in recipe.extend if e.options.get("parent") == step.name]
+            if (
+                each
+                and _all_evaluated(recipe, step, tables)
+                and all(
+                    _all_evaluated(recipe, e, tables)
+                    for e in extensions
+                    if any(e.name in evaluation.runs for evaluation in recipe.evals)
+                )
+            ):
+                # trained, extended and evaluated earlier, its weights not kept (a fresh clone)
+                step.status, step.detail = "done", "evaluated (its folder is not here: every table has its rows)"
+            continue
+        config = runs.read_config(folder / step.name)
+        for option in TRAIN_OPTIONS:
+            if option in RUN_ONLY:
+                continue
+            wanted = step.options.get(option, defaults[option])
+            if wanted is None:
+                continue
+            wanted, have = wanted_value(config, option, wanted), saved_value(config, option)
+            if have is not None and type(have)(wanted) != have:
+                raise RecipeError(
+                    f"run {step.name!r} exists with {option} = {have!r} but the recipe asks for {wanted!r}; "
+                    f"remove {folder / step.name} or rename the run in {recipe.path}"
+                )
+        _set_status(step, config, ["train", "--resume", step.name, "--quiet"])
+    for step in recipe.extend:
+        if not (folder / step.name / runs.CONFIG_FILE).exists():
+            if each and _all_evaluated(recipe, step, tables):
+                step.status, step.detail = "done", "evaluated (its folder is not here: every table has its rows)"
+            continue
+        config = runs.read_config(folder / step.name)
+        extension = config.get("extension") or {}
+        asked = (step.options["parent"], step.options["method"], parse_length(str(step.options["target"]), "target"))
+        have = (config.get("parent"), extension.get("method"), extension.get("target"))
+        steps_asked = step.options.get("steps")
+        if asked != have or (
+            steps_asked is not None and int(steps_asked) != extension.get("finetune", {}).get("steps")
+        ):
+            raise RecipeError(
+                f"run {step.name!r} exists but is not {step.detail}; remove {folder / step.name} or rename it in "
+                f"{recipe.path}"
+            )
+        _set_status(step, config, ["extend", step.name, "--resume", "--quiet"])
+    # A run still to train, or trained after the table was last written, has no valid rows in it:
+    # its old rows (from an earlier run of the same name) are replaced when it is evaluated again.
+    pending = {step.name for step in [*recipe.train, *recipe.extend] if step.status != "done"}
+    for step in recipe.evals:
+        table = runs.results_dir(results) / f"{step.name}.csv"
+        if not table.exists():
+            continue
+        rows = tables[step.name]
+        written = table.stat().st_mtime
+
+        def stale(name: str) -> bool:
+            weights = folder / name / runs.WEIGHTS_FILE
+            return name in pending or (weights.exists() and weights.stat().st_mtime > written)  # noqa: B023
+
+        missing = [name for name in step.runs if stale(name) or not _evaluated(rows, name, step)]
+        if not missing:
+            step.status, step.detail = "done", f"{len(step.runs)} runs in {table.name}"
+        elif len(missing) < len(step.runs):
+            step.detail = f"{len(missing)} of {len(step.runs)} runs still to evaluate"
+            step.runs = missing
+            step.argv = ["eval", *missing, *_argv(step.options)]
+
+
+def _all_evaluated(recipe: Recipe, step: Step, tables: dict) -> bool:
+    """Whether every evaluation of the recipe that includes this run (or its snapshots) has its rows."""
+    mine = [
+        (e, name)
+        for e in recipe.evals
+        for name in e.runs
+        if name == step.name or name.startswith(step.name + runs.SNAPSHOT_MARK)
+    ]
+    return bool(mine) and all(e.name in tables and _evaluated(tables[e.name], name, e) for e, name in mine)
+
+
+def _set_status(step: Step, config: dict, resume_argv: list[str]) -> None:
+    status = config.get("status")
+    if status == "finished":
+        step.status, step.detail = "done", f"finished {config.get('steps_done')} steps"
+    else:
+        step.status, step.detail, step.argv = "resume", f"{status} at step {config.get('steps_done', 0)}", resume_argv
+
+
+def _mode(stride) -> str:
+    """The table's mode for a recipe's stride (as ``poscli.evaluation.evaluate.mode_name``, without importing torch)."""
+    return "nonoverlapping" if stride is None else f"sliding-{parse_length(str(stride), '--stride')}"
+
+
+def _evaluated(rows, name: str, step: Step) -> bool:
+    """Whether TABLE.csv has every row this evaluation would write for run ``name``."""
+    options = step.options
+    lengths = parse_lengths(str(options["lengths"])) if "lengths" in options else None
+    mine = rows[rows["run"] == name]
+    if mine.empty:
+        return False
+    if options.get("task", "perplexity") == "passkey":
+        from poscli.evaluation.retrieval import DEFAULT_DEPTHS
+
+        depths = [float(d) for d in str(options.get("depths", DEFAULT_DEPTHS)).split(",")]
+        if "keys" in options and "keys" in mine.columns:
+            mine = mine[mine["keys"] == int(options["keys"])]
+        present = set(zip(mine["length"], mine["depth"]))
+        return lengths is not None and all((length, depth) in present for length in lengths for depth in depths)
+    if "protocol" in mine.columns:
+        mine = mine[mine["protocol"] == options.get("protocol", "stream")]
+    present = set(mine[mine["mode"] == _mode(options.get("stride"))]["length"])
+    if not present or (lengths is not None and not all(length in present for length in lengths)):
+        return False
+    if (
+        options.get("null", False) and options.get("stride") is None
+    ):  # the truncation null beside each length past the train length
+        nulls = mine[mine["mode"].astype(str).str.startswith("truncated-")]
+        longer = [n for n in present if n > int(mine["train_length"].iloc[0])]
+        return all(n in set(nulls["length"]) for n in longer) if longer and len(nulls) else not longer
+    return True
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_recipe(
+    path: str | Path, results=None, jobs: int = 1, dry_run: bool = False, console=None, each: bool = False
+) -> Recipe:
+    """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet. With ``each``,
+    every trained run (and its snapshots) is evaluated by each [[eval]] that names it as soon as it
+    is trained, before the next run starts: a long study stopped at any point keeps the tables of
+    every finished run, and a run whose rows are in every table needs no weights to count as done."""
+    from rich.console import Console
+
+    console = console or Console(stderr=True, soft_wrap=True)
+    if jobs < 1:
+        raise PoscliError(f"--jobs must be at least 1, got {jobs}")
+    recipe = load_recipe(path)
+    check_state(recipe, results, each)
+    todo = [s for s in recipe.steps if s.status != "done"]
+    console.print(
+        f"recipe [bold]{recipe.name}[/]: {len(recipe.train)} runs to train, {len(recipe.extend)} extensions, "
+        f"{len(recipe.evals)} evaluations; {len(todo)} steps to do, {len(recipe.steps) - len(todo)} already done"
+    )
+    if dry_run:
+        for step in recipe.steps:
+            console.print(f"  {step.status:6}  {step.kind:6} {step.name}  [dim]{step.detail}[/]", highlight=False)
+            if step.status != "done":
+                console.print(f"          poscli {' '.join(step.argv)}", highlight=False, markup=False)
+        return recipe
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    results_args = ["--results", str(results)] if results is not None else []
+    log_dir = runs.results_dir(results) / "logs"
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        overall = progress.add_task(
+            f"recipe {recipe.name}", total=len(recipe.steps), completed=len(recipe.steps) - len(todo)
+        )
+
+        def report(line: str) -> None:
+            progress.console.print("  " + line, highlight=False, markup=False)
+            if line.startswith(("finished", "FAILED")):
+                progress.advance(overall)
+
+        if each:
+            for step in [s for s in todo if s.kind == "train"]:
+                for name, argv in _each_commands(recipe, step, [s for s in todo if s.kind == "extend"], results_args):
+                    _run_phase(recipe, [(name, argv)], 1, log_dir, report, name.split("-", 1)[0])
+            check_state(recipe, results, each)  # what is left: extensions, and evaluations of runs trained before
+            todo = [s for s in recipe.steps if s.status != "done"]
+        for phase, parallel in (("train", jobs), ("extend", jobs), ("eval", 1)):
+            steps = [s for s in todo if s.kind == phase]
+            if not steps:
+                continue
+            names = [f"{s.kind}-{s.name}" for s in steps]
+            names = [
+                name if names.count(name) == 1 else f"{name}-{i + 1}" for i, name in enumerate(names)
+            ]  # two [[eval]] of one table
+            commands = [
+                (name, [*s.argv, *results_args, *(["--quiet"] if "--quiet" not in s.argv else [])])
+                for s, name in zip(steps, names)
+            ]
+            _run_phase(recipe, commands, parallel, log_dir, report, phase)
+        write_summaries(recipe, results)
+        from poscli.study.report import write_report
+
+        report_path = write_report(results)
+    console.print(f"recipe {recipe.name} done; report: {report_path}")
+    return recipe
+
+
+def _each_commands(
+    recipe: Recipe, step: Step, extensions: list[Step], results_args: list[str]
+) -> list[tuple[str, list[str]]]:
+    """``--each``: a run, its evaluations (its snapshots' too), then each of its extensions still to
+    do, each followed by its own evaluations: a base and everything made from it, in one go."""
+
+    def quiet(argv: list[str]) -> list[str]:
+        return [*argv, *results_args, *(["--quiet"] if "--quiet" not in argv else [])]
+
+    def evaluations(run: str) -> list[tuple[str, list[str]]]:
+        found = []
+        for evaluation in recipe.evals:
+            names = [n for n in evaluation.runs if n == run or n.startswith(run + runs.SNAPSHOT_MARK)]
+            if names:
+                found.append((f"eval-{evaluation.name}-{run}", quiet(["eval", *names, *_argv(evaluation.options)])))
+        return found
+
+    commands = [(f"train-{step.name}", quiet(step.argv)), *evaluations(step.name)]
+    for extension in (e for e in extensions if e.options.get("parent") == step.name):
+        commands += [(f"extend-{extension.name}", quiet(extension.argv)), *evaluations(extension.name)]
+    return commands
+
+
+def _run_phase(
+    recipe: Recipe, commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report, phase: str
+) -> None:
+    """Run a phase's commands; one line naming the failed steps and their logs if any fails."""
+    from poscli.study.sweep import run_commands
+
+    try:
+        failed = [o.job.name for o in run_commands(commands, parallel, log_dir, report=report) if not o.ok]
+    except KeyboardInterrupt:
+        raise RecipeInterrupted(
+            f"interrupted during the {phase} phase; the runs in progress saved checkpoints. "
+            f"Continue with: poscli run {recipe.path}"
+        ) from None
+    if failed:
+        raise EnvironmentFailure(
+            f"{len(failed)} {phase} steps failed ({', '.join(failed[:5])}); logs in {log_dir}. "
+            f"Fix the cause and run `poscli run {recipe.path}` again: finished steps are kept"
+        )
+
+
+def write_summaries(recipe: Recipe, results=None) -> list[Path]:
+    """For each perplexity table of the recipe whose runs repeat over seeds: TABLE-seeds.csv/.md/.png,
+    the mean over seeds of each group of runs at each length with its 95% interval over seeds and
+    evaluation sample, and its ratio to the train length (``seed_summary``). Then each [[compare]]
+    with published numbers: TABLE-published.md."""
+    import pandas as pd
+
+    from poscli.core.io import atomic_write
+    from poscli.study.published import PUBLISHED
+    from poscli.study.report import PUBLISHED_SUFFIX, SEEDS_SUFFIX
+
+    folder = runs.results_dir(results)
+    written = []
+    summaries = {}
+    groups_of_table: dict[
+        str, dict
+    ] = {}  # two [[eval]] of one table (e.g. the runs, then their snapshots) summarise together
+    for step in recipe.evals:
+        groups_of_table.setdefault(step.name, {}).update(step.groups)
+    done_tables = set()
+    for step in recipe.evals:
+        table = folder / f"{step.name}.csv"
+        if not table.exists() or step.name in done_tables:
+            continue
+        done_tables.add(step.name)
+        step = Step(
+            step.kind, step.name, step.argv, runs=step.runs, options=step.options, groups=groups_of_table[step.name]
+        )
+        rows = pd.read_csv(table, keep_default_na=False, na_values=["nan", "NaN", ""])
+        if step.options.get("task", "perplexity") == "passkey":
+            from poscli.evaluation.retrieval import passkey_seed_markdown, passkey_seed_summary
+
+            summary = passkey_seed_summary(rows, step.groups)
+            markdown = passkey_seed_markdown
+        else:
+            spans_path = folder / f"{step.name}_spans.csv"
+            spans = pd.read_csv(spans_path) if spans_path.exists() else None
+            compared = any(
+                entry.get("perplexity") == step.name for entry in recipe.compare
+            )  # one seed is enough to compare
+            summary = seed_summary(
+                rows,
+                spans,
+                step.groups,
+                step.options.get("stride"),
+                step.options.get("protocol", "stream"),
+                min_runs=1 if compared else 2,
+            )
+            nulls = sorted({m for m in rows["mode"].astype(str) if m.startswith("truncated-")})
+            if (
+                summary is not None and nulls and step.options.get("stride") is None
+            ):  # the truncation null, for "keeps" and "uses"
+                found = [
+                    seed_summary(
+                        rows, spans, step.groups, None, step.options.get("protocol", "stream"), min_runs=1, mode=m
+                    )
+                    for m in nulls
+                ]
+                summary.attrs["null"] = [found_summary for found_summary in found if found_summary is not None]
+            markdown = seed_markdown
+        if summary is None:
+            continue
+        summaries[step.name] = summary
+        with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.csv") as handle:
+            summary.to_csv(handle, index=False)
+        with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.md") as handle:
+            handle.write(markdown(summary))
+        written += [folder / f"{step.name}{SEEDS_SUFFIX}.csv", folder / f"{step.name}{SEEDS_SUFFIX}.md"]
+        if markdown is seed_markdown:
+            from poscli.evaluation.plots import plot_seed_summary
+
+            written.append(
+                plot_seed_summary(
+                    summary[~summary["group"].str.contains(runs.SNAPSHOT_MARK, regex=False)],
+                    folder / f"{step.name}{SEEDS_SUFFIX}.png",
+                    f"perplexity versus length over seeds ({step.name})",
+                )
+            )
+            from poscli.evaluation.plots import plot_budgets
+
+            budgets = plot_budgets(
+                summary, folder / f"{step.name}-budgets.png", f"ratio against training budget ({step.name})"
+            )
+            written += [budgets] if budgets else []
+    meta = {}  # group -> the options that made it (an extension's include its parent's; a snapshot's, its budget)
+    for step in [*recipe.train, *recipe.extend, *(snapshot for s in recipe.train for snapshot in _snapshots(s))]:
+        meta.setdefault(step.group, step.options)
+    for entry in recipe.compare:
+        summary = summaries.get(entry["table"])
+        if summary is None:
+            continue
+        extra = {"perplexity": summaries.get(entry["perplexity"])} if "perplexity" in entry else {}
+        text = PUBLISHED[entry["published"]](summary, meta, **extra)
+        with atomic_write(folder / f"{entry['table']}{PUBLISHED_SUFFIX}.md") as handle:
+            handle.write(text)
+        written.append(folder / f"{entry['table']}{PUBLISHED_SUFFIX}.md")
+    return written
+
+
+REFERENCE_GROUP = "3-gram (no positions)"
+
+
+def seed_summary(
+    rows,
+    spans,
+    groups: dict[str, str],
+    stride=None,
+    protocol: str = "stream",
+    min_runs: int = 2,
+    mode: str | None = None,
+):
+    """Per group of runs (runs that differ only in seed) and length: mean, sd, min, max of
+    perplexity over the runs; ci_low / ci_high, the 95% interval of the mean from a two-level
+    bootstrap (runs, then evaluation units, ``poscli.evaluation.stats``); ratio / ratio_low / ratio_high,
+    the mean at the length over the mean at the group's train length (or its shortest length),
+    bootstrapped with the same draws, so the ratio's interval is paired. The reference row of
+    the table (if any) is a group of its own. rows / spans: a perplexity table and its
+    TABLE_spans.csv (None: intervals are left empty). None when no group has ``min_runs`` runs.
+    ``mode`` (default: the stride's) picks other rows, e.g. "truncated-128" (the truncation null).
+    ``summary.attrs["run_losses"][(group, length)]``: (evaluation set, [mean loss of each run, in
+    run-name order]), for paired tests over seeds (``poscli.study.published``)."""
+    import numpy as np
+    import pandas as pd
+
+    from poscli.evaluation.reference import REFERENCE_RUN
+    from poscli.evaluation.stats import bootstrap_perplexity, interval
+
+    mode = mode or _mode(stride)
+    keep = (rows["mode"] == mode) & (rows["protocol"] == protocol if "protocol" in rows.columns else True)
+    rows = rows[keep & (rows["run"].isin(list(groups)) | (rows["run"] == REFERENCE_RUN))].copy()
+    rows["group"] = rows["run"].map({**groups, REFERENCE_RUN: REFERENCE_GROUP})
+    if rows.empty or rows.groupby("group")["run"].nunique().max() < min_runs:
+        return None
+    if spans is not None:
+        spans = spans[(spans["mode"] == mode) & (spans["protocol"] == protocol)]
+    records, paired, run_losses = [], {}, {}
+    for group, part in rows.groupby("group", sort=False):
+        lengths = sorted(part["length"].unique())
+        train_length = int(part["train_length"].iloc[0])
+        base_length = train_length if train_length in lengths else lengths[0]
+        samples = {}
+        for length in lengths:
+            cell = part[(part["length"] == length) & part["ppl"].notna()]
+            record = {
+                "group": group,
+                "pe": part["pe"].iloc[0],
+                "train_length": train_length,
+                "length": length,
+                "seeds": len(cell),
+                "mean": cell["ppl"].mean() if len(cell) else float("nan"),
+                "sd": cell["ppl"].std() if len(cell) > 1 else float("nan"),
+                "min": cell["ppl"].min() if len(cell) else float("nan"),
+                "max": cell["ppl"].max() if len(cell) else float("nan"),
+                "ci_low": float("nan"),
+                "ci_high": float("nan"),
+                "spans": int(cell["spans"].max()) if len(cell) and "spans" in cell else 0,
+                "documents": int(cell["documents"].max()) if len(cell) and "documents" in cell else 0,
+                "tokens": int(cell["tokens"].max()) if len(cell) else 0,
+                "tokens_seen": float(cell["tokens_seen"].mean())
+                if len(cell) and "tokens_seen" in cell
+                else float("nan"),
+                "eval_set": ",".join(sorted(set(cell["eval_set"].astype(str)))) if "eval_set" in cell else "",
+                "note": "; ".join(sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")}))
+                if "note" in part
+                else "",
+            }
+            if spans is not None and len(cell):
+                mine = spans[spans["run"].isin(list(cell["run"])) & (spans["length"] == length)]
+                matrix = mine.pivot_table(index="run", columns="span", values="loss", aggfunc="sum")
+                if len(matrix) == len(cell) and not matrix.isna().any().any():
+                    first = mine[mine["run"] == matrix.index[0]].sort_values("span")
+                    samples[length] = bootstrap_perplexity(
+                        matrix.to_numpy(), first["tokens"].to_numpy(float), first["unit"].to_numpy()
+                    )
+                    record["ci_low"], record["ci_high"] = interval(samples[length])
+                    paired[(group, length)] = (record["eval_set"], len(matrix), samples[length])
+                    tokens = first["tokens"].to_numpy(float).sum()
+                    run_losses[(group, length)] = (record["eval_set"], list(matrix.sum(axis=1).to_numpy() / tokens))
+            records.append(record)
+        for record in records[-len(lengths) :]:
+            length = record["length"]
+            if length in samples and base_length in samples:
+                record["ratio"] = record["mean"] / next(
+                    r["mean"] for r in records[-len(lengths) :] if r["length"] == base_length
+                )
+                record["ratio_low"], record["ratio_high"] = interval(samples[length] / samples[base_length])
+            record["ratio_base"] = base_length
+    summary = pd.DataFrame(records)
+    for column in ("ratio", "ratio_low", "ratio_high"):
+        if column not in summary:
+            summary[column] = np.nan
+    # The resamples behind each cell, for paired comparisons between groups (poscli.study.published): the
+    # same seeded draws of units and of run positions, so groups evaluated on the same spans with
+    # runs in the same seed order are compared draw by draw.
+    summary.attrs["samples"] = paired
+    summary.attrs["run_losses"] = run_losses
+    return summary
+
+
+def seed_markdown(summary) -> str:
+    from poscli.evaluation.tables import format_interval, format_ppl, pivot_markdown
+
+    scored = summary[summary["tokens"] > 0]
+    first = scored.iloc[0] if len(scored) else None
+    sample = (
+        f" Every length scores the same {int(first['tokens']):,} tokens ({int(first['spans'])} spans from "
+        f"{int(first['documents'])} documents, evaluation set {first['eval_set']})."
+        if first is not None
+        else ""
+    )
+    lines = [
+        "Perplexity, mean over seeds, with its 95% interval from a two-level bootstrap (seeds, then the evaluation "
+        f"sample).{sample} `n/a`: no representation at that length.\n",
+    ]
+    notes = sorted({n for n in summary["note"].fillna("") if n})
+    lines += [f"Note: {note}.\n" for note in notes]
+    lines += pivot_markdown(
+        summary,
+        "group",
+        {
+            "runs": lambda first: first["group"],
+            "pe": lambda first: first["pe"],
+            "seeds": lambda first: int(summary[summary["group"] == first["group"]]["seeds"].max()),
+        },
+        lambda cell: (
+            "n/a"
+            if cell["seeds"].iloc[0] == 0
+            else f"{format_ppl(cell['mean'].iloc[0])} "
+            f"{format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip()
+        ),
+        sort=False,
+    )
+    return "\n".join(lines) + "\n"

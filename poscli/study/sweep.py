@@ -1,0 +1,179 @@
+"""Parallel sweeps: many independent runs (encodings x seeds), several at a time.
+
+``poscli train --pe alibi,rope,t5 --seeds 0,1 --jobs 2`` runs each combination as its own
+``poscli train`` process, ``--jobs`` at once. On the CPU each job gets cores / jobs threads
+(two torch processes that each take every core run many times slower than one at a time); with
+several GPUs each job gets one (CUDA_VISIBLE_DEVICES, round robin). A job that fails is
+reported with the last line of its log and the others carry on; the sweep exits 1 if any
+failed. Each job's output goes to RESULTS/logs/NAME.log.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STOP_GRACE_SECONDS = 60  # after Ctrl-C, how long the jobs get to write their checkpoints
+
+
+@dataclass
+class Job:
+    name: str
+    command: list[str]
+    env: dict = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    job: Job
+    returncode: int
+    seconds: float
+    log: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def last_line(self) -> str:
+        lines = [line for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        return lines[-1] if lines else f"exit code {self.returncode}"
+
+
+def job_environments(count: int, parallel: int, gpus: int) -> list[dict]:
+    """Per-job environment: a GPU each when there are several, else a share of the CPU cores."""
+    threads = max(1, (os.cpu_count() or 1) // max(1, parallel))
+    envs = []
+    for index in range(count):
+        env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        if gpus > 1:
+            env["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
+        envs.append(env)
+    return envs
+
+
+def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print) -> list[Outcome]:
+    """Run ``jobs`` with at most ``parallel`` at once; returns their outcomes in the jobs' order."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    waiting, running, finished = list(jobs), {}, {}
+    try:
+        _schedule(waiting, running, finished, parallel, log_dir, report)
+    except KeyboardInterrupt:  # Ctrl-C: each running poscli process checkpoints, then exits
+        for _job, process, _handle, _log, _started in running.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for _job, process, handle, _log, _started in running.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+            handle.close()
+        raise
+    return [finished[job.name] for job in jobs]
+
+
+def _schedule(waiting: list[Job], running: dict, finished: dict, parallel: int, log_dir: Path, report) -> None:
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            job = waiting.pop(0)
+            log = log_dir / f"{job.name}.log"
+            handle = open(log, "w", encoding="utf-8")  # noqa: SIM115
+            process = subprocess.Popen(
+                job.command, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **job.env}
+            )
+            running[job.name] = (job, process, handle, log, time.perf_counter())
+            report(f"started {job.name}")
+        for name, (job, process, handle, log, started) in list(running.items()):
+            if process.poll() is None:
+                continue
+            handle.close()
+            outcome = Outcome(job, process.returncode, time.perf_counter() - started, log)
+            finished[name] = outcome
+            del running[name]
+            if outcome.ok:
+                report(f"finished {name} in {outcome.seconds / 60:.1f} min")
+            else:
+                report(f"FAILED {name} (exit {outcome.returncode}): {outcome.last_line()}  [log: {log}]")
+        time.sleep(0.2)
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
+
+
+def run_commands(commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report=print) -> list[Outcome]:
+    """Run poscli commands (job name, argv after ``poscli``) as processes, ``parallel`` at a time,
+    each with its share of cores (or its own GPU); the one way both ``train --seeds`` sweeps and
+    recipes run their steps."""
+    if parallel < 1:
+        from poscli.errors import PoscliError
+
+        raise PoscliError(f"--jobs must be at least 1, got {parallel}")
+    envs = job_environments(len(commands), min(parallel, len(commands)), gpu_count())
+    jobs = [Job(name, [sys.executable, "-m", "poscli", *argv], env) for (name, argv), env in zip(commands, envs)]
+    return run_jobs(jobs, parallel, log_dir, report=report)
+
+
+def plan_train_sweep(
+    encodings: list[str], seeds: list[int], prefix: str | None, base_argv: list[str]
+) -> list[tuple[str, list[str]]]:
+    """Every (encoding, seed) of a ``poscli train`` sweep as (run name, argv): NAME-PE[-sSEED]."""
+    from poscli.encodings import run_name_base
+
+    plan = []
+    for pe in encodings:
+        for seed in seeds:
+            name = f"{prefix + '-' if prefix else ''}{run_name_base(pe)}{f'-s{seed}' if len(seeds) > 1 else ''}"
+            plan.append((name, [*base_argv, "--pe", pe, "--seed", str(seed), "--name", name, "--quiet"]))
+    return plan
+
+
+def without_options(args: list[str], options: set[str]) -> list[str]:
+    """A command line without these options (and their values)."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif not any(arg.startswith(option + "=") for option in options):
+            kept.append(arg)
+    return kept
+
+
+def train_sweep(
+    encodings: list[str],
+    seeds: list[int],
+    jobs: int,
+    prefix: str | None,
+    base_argv: list[str],
+    results=None,
+    report=print,
+) -> list[Path]:
+    """``poscli train --pe a,b --seeds 0,1 --jobs N``: each run its own process; returns the run folders."""
+    from poscli.errors import EnvironmentFailure
+    from poscli.model import runs
+
+    plan = plan_train_sweep(encodings, seeds, prefix, base_argv)
+    for name, _ in plan:
+        runs.check_name(name)
+        runs.check_free(name, results, resume=f"poscli train --resume {name}")
+    log_dir = runs.results_dir(results) / "logs"
+    report(f"sweep: {len(plan)} runs, {min(jobs, len(plan))} at a time; logs in {log_dir}")
+    outcomes = run_commands(plan, jobs, log_dir, report=report)
+    failed = [o.job.name for o in outcomes if not o.ok]
+    if failed:
+        raise EnvironmentFailure(
+            f"{len(failed)} of {len(outcomes)} runs failed: {', '.join(failed)}; the others finished (see their logs)"
+        )
+    return [runs.runs_dir(results) / o.job.name for o in outcomes]

@@ -1,0 +1,1 @@
+"""The training loop, optimizers, data parallelism, extending a run, and the declared options."""

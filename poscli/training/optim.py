@@ -1,0 +1,154 @@
+"""Optimizers of ``poscli train --optimizer``: AdamW everywhere, or Muon for the hidden matrices.
+
+- ``adamw``: AdamW (betas 0.9, 0.95) with weight decay on matrices only, as nanoGPT does.
+- ``muon``: Muon (Jordan et al., 2024, "Muon: An optimizer for hidden layers in neural networks";
+  ``torch.optim.Muon``) for the 2-D weights inside the transformer blocks, AdamW as above for the
+  token embedding, the encoding's own parameters, norms and biases. Muon's update is scaled to
+  AdamW's RMS (Liu et al., 2025, "Muon is Scalable for LLM Training": 0.2 sqrt(max(A, B))), so one
+  ``--lr`` and one schedule drive both.
+
+Both expose ``param_groups`` (the loop sets each group's learning rate), ``zero_grad``, ``step``
+and ``state_dict`` / ``load_state_dict`` in torch's format, so checkpoints and resume treat them alike.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from poscli.config import OPTIMIZERS, TrainConfig  # noqa: F401 (OPTIMIZERS: the choices, declared beside the config)
+
+
+def adamw(parameters: list[torch.nn.Parameter], config: TrainConfig) -> torch.optim.AdamW:
+    decay = [p for p in parameters if p.dim() >= 2]
+    no_decay = [p for p in parameters if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+        betas=(0.9, 0.95),
+    )
+
+
+def hidden_matrices(model: torch.nn.Module) -> set[str]:
+    """Names of the 2-D weights inside the transformer blocks (attention and MLP), Muon's share."""
+    return {name for name, p in model.named_parameters() if p.dim() == 2 and name.startswith("blocks.")}
+
+
+def orthogonalize(
+    update: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float
+) -> torch.Tensor:
+    """Muon's quintic Newton-Schulz iteration towards the nearest semi-orthogonal matrix, the same
+    as ``torch.optim.Muon``'s but in float32: torch's runs it in bfloat16, and on a CPU without
+    bfloat16 matrix kernels (the AMD EPYC this was tuned on) that made a training step 4x slower.
+    update: (A, B) -> (A, B)."""
+    a, b, c = coefficients
+    x = update.float()
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return (x.T if tall else x).to(update.dtype)
+
+
+class Float32Muon(torch.optim.Muon):
+    """``torch.optim.Muon`` (momentum, Nesterov, the learning-rate adjustment, decoupled weight
+    decay, its state and checkpoints) with the orthogonalisation in float32 (``orthogonalize``)."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        from torch.optim._muon import _adjust_lr
+
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+                buffer = state["momentum_buffer"]
+                buffer.lerp_(p.grad, 1 - group["momentum"])
+                update = p.grad.lerp(buffer, group["momentum"]) if group["nesterov"] else buffer
+                update = orthogonalize(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(update, alpha=-_adjust_lr(group["lr"], group["adjust_lr_fn"], p.shape))
+        return None
+
+
+class MuonAdamW:
+    """Muon for ``hidden_matrices(model)``, AdamW for every other parameter: one optimizer to the loop.
+
+    ``state_dict`` numbers the parameters AdamW's first, then Muon's, as one torch optimizer would
+    number its groups' parameters, so a checkpoint stores it like any other."""
+
+    def __init__(self, model: torch.nn.Module, config: TrainConfig):
+        hidden = hidden_matrices(model)
+        named = list(model.named_parameters())
+        self.parts: list[torch.optim.Optimizer] = [
+            adamw([p for n, p in named if n not in hidden], config),
+            Float32Muon(
+                [p for n, p in named if n in hidden],
+                lr=config.lr,
+                weight_decay=config.weight_decay,
+                momentum=0.95,
+                nesterov=True,
+                adjust_lr_fn="match_rms_adamw",
+            ),
+        ]
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for part in self.parts for group in part.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for part in self.parts:
+            part.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for part in self.parts:
+            part.step()
+
+    def state_dict(self) -> dict:
+        state, groups, offset = {}, [], 0
+        for part in self.parts:
+            own = part.state_dict()
+            state.update({offset + index: values for index, values in own["state"].items()})
+            groups += [
+                {**group, "params": [offset + index for index in group["params"]]} for group in own["param_groups"]
+            ]
+            offset += sum(len(group["params"]) for group in own["param_groups"])
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, saved: dict) -> None:
+        groups, offset = list(saved["param_groups"]), 0
+        for part in self.parts:
+            own_groups = groups[: len(part.param_groups)]
+            groups = groups[len(part.param_groups) :]
+            count = sum(len(group["params"]) for group in own_groups)
+            state = {
+                int(index) - offset: values
+                for index, values in saved["state"].items()
+                if offset <= int(index) < offset + count
+            }
+            part.load_state_dict(
+                {
+                    "state": state,
+                    "param_groups": [{**g, "params": [i - offset for i in g["params"]]} for g in own_groups],
+                }
+            )
+            offset += count
+
+
+def make_optimizer(model: torch.nn.Module, config: TrainConfig):
+    """The optimizer ``config.optimizer`` names, over every parameter of ``model``."""
+    if config.optimizer == "muon":
+        if not hasattr(torch.optim, "Muon"):
+            from poscli.errors import PoscliError
+
+            raise PoscliError(
+                f"--optimizer muon needs torch.optim.Muon (torch 2.9 or newer; this is {torch.__version__}); "
+                "use --optimizer adamw or upgrade torch"
+            )
+        return MuonAdamW(model, config)
+    return adamw(list(model.parameters()), config)
