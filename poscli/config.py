@@ -238,8 +238,8 @@ class TrainConfig(FlatConfig):
         return sorted({max(1, round(f * self.steps)) for f in fractions} - {self.steps})
 
     def row_options(self):
-        """How a dataset's rows become documents (``poscli.data.sources.RowOptions``)."""
-        from poscli.data.sources import RowOptions
+        """How a dataset's rows become documents (``poscli.data.sources.base.RowOptions``)."""
+        from poscli.data.sources.base import RowOptions
 
         return RowOptions(
             split=self.data_split,

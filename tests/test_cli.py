@@ -187,10 +187,10 @@ ERRORS = [
     (["eval", "alibi", "--lengths", "32,64", "--stride", "48"], "--stride 48 is longer than the length 32"),
     (
         ["eval", "alibi", "--data", "/no/such/corpus"],
-        "is not 'stdlib', 'shakespeare', 'passkey', an existing file or folder",
+        "is not 'passkey', 'shakespeare', 'stdlib', an existing file or folder",
     ),
     (["train", "--width", "30"], "not divisible by 4 heads"),
-    (["train", "--data", "/no/such/corpus"], "is not 'stdlib', 'shakespeare', 'passkey', an existing file or folder"),
+    (["train", "--data", "/no/such/corpus"], "is not 'passkey', 'shakespeare', 'stdlib', an existing file or folder"),
     (["train", "--device", "cuda:7"], "is not available on this machine"),
     (["train", "--train-length", "1000000"], "too few for --train-length"),
     (["train", "--name", "alibi"], "already exists"),

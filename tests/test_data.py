@@ -4,6 +4,7 @@ import pytest
 from poscli.core.lengths import format_length, parse_length, parse_lengths
 from poscli.data import corpus as data
 from poscli.data.corpus import load_corpus, stratified_split
+from poscli.data.sources.stdlib import stdlib_files
 from poscli.errors import PoscliError
 
 
@@ -15,7 +16,7 @@ def test_byte_tokenizer_round_trips_unicode():
 
 
 def test_stdlib_corpus_excludes_tests_and_site_packages():
-    files = data.stdlib_files()
+    files = stdlib_files()
     assert len(files) > 300
     names = {f.name for f in files}
     assert {"os.py", "typing.py", "argparse.py"} <= names
@@ -89,7 +90,7 @@ def test_hub_corpus_uses_the_text_column_of_the_train_split(monkeypatch):
         return datasets.Dataset.from_dict({"id": [1, 2, 3], "body": ["first doc " * 50, "", "second doc " * 80]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    monkeypatch.setattr("poscli.data.sources.hub_reachable", lambda: True)  # as for a user who is online
+    monkeypatch.setattr("poscli.data.sources.hf.hub_reachable", lambda: True)  # as for a user who is online
     corpus = load_corpus("hf:someone/corpus:small")
     assert calls == [("someone/corpus", "small", "train", False)]
     assert corpus.num_documents == 2  # the empty row is dropped
@@ -105,7 +106,7 @@ def test_hub_corpus_offline_is_an_environment_failure(monkeypatch):
         raise ConnectionError("Couldn't reach the Hugging Face Hub\nmore detail")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    monkeypatch.setattr("poscli.data.sources.hub_reachable", lambda: True)  # the probe answered, the load did not
+    monkeypatch.setattr("poscli.data.sources.hf.hub_reachable", lambda: True)  # the probe answered, the load did not
     with pytest.raises(PoscliError, match="could not load hf:wikitext:wikitext-2-raw-v1 .*Couldn't reach") as error:
         load_corpus("hf:wikitext:wikitext-2-raw-v1")
     assert error.value.exit_code == 1

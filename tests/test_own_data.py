@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from poscli.data.corpus import CorpusOptions, load_corpus
-from poscli.data.sources import RowOptions
+from poscli.data.sources.base import RowOptions
 from poscli.errors import PoscliError
 
 TEXT = "".join(f"Line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(4000))

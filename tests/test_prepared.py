@@ -80,7 +80,7 @@ def test_a_folder_that_is_not_prepared_says_how_to_prepare_it(tmp_path):
 
 
 def test_a_big_text_file_is_cut_at_line_ends_into_documents_that_join_back(tmp_path):
-    from poscli.data.prepared import file_chunks
+    from poscli.data.sources.files import file_chunks
 
     text = "".join(f"line {i} ünï\n" for i in range(20_000))
     path = tmp_path / "big.txt"

@@ -7,8 +7,8 @@ import tarfile
 
 import pytest
 
-from poscli.data import shakespeare
 from poscli.data.corpus import load_corpus
+from poscli.data.sources import shakespeare
 from poscli.errors import EnvironmentFailure
 from tests.test_cli import poscli
 

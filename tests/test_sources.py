@@ -6,8 +6,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from poscli.data.sources import RowOptions, dataset_files, documents, join, load_rows, parse_join
+from poscli.data.sources import resolve
+from poscli.data.sources.base import RowOptions, join, parse_join
+from poscli.data.sources.dataset_files import dataset_files
 from poscli.errors import EnvironmentFailure, PoscliError
+
+
+def load_rows(spec: str, options: RowOptions, split: str | None = None):
+    """The rows of a dataset source (the hub's or local files'), as ``--data spec`` reads them."""
+    return resolve(spec, options).rows(split)
+
+
+def documents(spec: str, options: RowOptions):
+    return resolve(spec, options).documents()
+
 
 # WikiText's layout: a row per paragraph or heading, top-level titles " = Title = ".
 WIKI = [

@@ -168,13 +168,18 @@ def test_the_design_documents_layout_names_every_module_and_only_modules_that_ex
     """docs/design.md's "Code layout" lists each module under its package; checked both ways."""
     text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
     block = text.split("## Code layout", 1)[1].split("```text", 1)[1].split("```", 1)[0]
-    listed, folder = set(), None
+    listed, folders = set(), []  # folders: (indent, path) of the folders the current line is in
     for line in block.splitlines():
-        entry = line.split()[0] if line.strip() else ""
-        if entry.endswith("/") and not line.startswith(" "):
-            folder = entry
+        if not line.strip():
+            continue
+        indent, entry = len(line) - len(line.lstrip()), line.split()[0]
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        path = (folders[-1][1] if folders else "") + entry
+        if entry.endswith("/"):
+            folders.append((indent, path))
         elif entry.endswith(".py"):
-            listed.add(entry if not line.startswith(" ") else folder + entry)
+            listed.add(path)
     wanted = {
         str(p.relative_to(PACKAGE.parent))
         for root in ("poscli", "benchmarks")

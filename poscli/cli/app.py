@@ -1057,8 +1057,17 @@ def plot_decay_command(
     _record(results, "decay")
 
 
-data_app = typer.Typer(help="Corpora: tokenize once into token files on disk.", no_args_is_help=True)
+data_app = typer.Typer(help="Corpora: their sources; tokenize once into token files on disk.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+
+
+@data_app.command("sources", epilog="Example: poscli data sources")
+def list_sources():
+    """List the corpus sources --data accepts, in the order a value is offered to them."""
+    from poscli.data.sources import members
+
+    for source in members():
+        print(f"{source.name:<14} {source.summary}")
 
 
 @data_app.command(
@@ -1112,7 +1121,7 @@ def data_prepare(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from poscli.data import prepared
-    from poscli.data.sources import RowOptions
+    from poscli.data.sources.base import RowOptions
 
     prepared.check_request(out, heldout_fraction)
     rows = RowOptions(

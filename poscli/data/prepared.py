@@ -38,39 +38,12 @@ HASH_RANGE = 1 << 32
 CHUNK_BYTES = 1 << 20  # a text file longer than this is cut at line ends into documents of about this size
 
 
-def file_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
-    """A text file as documents of about ``chunk_bytes``, each ending at a line end (a line longer
-    than that is cut as it is): one big file still has documents on both sides of the split."""
-    with open(path, "rb") as handle:
-        rest = b""
-        while True:
-            block = handle.read(chunk_bytes)
-            if not block:
-                break
-            block = rest + block
-            end = block.rfind(b"\n") + 1 or len(block)
-            rest = block[end:]
-            yield block[:end].decode("utf-8", errors="replace")
-        if rest:
-            yield rest.decode("utf-8", errors="replace")
-
-
 def source_documents(spec: str, rows=None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
-    """The documents of a corpus, one at a time: ``stdlib`` and ``shakespeare`` (a file each), text files (cut into
-    chunks), dataset files or ``hf:NAME`` (rows joined as ``rows``, a ``sources.RowOptions``)."""
+    """The documents of a corpus, one at a time, from its source (``poscli.data.sources``): a long
+    text file cut at line ends into documents of about ``chunk_bytes``; ``rows``: a ``RowOptions``."""
     from poscli.data import sources
 
-    if spec in ("stdlib", "shakespeare"):
-        from poscli.data import shakespeare
-
-        for path in sources.stdlib_files() if spec == "stdlib" else shakespeare.files():
-            yield path.read_text(encoding="utf-8", errors="replace")
-        return
-    if spec.startswith("hf:") or sources.dataset_files(spec) is not None:
-        yield from sources.documents(spec, rows or sources.RowOptions())
-        return
-    for path in sources.local_files(spec):
-        yield from file_chunks(path, chunk_bytes)
+    yield from sources.resolve(spec, rows).documents(chunk_bytes)
 
 
 def heldout_by_hash(digest: str, fraction: float) -> bool:

@@ -13,111 +13,37 @@ length-generalisation properties without new test code.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
+from poscli.core.registry import Registry
 from poscli.errors import PoscliError
 
 if TYPE_CHECKING:
     from poscli.config import ModelConfig, TrainConfig
 
-_REGISTRY: dict[str, type] = {}
 
-E = TypeVar("E")
+def _base() -> type:
+    from poscli.encodings.base import PositionalEncoding
 
-
-def register(name: str) -> Callable[[type[E]], type[E]]:
-    def decorator(cls: type[E]) -> type[E]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"positional encoding {name!r} is registered twice")
-        cls.name = name  # type: ignore[attr-defined]
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorator
+    return PositionalEncoding
 
 
 # User-defined encodings: ``--pe package.module:ClassName``, or a name that an installed package
-# declares in this entry-point group (pyproject: [project.entry-points."poscli.encodings"]).
-ENTRY_POINT_GROUP = "poscli.encodings"
-USER_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
-
-
-def module_for(name: str) -> str:
-    """The module file (without .py) of a built-in encoding name: hyphens become underscores."""
-    return name.replace("-", "_")
-
-
-def builtin_names() -> list[str]:
-    """poscli's own encodings: one module per encoding, named after it (``_`` read as ``-``)."""
-    return sorted(
-        m.name.replace("_", "-")
-        for m in pkgutil.iter_modules(__path__)
-        if m.name != "base" and not m.name.startswith("_")
-    )
-
-
-def plugin_names() -> dict[str, str]:
-    """Encodings installed packages declare as entry points: name -> "package.module:Class"."""
-    from importlib.metadata import entry_points
-
-    return {point.name: point.value for point in entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def names() -> list[str]:
-    """Every encoding ``--pe`` accepts by name, in a stable (alphabetical) order."""
-    return sorted({*builtin_names(), *plugin_names()})
-
-
-def check_name(name: str) -> str:
-    """The name, if an encoding has it (or it has the form package.module:Class); otherwise the
-    one-line error. Imports nothing."""
-    if name not in names() and not USER_SPEC.match(name):
-        raise PoscliError(
-            f"unknown encoding {name!r}; choose one of: {', '.join(names())} (e.g. --pe alibi), "
-            f"or give your own as --pe package.module:ClassName"
-        )
-    return name
-
-
-def get(name: str) -> type:
-    check_name(name)
-    if name in builtin_names():
-        importlib.import_module(f"{__name__}.{module_for(name)}")
-        if name not in _REGISTRY:
-            raise ValueError(
-                f"module poscli.encodings.{module_for(name)} must register its encoding as @register({name!r})"
-            )
-        return _REGISTRY[name]
-    return _load_user_encoding(name, plugin_names().get(name, name))
+# declares in the entry-point group ``poscli.encodings`` (pyproject: [project.entry-points."poscli.encodings"]).
+REGISTRY: Registry = Registry("encoding", __name__, "--pe", "alibi", _base, guide="the README's 'Your own encoding'")
+ENTRY_POINT_GROUP = REGISTRY.entry_point_group
+register = REGISTRY.register
+module_for = REGISTRY.module_for
+builtin_names = REGISTRY.builtin_names
+plugin_names = REGISTRY.plugin_names
+names = REGISTRY.names
+check_name = REGISTRY.check_name
+get = REGISTRY.get
 
 
 def run_name_base(name: str) -> str:
     """A run-name-safe stem for an encoding: ``pkg.mod:LogPenalty`` -> ``logpenalty``."""
     return name.rsplit(":", 1)[-1].lower()
-
-
-def _load_user_encoding(name: str, spec: str) -> type:
-    """Import ``package.module:Class`` and check it implements the interface."""
-    from poscli.encodings.base import PositionalEncoding
-
-    module_name, _, class_name = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise PoscliError(
-            f"--pe {name}: cannot import {module_name!r} ({error}); put its folder on PYTHONPATH or install its package"
-        ) from error
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, PositionalEncoding)):
-        raise PoscliError(
-            f"--pe {name}: {spec} is not a subclass of poscli.encodings.base.PositionalEncoding; "
-            f"see the README's 'Your own encoding'"
-        )
-    return cls
 
 
 def build(config):

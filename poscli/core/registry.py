@@ -1,0 +1,126 @@
+"""One plugin pattern for every axis a researcher extends (encodings, corpus sources, and the axes
+that follow them): a package whose modules are its members, one member per file.
+
+A member is a class in ``PACKAGE/NAME.py`` (a ``-`` in the name is written ``_`` in the file name)
+decorated ``@registry.register("NAME")``. The names are read from the package's file names without
+importing anything, so a bad name is answered before torch loads, and a member's module is imported
+the first time it is asked for. Outside the package, a member is given as ``package.module:Class``
+(a file on ``PYTHONPATH`` or an installed package), or declared by an installed package as an entry
+point in the axis' group (``[project.entry-points."poscli.encodings"]`` in its pyproject).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+import re
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from poscli.errors import PoscliError
+
+T = TypeVar("T")
+
+USER_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")  # package.module:Class
+NOT_MEMBERS = ("base",)  # modules of an axis' package that hold its protocol, not a member
+
+
+class Registry(Generic[T]):
+    """The members of one axis.
+
+    Args:
+        axis: what a member is, for messages ("encoding", "corpus source").
+        package: the package whose modules are the built-in members (``poscli.encodings``).
+        flag: the option that names a member, for messages (``--pe``).
+        example: a built-in name for the messages' example (``alibi``).
+        base: a callable returning the class every member subclasses (imported only when needed).
+        guide: where a user reads how to write a member, for messages.
+    """
+
+    def __init__(
+        self, axis: str, package: str, flag: str, example: str, base: Callable[[], type], guide: str = "CONTRIBUTING.md"
+    ):
+        self.axis, self.package, self.flag, self.example, self.guide = axis, package, flag, example, guide
+        self.entry_point_group = package
+        self._base = base
+        self._members: dict[str, type[T]] = {}
+
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+        """Class decorator: the class is the member ``name`` (and gets ``cls.name = name``)."""
+
+        def decorator(cls: type[T]) -> type[T]:
+            if name in self._members and self._members[name] is not cls:
+                raise ValueError(f"{self.axis} {name!r} is registered twice")
+            cls.name = name  # type: ignore[attr-defined]
+            self._members[name] = cls
+            return cls
+
+        return decorator
+
+    @staticmethod
+    def module_for(name: str) -> str:
+        """The module file (without .py) of a built-in name: hyphens become underscores."""
+        return name.replace("-", "_")
+
+    def builtin_names(self) -> list[str]:
+        """The package's own members: one module each, named after it (``_`` read as ``-``)."""
+        spec = importlib.util.find_spec(self.package)
+        found = pkgutil.iter_modules(spec.submodule_search_locations)
+        return sorted(
+            m.name.replace("_", "-") for m in found if m.name not in NOT_MEMBERS and not m.name.startswith("_")
+        )
+
+    def plugin_names(self) -> dict[str, str]:
+        """Members installed packages declare as entry points: name -> "package.module:Class"."""
+        from importlib.metadata import entry_points
+
+        return {point.name: point.value for point in entry_points(group=self.entry_point_group)}
+
+    def names(self) -> list[str]:
+        """Every name the axis accepts, in a stable (alphabetical) order."""
+        return sorted({*self.builtin_names(), *self.plugin_names()})
+
+    def is_member(self, name: str) -> bool:
+        """A known name or the form package.module:Class. Imports nothing."""
+        return name in self.names() or bool(USER_SPEC.match(name))
+
+    def check_name(self, name: str) -> str:
+        """The name, if the axis has it (or it has the form package.module:Class); otherwise the
+        one-line error. Imports nothing."""
+        if not self.is_member(name):
+            raise PoscliError(
+                f"unknown {self.axis} {name!r}; choose one of: {', '.join(self.names())} (e.g. {self.flag} "
+                f"{self.example}), or give your own as {self.flag} package.module:ClassName"
+            )
+        return name
+
+    def get(self, name: str) -> type[T]:
+        """The member's class, its module imported on first use."""
+        self.check_name(name)
+        if name in self.builtin_names():
+            module = f"{self.package}.{self.module_for(name)}"
+            importlib.import_module(module)
+            if name not in self._members:
+                raise ValueError(f"module {module} must register its {self.axis} as @register({name!r})")
+            return self._members[name]
+        return self.load_user_class(name, self.plugin_names().get(name, name))
+
+    def load_user_class(self, name: str, spec: str) -> type[T]:
+        """Import ``package.module:Class`` and check it subclasses the axis' base class."""
+        module_name, _, class_name = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise PoscliError(
+                f"{self.flag} {name}: cannot import {module_name!r} ({error}); put its folder on PYTHONPATH or "
+                "install its package"
+            ) from error
+        cls = getattr(module, class_name, None)
+        base = self._base()
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise PoscliError(
+                f"{self.flag} {name}: {spec} is not a subclass of {base.__module__}.{base.__qualname__}; "
+                f"see {self.guide}"
+            )
+        return cls

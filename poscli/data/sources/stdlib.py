@@ -1,0 +1,47 @@
+"""``--data stdlib`` (the default): the Python standard library's own ``.py`` files, one document
+per file, test packages and site-packages left out. On every machine with Python, offline."""
+
+from __future__ import annotations
+
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+from poscli.data.sources import register
+from poscli.data.sources.base import Source, fingerprint
+
+TEST_DIRECTORY_NAMES = {"test", "tests", "idle_test"}  # stdlib test packages, left out of the corpus
+
+
+@register("stdlib")
+class StandardLibrary(Source):
+    summary = "the Python standard library's .py files (the default; offline everywhere)"
+    form = "'stdlib'"
+    priority = 0
+    named = True
+
+    @classmethod
+    def matches(cls, spec: str) -> bool:
+        return spec == "stdlib"
+
+    def documents(self, chunk_bytes: int | None = None) -> Iterator[str]:
+        for path in stdlib_files():
+            yield path.read_text(encoding="utf-8", errors="replace")
+
+    def cache_key(self) -> list:
+        return ["stdlib", sys.version, fingerprint(stdlib_files())]
+
+
+def stdlib_files() -> list[Path]:
+    """The interpreter's standard library ``.py`` files, without test packages or site-packages."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).parts
+        if parts[0] in ("site-packages", "dist-packages") or parts[0].startswith("config-"):
+            continue
+        if any(part in TEST_DIRECTORY_NAMES or part.startswith("test_") for part in parts):
+            continue
+        files.append(path)
+    return sorted(files)
