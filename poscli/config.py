@@ -105,6 +105,9 @@ class ModelConfig(FlatConfig):
 
 
 DTYPES = ("fp32", "bf16")
+# The depths a passkey evaluation places its key at, in percent of the filler: every depth, so a
+# local window cannot look like retrieval (`poscli eval --depths`, recipes' `depths`).
+DEFAULT_DEPTHS = "0,10,20,30,40,50,60,70,80,90,100"
 OPTIMIZERS = ("adamw", "muon")  # poscli.training.optim
 
 

@@ -555,8 +555,8 @@ def test_a_user_encoding_that_cannot_be_imported_or_is_no_encoding_is_one_line(t
 
 
 def test_the_options_recipes_and_resume_read_are_the_clis_own():
-    """poscli.training.options describes poscli train and extend as data (so the library never imports the
-    CLI); it must name the same options with the same defaults as the Typer commands."""
+    """poscli.training.options describes poscli train, extend and eval as data (so the library never imports
+    the CLI); it must name the same options with the same defaults as the Typer commands."""
     import typer.main
 
     from poscli.cli import app as cli
@@ -569,6 +569,10 @@ def test_the_options_recipes_and_resume_read_are_the_clis_own():
         assert getattr(train[option], "value", train[option]) in (default, None if default == [] else default), option
     extend = {p.name: p.default for p in commands["extend"].params if p.param_type_name == "option"}
     assert {k: v for k, v in extend.items() if k not in options.RUNNER_OPTIONS} == options.EXTEND_OPTIONS
+    evaluate = {p.name: p.default for p in commands["eval"].params if p.param_type_name == "option"}
+    assert {k: getattr(v, "value", v) for k, v in evaluate.items() if k not in options.RUNNER_OPTIONS} == (
+        options.EVAL_OPTIONS
+    )
     assert tuple(task.value for task in cli.Task) == options.EVAL_TASKS
     assert tuple(size.value for size in cli.Size) == tuple(options.SIZES)
 

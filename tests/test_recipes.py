@@ -687,3 +687,20 @@ def test_budgets_need_runs_that_keep_snapshots(tmp_path):
     text = GOOD + '\n[[eval]]\nruns = "m-*"\ntable = "b"\nlengths = "32"\nbudgets = true\n'
     with pytest.raises(RecipeError, match="keeps snapshots"):
         load_recipe(write(tmp_path, text))
+
+
+def test_every_boolean_option_a_recipe_may_set_can_be_switched_off():
+    """A recipe writes `compile = false`; the runner passes --no-compile, which the command must accept."""
+    import typer.main
+
+    from poscli.cli import app as cli
+    from poscli.study.recipes import EVAL_KEYS
+    from poscli.training.options import EVAL_OPTIONS, EXTEND_OPTIONS, TRAIN_OPTIONS
+
+    commands = typer.main.get_command(cli.app).commands
+    assert {*EVAL_OPTIONS, "runs", "budgets"} == EVAL_KEYS
+    for command, declared in (("eval", EVAL_OPTIONS), ("train", TRAIN_OPTIONS), ("extend", EXTEND_OPTIONS)):
+        for param in commands[command].params:
+            if param.name in declared and param.is_flag:
+                switches = {*param.opts, *param.secondary_opts}
+                assert "--no-" + param.name.replace("_", "-") in switches, (command, param.name)

@@ -231,8 +231,8 @@ def test_dynamic_ntk_encoding_recomputes_frequencies_for_each_length():
     encoding = encodings.build(
         tiny_config("rope", rope_scaling={"method": "dynamic-ntk", "factor": 4.0, "original_length": 32, "options": {}})
     )
-    short, _ = encoding.frequencies(32)
-    long, _ = encoding.frequencies(512)
+    short, _ = encoding.frequencies_at(torch.arange(32))
+    long, _ = encoding.frequencies_at(torch.arange(512))
     close(short, by_hand_inv_freq(BASE, 8))
     base = BASE * ((4.0 * 512 / 32) - 3) ** (8 / 6)
     close(long, by_hand_inv_freq(base, 8))

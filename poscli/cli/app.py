@@ -21,6 +21,7 @@ import typer
 from poscli import __version__
 from poscli.config import OPTIMIZERS
 from poscli.errors import PoscliError
+from poscli.training.options import EVAL_OPTIONS
 
 app = typer.Typer(
     name="poscli",
@@ -313,7 +314,8 @@ def train(
         ),
     ] = "none",
     streaming: Annotated[
-        bool, typer.Option("--streaming", help="Read the dataset row by row (use with --max-data-bytes).")
+        bool,
+        typer.Option("--streaming/--no-streaming", help="Read the dataset row by row (use with --max-data-bytes)."),
     ] = False,
     max_data_bytes: Annotated[
         int | None,
@@ -398,7 +400,9 @@ def train(
     device: Device = "auto",
     compile: Annotated[
         bool,
-        typer.Option("--compile", help="torch.compile the model (one line and eager where the backend is missing)."),
+        typer.Option(
+            "--compile/--no-compile", help="torch.compile the model (one line and eager where the backend is missing)."
+        ),
     ] = False,
     name: Annotated[str | None, typer.Option(metavar="NAME", help="Run name (default: the encoding's name).")] = None,
     replace: Replace = False,
@@ -927,7 +931,7 @@ def evaluate(
     allow_split_mismatch: Annotated[
         bool,
         typer.Option(
-            "--allow-split-mismatch",
+            "--allow-split-mismatch/--no-allow-split-mismatch",
             help="Evaluate even when a run's recorded held-out documents differ from the corpus' split now.",
         ),
     ] = False,
@@ -942,8 +946,10 @@ def evaluate(
     depths: Annotated[
         str,
         typer.Option(metavar="D,D...", help="passkey: key depths in percent of the filler (default 0 to 100 by 10)."),
-    ] = "0,10,20,30,40,50,60,70,80,90,100",
-    trials: Annotated[int, typer.Option(metavar="N", help="passkey: prompts per (length, depth) cell.")] = 50,
+    ] = EVAL_OPTIONS["depths"],
+    trials: Annotated[int, typer.Option(metavar="N", help="passkey: prompts per (length, depth) cell.")] = EVAL_OPTIONS[
+        "trials"
+    ],
     keys: Annotated[
         int | None,
         typer.Option(
@@ -965,7 +971,8 @@ def evaluate(
     compile: Annotated[
         bool,
         typer.Option(
-            "--compile", help="perplexity: torch.compile each model (one line and eager where the backend is missing)."
+            "--compile/--no-compile",
+            help="perplexity: torch.compile each model (one line and eager where the backend is missing).",
         ),
     ] = False,
     results: Results = None,
@@ -1108,7 +1115,7 @@ def data_prepare(
     join_rows: Annotated[
         str, typer.Option("--join-rows", metavar="none|heading|N", help="Join dataset rows into documents.")
     ] = "none",
-    streaming: Annotated[bool, typer.Option("--streaming", help="Read the dataset row by row.")] = False,
+    streaming: Annotated[bool, typer.Option("--streaming/--no-streaming", help="Read the dataset row by row.")] = False,
     max_data_bytes: Annotated[
         int | None,
         typer.Option("--max-data-bytes", parser=_bytes, metavar="BYTES", help="Stop after this much text, e.g. 2G."),

@@ -210,11 +210,6 @@ def make_prompt_tokens(length: int, needles: list[Needle], template: str, tokeni
     return prompt
 
 
-def key_position(prompt: str, needle: Needle, template: str = "compact") -> float:
-    """Where a needle's sentence starts, as a fraction of the prompt (for checking depths)."""
-    return prompt.index(TEMPLATES[template].key_sentence.format(name=needle.name, key=needle.key)) / len(prompt)
-
-
 def training_sequence(
     length: int, rng: random.Random, template: str = "compact", keys: int = 1, tokenizer=None
 ) -> tuple[np.ndarray, int]:

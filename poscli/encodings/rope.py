@@ -146,21 +146,13 @@ class RoPE(PositionalEncoding):
         return inv_freq, attention_scale
 
     def frequencies_at(self, positions: Tensor) -> tuple[Tensor, float]:
-        """``frequencies`` for a forward pass at ``positions`` (T,): the length is read from them
+        """The inverse frequencies and attention scale for a forward pass at ``positions`` (T,): static
+        methods computed them once, a method that depends on the length (dynamic NTK) recomputes
+        them for every length. The length is read from ``positions``
         only for a method that needs it, so a static one stays free of a data-dependent scalar
         (a graph break under torch.compile)."""
         if self.method.per_length:
             return self._frequencies_for(int(positions.max()) + 1)
-        return self.inv_freq, self.attention_scale
-
-    def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
-        """The inverse frequencies and attention scale used for a sequence of ``seq_len`` tokens.
-
-        Static methods computed them once; a method that depends on the length (dynamic NTK)
-        recomputes them for every length.
-        """
-        if self.method.per_length:
-            return self._frequencies_for(seq_len)
         return self.inv_freq, self.attention_scale
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:

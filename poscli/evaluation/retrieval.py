@@ -14,6 +14,7 @@ import random
 
 import numpy as np
 
+from poscli.config import DEFAULT_DEPTHS  # noqa: F401 (re-exported)
 from poscli.data.passkey import (
     ANSWER_BUDGET,
     check_format,
@@ -49,8 +50,6 @@ PASSKEY_COLUMNS = [
     "floor",
     "floor_window",
 ]
-# percent of the filler; every depth, so a local window cannot look like retrieval
-DEFAULT_DEPTHS = "0,10,20,30,40,50,60,70,80,90,100"
 EFFECTIVE_THRESHOLD = 0.85  # RULER's effective length: the longest length whose accuracy stays at or above this
 KEY_DIGITS = 5  # keys are 1..50000: at most five digits
 

@@ -22,6 +22,7 @@ from poscli.core.lengths import parse_length, parse_lengths
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.model import runs
 from poscli.training.options import (
+    EVAL_OPTIONS,
     EVAL_TASKS,
     EXTEND_OPTIONS,
     RUN_ONLY,
@@ -37,23 +38,7 @@ EVERY_ENCODING = "all"
 
 SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare"}
 # Options a recipe may not set: the runner sets them, or they would break the plan.
-EVAL_KEYS = {
-    "runs",
-    "table",
-    "lengths",
-    "max_tokens",
-    "stride",
-    "protocol",
-    "reference",
-    "null",
-    "data",
-    "task",
-    "depths",
-    "trials",
-    "keys",
-    "device",
-    "budgets",
-}
+EVAL_KEYS = {*EVAL_OPTIONS, "runs", "budgets"}  # every poscli eval option, and what the runner reads
 EXTEND_KEYS = {"runs", "name", "method_options"}
 
 
@@ -489,9 +474,7 @@ def _evaluated(rows, name: str, step: Step) -> bool:
     if mine.empty:
         return False
     if options.get("task", "perplexity") == "passkey":
-        from poscli.evaluation.retrieval import DEFAULT_DEPTHS
-
-        depths = [float(d) for d in str(options.get("depths", DEFAULT_DEPTHS)).split(",")]
+        depths = [float(d) for d in str(options.get("depths", EVAL_OPTIONS["depths"])).split(",")]
         if "keys" in options and "keys" in mine.columns:
             mine = mine[mine["keys"] == int(options["keys"])]
         present = set(zip(mine["length"], mine["depth"]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poscli.config import ModelConfig, TrainConfig
+from poscli.config import DEFAULT_DEPTHS, ModelConfig, TrainConfig
 from poscli.errors import PoscliError
 
 _MODEL, _TRAIN = ModelConfig(), TrainConfig()
@@ -85,6 +85,28 @@ RUNNER_OPTIONS = {"name", "resume", "results", "quiet", "seeds", "jobs", "nproc"
 LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--random-positions"}
 
 EVAL_TASKS = ("perplexity", "passkey")
+
+# `poscli eval`'s options and their defaults, as data: recipes' [[eval]] accept exactly these (and
+# `runs`, `budgets`), tests/test_cli.py checks them against the command.
+EVAL_OPTIONS: dict[str, Any] = {
+    "lengths": None,
+    "max_tokens": 131072,
+    "stride": None,
+    "protocol": "stream",
+    "data": None,
+    "reference": True,
+    "null": False,
+    "allow_split_mismatch": False,
+    "table": None,
+    "task": EVAL_TASKS[0],
+    "depths": DEFAULT_DEPTHS,
+    "trials": 50,
+    "keys": None,
+    "sinks": None,
+    "window": None,
+    "device": "auto",
+    "compile": False,
+}
 
 EXTEND_OPTIONS: dict[str, Any] = {
     "method": None,
