@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 
 from poscli.core.lengths import parse_length, parse_lengths
+from poscli.evaluation.seeds import seed_summary
 from poscli.study.published import extrapolation_class, peng2023, press2022
-from poscli.study.recipes import RecipeError, load_recipe, seed_summary
+from poscli.study.recipes import RecipeError, load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -107,11 +107,6 @@ class PasskeyLengths(str, Enum):
     full = "full"
 
 
-class Task(str, Enum):
-    perplexity = "perplexity"
-    passkey = "passkey"
-
-
 class Protocol(str, Enum):
     stream = "stream"
     documents = "documents"
@@ -125,6 +120,18 @@ def _complete_encodings(incomplete: str) -> list[str]:
 
 def _complete_devices(incomplete: str) -> list[str]:
     return [d for d in ("auto", "cpu", "cuda", "cuda:0", "mps") if d.startswith(incomplete)]
+
+
+def _complete_tasks(incomplete: str) -> list[str]:
+    from poscli.evaluation import tasks
+
+    return [name for name in tasks.names() if name.startswith(incomplete)]
+
+
+def _task_help() -> str:
+    from poscli.evaluation import tasks
+
+    return f"What to measure: {', '.join(tasks.names())}, or your own as package.module:Class."
 
 
 def _complete_runs(incomplete: str) -> list[str]:
@@ -942,7 +949,9 @@ def evaluate(
             help="Table name: writes RESULTS/NAME.csv, .md and .png (default: ppl, or passkey for --task passkey).",
         ),
     ] = None,
-    task: Annotated[Task, typer.Option(help="What to measure.")] = Task.perplexity,
+    task: Annotated[
+        str, typer.Option(metavar="NAME", autocompletion=_complete_tasks, help=_task_help())
+    ] = EVAL_OPTIONS["task"],
     depths: Annotated[
         str,
         typer.Option(metavar="D,D...", help="passkey: key depths in percent of the filler (default 0 to 100 by 10)."),
@@ -979,10 +988,13 @@ def evaluate(
     quiet: Quiet = False,
 ):
     """Perplexity (the same tokens at every length, non-overlapping or sliding windows, with 95%
-    intervals and loss by position) or passkey accuracy of each run at each length."""
+    intervals and loss by position), passkey accuracy, or another task of each run at each length."""
+    from poscli.evaluation import tasks
     from poscli.model.runs import check_table_name, find_run
 
-    table = check_table_name(table or ("passkey" if task is Task.passkey else "ppl"))
+    options = {name: getattr(value, "value", value) for name, value in locals().items() if name in EVAL_OPTIONS}
+    evaluation = tasks.get(task)
+    table = check_table_name(table or evaluation.default_table)
     for run_name in run_names:  # a missing run fails before torch is imported
         find_run(run_name, results)
     if window is not None and sinks is None:
@@ -990,52 +1002,10 @@ def evaluate(
     if sinks is not None:
         run_names = [_with_sinks(name, sinks, window, lengths, results, device) for name in run_names]
     console = _console()
-    if task is Task.passkey:
-        from poscli.evaluation.retrieval import (
-            console_table,
-            evaluate_passkey,
-            parse_depths,
-            save_rows,
-            write_passkey_tables,
-        )
-
-        depth_values = parse_depths(depths)
-        with _progress(console, quiet) as progress:
-            rows = evaluate_passkey(
-                run_names,
-                lengths,
-                depth_values,
-                trials,
-                results,
-                device,
-                progress,
-                keys,
-                save=lambda done: save_rows(done, results, table),
-            )
-        written = write_passkey_tables(rows, results, table)
-        _print_table(console_table(rows, trials))
-    else:
-        from poscli.evaluation.evaluate import console_table, evaluate_runs, write_tables
-
-        with _progress(console, quiet) as progress:
-            result = evaluate_runs(
-                run_names,
-                lengths,
-                results,
-                max_tokens,
-                device,
-                progress,
-                stride,
-                protocol.value,
-                data,
-                reference,
-                allow_split_mismatch,
-                save=lambda part: write_tables(part, results, table, draw=False),
-                compile=compile,
-                null=null,
-            )
-        written = write_tables(result, results, table)
-        _print_table(console_table(result["rows"], protocol.value, stride))
+    with _progress(console, quiet) as progress:
+        result = evaluation.evaluate(run_names, options, results, progress, table)
+    written, shown = evaluation.write(result, options, results, table)
+    _print_table(shown)
     console.print("wrote " + ", ".join(str(p) for p in written))
     _record(results, table)
 

@@ -95,7 +95,7 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
 
 def plot_seed_summary(summary, path: Path, title: str) -> Path:
     """Mean perplexity over seeds versus length, one line per group of runs, the band its 95%
-    interval over seeds and evaluation sample (``poscli.study.recipes.seed_summary``)."""
+    interval over seeds and evaluation sample (``poscli.evaluation.seeds.seed_summary``)."""
     figure, axes = plt.subplots(figsize=(11, 5))
     rows = summary[summary["seeds"] > 0]
     _distinct_colors(axes, rows["group"].nunique())
@@ -200,34 +200,18 @@ def plot_decay(result: dict, path: Path, dim: int, base: float, pairs: int) -> P
 
 
 def draw_plots(folder: Path, table: str) -> list[Path]:
-    """Every plot of the results table ``table``, drawn from its CSV files in ``folder``:
-    perplexity versus length and loss by position for perplexity tables, a heatmap per run for
-    passkey tables. Used after each evaluation and again by ``poscli report``."""
+    """Every plot of the results table ``table``, drawn from its CSV files in ``folder`` by the task
+    that wrote it (``poscli.evaluation.tasks``). Used after each evaluation and again by ``poscli report``."""
     import pandas as pd
+
+    from poscli.evaluation import tasks
 
     csv_path = folder / f"{table}.csv"
     if not csv_path.exists():
         return []
     data = pd.read_csv(csv_path, keep_default_na=False, na_values=["nan", "NaN", ""])
-    written = []
-    if "ppl" in data.columns and data["ppl"].notna().any():
-        written.append(plot_perplexity(data, folder / f"{table}.png", f"perplexity versus length ({table})"))
-        positions_path = folder / f"{table}_by_position.csv"
-        if positions_path.exists():
-            positions = pd.read_csv(positions_path)
-            nonoverlapping = positions[positions["mode"] == "nonoverlapping"]
-            if len(nonoverlapping):
-                title = f"loss by position ({table}, non-overlapping windows)"
-                written.append(plot_loss_by_position(nonoverlapping, folder / f"{table}_by_position.png", title))
-    if "accuracy" in data.columns:
-        for name, part in heatmap_parts(data, table):
-            if part["accuracy"].notna().any():
-                keys = int(part["keys"].iloc[0]) if "keys" in part else 1
-                several = f", {keys} keys" if keys > 1 else ""
-                trials = int(part["trials"].iloc[0])
-                title = f"passkey accuracy: {part['label'].iloc[0]}{several} ({trials} trials per cell)"
-                written.append(plot_passkey_heatmap(part, folder / name, title))
-    return written
+    task = tasks.owner(data)
+    return task.plots(data, folder, table) if task is not None else []
 
 
 def heatmap_parts(data, table: str) -> list[tuple[str, object]]:

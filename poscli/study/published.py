@@ -1,6 +1,6 @@
 """Published numbers (Press et al., 2022; Peng et al., 2023) set beside a recipe's results.
 
-Each comparison takes a recipe's summary over seeds (``poscli.study.recipes.seed_summary``: one row per
+Each comparison takes a recipe's summary over seeds (``poscli.evaluation.seeds.seed_summary``: one row per
 group of runs and length, with mean/sd/min/max perplexity) and ``meta`` (group -> the options
 that made it) and returns Markdown: the paper's table, poscli's numbers in the same shape, and
 sentences, computed from the numbers, saying where the orderings agree and where they do not.

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from poscli.core.lengths import parse_length, parse_lengths
 from poscli.errors import EnvironmentFailure, PoscliError
+from poscli.evaluation import tasks
 from poscli.model import runs
 from poscli.training.options import (
     EVAL_OPTIONS,
-    EVAL_TASKS,
     EXTEND_OPTIONS,
     RUN_ONLY,
     TRAIN_OPTIONS,
@@ -265,8 +265,10 @@ def load_recipe(path: str | Path) -> Recipe:
                     )
                 except PoscliError as error:
                     fail(str(error), key, "eval", index)
-        if options.get("task", EVAL_TASKS[0]) not in EVAL_TASKS:
-            fail(f"task {options['task']!r} is not a task; choose {' or '.join(EVAL_TASKS)}", "task", "eval", index)
+        try:
+            tasks.check_name(str(options.get("task", EVAL_OPTIONS["task"])))
+        except PoscliError as error:
+            fail(str(error), "task", "eval", index)
         names = [s.name for s in matched]
         eval_steps.append(
             Step(
@@ -461,36 +463,11 @@ def _set_status(step: Step, config: dict, resume_argv: list[str]) -> None:
         step.status, step.detail, step.argv = "resume", f"{status} at step {config.get('steps_done', 0)}", resume_argv
 
 
-def _mode(stride) -> str:
-    """The table's mode for a recipe's stride (as ``poscli.evaluation.evaluate.mode_name``, without importing torch)."""
-    return "nonoverlapping" if stride is None else f"sliding-{parse_length(str(stride), '--stride')}"
-
-
 def _evaluated(rows, name: str, step: Step) -> bool:
-    """Whether TABLE.csv has every row this evaluation would write for run ``name``."""
-    options = step.options
-    lengths = parse_lengths(str(options["lengths"])) if "lengths" in options else None
-    mine = rows[rows["run"] == name]
-    if mine.empty:
-        return False
-    if options.get("task", "perplexity") == "passkey":
-        depths = [float(d) for d in str(options.get("depths", EVAL_OPTIONS["depths"])).split(",")]
-        if "keys" in options and "keys" in mine.columns:
-            mine = mine[mine["keys"] == int(options["keys"])]
-        present = set(zip(mine["length"], mine["depth"]))
-        return lengths is not None and all((length, depth) in present for length in lengths for depth in depths)
-    if "protocol" in mine.columns:
-        mine = mine[mine["protocol"] == options.get("protocol", "stream")]
-    present = set(mine[mine["mode"] == _mode(options.get("stride"))]["length"])
-    if not present or (lengths is not None and not all(length in present for length in lengths)):
-        return False
-    if (
-        options.get("null", False) and options.get("stride") is None
-    ):  # the truncation null beside each length past the train length
-        nulls = mine[mine["mode"].astype(str).str.startswith("truncated-")]
-        longer = [n for n in present if n > int(mine["train_length"].iloc[0])]
-        return all(n in set(nulls["length"]) for n in longer) if longer and len(nulls) else not longer
-    return True
+    """Whether TABLE.csv has every row this evaluation would write for run ``name`` (its task says)."""
+    from poscli.evaluation import tasks
+
+    return tasks.get(step.options.get("task", EVAL_OPTIONS["task"])).evaluated(rows, name, step.options)
 
 
 # --------------------------------------------------------------------------- running
@@ -637,61 +614,18 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
             step.kind, step.name, step.argv, runs=step.runs, options=step.options, groups=groups_of_table[step.name]
         )
         rows = pd.read_csv(table, keep_default_na=False, na_values=["nan", "NaN", ""])
-        if step.options.get("task", "perplexity") == "passkey":
-            from poscli.evaluation.retrieval import passkey_seed_markdown, passkey_seed_summary
-
-            summary = passkey_seed_summary(rows, step.groups)
-            markdown = passkey_seed_markdown
-        else:
-            spans_path = folder / f"{step.name}_spans.csv"
-            spans = pd.read_csv(spans_path) if spans_path.exists() else None
-            compared = any(
-                entry.get("perplexity") == step.name for entry in recipe.compare
-            )  # one seed is enough to compare
-            summary = seed_summary(
-                rows,
-                spans,
-                step.groups,
-                step.options.get("stride"),
-                step.options.get("protocol", "stream"),
-                min_runs=1 if compared else 2,
-            )
-            nulls = sorted({m for m in rows["mode"].astype(str) if m.startswith("truncated-")})
-            if (
-                summary is not None and nulls and step.options.get("stride") is None
-            ):  # the truncation null, for "keeps" and "uses"
-                found = [
-                    seed_summary(
-                        rows, spans, step.groups, None, step.options.get("protocol", "stream"), min_runs=1, mode=m
-                    )
-                    for m in nulls
-                ]
-                summary.attrs["null"] = [found_summary for found_summary in found if found_summary is not None]
-            markdown = seed_markdown
+        task = tasks.get(step.options.get("task", EVAL_OPTIONS["task"]))
+        compared = any(entry.get("perplexity") == step.name for entry in recipe.compare)  # one seed is enough
+        summary, text = task.seed_summary(rows, step.groups, step.options, folder, step.name, 1 if compared else 2)
         if summary is None:
             continue
         summaries[step.name] = summary
         with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.csv") as handle:
             summary.to_csv(handle, index=False)
         with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.md") as handle:
-            handle.write(markdown(summary))
+            handle.write(text)
         written += [folder / f"{step.name}{SEEDS_SUFFIX}.csv", folder / f"{step.name}{SEEDS_SUFFIX}.md"]
-        if markdown is seed_markdown:
-            from poscli.evaluation.plots import plot_seed_summary
-
-            written.append(
-                plot_seed_summary(
-                    summary[~summary["group"].str.contains(runs.SNAPSHOT_MARK, regex=False)],
-                    folder / f"{step.name}{SEEDS_SUFFIX}.png",
-                    f"perplexity versus length over seeds ({step.name})",
-                )
-            )
-            from poscli.evaluation.plots import plot_budgets
-
-            budgets = plot_budgets(
-                summary, folder / f"{step.name}-budgets.png", f"ratio against training budget ({step.name})"
-            )
-            written += [budgets] if budgets else []
+        written += task.seed_plots(summary, folder, step.name)
     meta = {}  # group -> the options that made it (an extension's include its parent's; a snapshot's, its budget)
     for step in [*recipe.train, *recipe.extend, *(snapshot for s in recipe.train for snapshot in _snapshots(s))]:
         meta.setdefault(step.group, step.options)
@@ -705,139 +639,3 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
             handle.write(text)
         written.append(folder / f"{entry['table']}{PUBLISHED_SUFFIX}.md")
     return written
-
-
-REFERENCE_GROUP = "3-gram (no positions)"
-
-
-def seed_summary(
-    rows,
-    spans,
-    groups: dict[str, str],
-    stride=None,
-    protocol: str = "stream",
-    min_runs: int = 2,
-    mode: str | None = None,
-):
-    """Per group of runs (runs that differ only in seed) and length: mean, sd, min, max of
-    perplexity over the runs; ci_low / ci_high, the 95% interval of the mean from a two-level
-    bootstrap (runs, then evaluation units, ``poscli.evaluation.stats``); ratio / ratio_low / ratio_high,
-    the mean at the length over the mean at the group's train length (or its shortest length),
-    bootstrapped with the same draws, so the ratio's interval is paired. The reference row of
-    the table (if any) is a group of its own. rows / spans: a perplexity table and its
-    TABLE_spans.csv (None: intervals are left empty). None when no group has ``min_runs`` runs.
-    ``mode`` (default: the stride's) picks other rows, e.g. "truncated-128" (the truncation null).
-    ``summary.attrs["run_losses"][(group, length)]``: (evaluation set, [mean loss of each run, in
-    run-name order]), for paired tests over seeds (``poscli.study.published``)."""
-    import numpy as np
-    import pandas as pd
-
-    from poscli.evaluation.reference import REFERENCE_RUN
-    from poscli.evaluation.stats import bootstrap_perplexity, interval
-
-    mode = mode or _mode(stride)
-    keep = (rows["mode"] == mode) & (rows["protocol"] == protocol if "protocol" in rows.columns else True)
-    rows = rows[keep & (rows["run"].isin(list(groups)) | (rows["run"] == REFERENCE_RUN))].copy()
-    rows["group"] = rows["run"].map({**groups, REFERENCE_RUN: REFERENCE_GROUP})
-    if rows.empty or rows.groupby("group")["run"].nunique().max() < min_runs:
-        return None
-    if spans is not None:
-        spans = spans[(spans["mode"] == mode) & (spans["protocol"] == protocol)]
-    records, paired, run_losses = [], {}, {}
-    for group, part in rows.groupby("group", sort=False):
-        lengths = sorted(part["length"].unique())
-        train_length = int(part["train_length"].iloc[0])
-        base_length = train_length if train_length in lengths else lengths[0]
-        samples = {}
-        for length in lengths:
-            cell = part[(part["length"] == length) & part["ppl"].notna()]
-            record = {
-                "group": group,
-                "pe": part["pe"].iloc[0],
-                "train_length": train_length,
-                "length": length,
-                "seeds": len(cell),
-                "mean": cell["ppl"].mean() if len(cell) else float("nan"),
-                "sd": cell["ppl"].std() if len(cell) > 1 else float("nan"),
-                "min": cell["ppl"].min() if len(cell) else float("nan"),
-                "max": cell["ppl"].max() if len(cell) else float("nan"),
-                "ci_low": float("nan"),
-                "ci_high": float("nan"),
-                "spans": int(cell["spans"].max()) if len(cell) and "spans" in cell else 0,
-                "documents": int(cell["documents"].max()) if len(cell) and "documents" in cell else 0,
-                "tokens": int(cell["tokens"].max()) if len(cell) else 0,
-                "tokens_seen": float(cell["tokens_seen"].mean())
-                if len(cell) and "tokens_seen" in cell
-                else float("nan"),
-                "eval_set": ",".join(sorted(set(cell["eval_set"].astype(str)))) if "eval_set" in cell else "",
-                "note": "; ".join(sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")}))
-                if "note" in part
-                else "",
-            }
-            if spans is not None and len(cell):
-                mine = spans[spans["run"].isin(list(cell["run"])) & (spans["length"] == length)]
-                matrix = mine.pivot_table(index="run", columns="span", values="loss", aggfunc="sum")
-                if len(matrix) == len(cell) and not matrix.isna().any().any():
-                    first = mine[mine["run"] == matrix.index[0]].sort_values("span")
-                    samples[length] = bootstrap_perplexity(
-                        matrix.to_numpy(), first["tokens"].to_numpy(float), first["unit"].to_numpy()
-                    )
-                    record["ci_low"], record["ci_high"] = interval(samples[length])
-                    paired[(group, length)] = (record["eval_set"], len(matrix), samples[length])
-                    tokens = first["tokens"].to_numpy(float).sum()
-                    run_losses[(group, length)] = (record["eval_set"], list(matrix.sum(axis=1).to_numpy() / tokens))
-            records.append(record)
-        for record in records[-len(lengths) :]:
-            length = record["length"]
-            if length in samples and base_length in samples:
-                record["ratio"] = record["mean"] / next(
-                    r["mean"] for r in records[-len(lengths) :] if r["length"] == base_length
-                )
-                record["ratio_low"], record["ratio_high"] = interval(samples[length] / samples[base_length])
-            record["ratio_base"] = base_length
-    summary = pd.DataFrame(records)
-    for column in ("ratio", "ratio_low", "ratio_high"):
-        if column not in summary:
-            summary[column] = np.nan
-    # The resamples behind each cell, for paired comparisons between groups (poscli.study.published): the
-    # same seeded draws of units and of run positions, so groups evaluated on the same spans with
-    # runs in the same seed order are compared draw by draw.
-    summary.attrs["samples"] = paired
-    summary.attrs["run_losses"] = run_losses
-    return summary
-
-
-def seed_markdown(summary) -> str:
-    from poscli.evaluation.tables import format_interval, format_ppl, pivot_markdown
-
-    scored = summary[summary["tokens"] > 0]
-    first = scored.iloc[0] if len(scored) else None
-    sample = (
-        f" Every length scores the same {int(first['tokens']):,} tokens ({int(first['spans'])} spans from "
-        f"{int(first['documents'])} documents, evaluation set {first['eval_set']})."
-        if first is not None
-        else ""
-    )
-    lines = [
-        "Perplexity, mean over seeds, with its 95% interval from a two-level bootstrap (seeds, then the evaluation "
-        f"sample).{sample} `n/a`: no representation at that length.\n",
-    ]
-    notes = sorted({n for n in summary["note"].fillna("") if n})
-    lines += [f"Note: {note}.\n" for note in notes]
-    lines += pivot_markdown(
-        summary,
-        "group",
-        {
-            "runs": lambda first: first["group"],
-            "pe": lambda first: first["pe"],
-            "seeds": lambda first: int(summary[summary["group"] == first["group"]]["seeds"].max()),
-        },
-        lambda cell: (
-            "n/a"
-            if cell["seeds"].iloc[0] == 0
-            else f"{format_ppl(cell['mean'].iloc[0])} "
-            f"{format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip()
-        ),
-        sort=False,
-    )
-    return "\n".join(lines) + "\n"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from poscli import __version__
 from poscli.core.io import atomic_write
+from poscli.evaluation.seeds import SEEDS_SUFFIX  # noqa: F401 (TABLE-seeds.md, re-exported)
 from poscli.model import runs
 
 HISTORY_FILE = "history.jsonl"
-SEEDS_SUFFIX = "-seeds"  # TABLE-seeds.md: mean and spread over seeds (poscli run)
 PUBLISHED_SUFFIX = "-published"  # TABLE-published.md: published numbers beside the table (poscli run)
 
 

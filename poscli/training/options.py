@@ -84,8 +84,6 @@ RUN_ONLY = {"device", "checkpoint_every", "accumulate", "compile"}
 RUNNER_OPTIONS = {"name", "resume", "results", "quiet", "seeds", "jobs", "nproc", "replace"}
 LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--random-positions"}
 
-EVAL_TASKS = ("perplexity", "passkey")
-
 # `poscli eval`'s options and their defaults, as data: recipes' [[eval]] accept exactly these (and
 # `runs`, `budgets`), tests/test_cli.py checks them against the command.
 EVAL_OPTIONS: dict[str, Any] = {
@@ -98,7 +96,7 @@ EVAL_OPTIONS: dict[str, Any] = {
     "null": False,
     "allow_split_mismatch": False,
     "table": None,
-    "task": EVAL_TASKS[0],
+    "task": "perplexity",  # a name in poscli.evaluation.tasks
     "depths": DEFAULT_DEPTHS,
     "trials": 50,
     "keys": None,

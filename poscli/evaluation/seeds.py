@@ -1,0 +1,150 @@
+"""Summaries over seeds of a perplexity table: each group of runs (runs that differ only in seed) at
+each length, with intervals over seeds and the evaluation sample, and the markdown that shows them
+(``TABLE-seeds.csv`` / ``.md``, written by ``poscli run``)."""
+
+from __future__ import annotations
+
+from poscli.core.lengths import parse_length
+
+SEEDS_SUFFIX = "-seeds"  # TABLE-seeds.csv / .md / .png: mean and spread over seeds (poscli run)
+
+
+def table_mode(stride) -> str:
+    """A perplexity table's mode for a stride (``poscli.evaluation.evaluate.mode_name``, without torch)."""
+    return "nonoverlapping" if stride is None else f"sliding-{parse_length(str(stride), '--stride')}"
+
+
+REFERENCE_GROUP = "3-gram (no positions)"
+
+
+def seed_summary(
+    rows,
+    spans,
+    groups: dict[str, str],
+    stride=None,
+    protocol: str = "stream",
+    min_runs: int = 2,
+    mode: str | None = None,
+):
+    """Per group of runs (runs that differ only in seed) and length: mean, sd, min, max of
+    perplexity over the runs; ci_low / ci_high, the 95% interval of the mean from a two-level
+    bootstrap (runs, then evaluation units, ``poscli.evaluation.stats``); ratio / ratio_low / ratio_high,
+    the mean at the length over the mean at the group's train length (or its shortest length),
+    bootstrapped with the same draws, so the ratio's interval is paired. The reference row of
+    the table (if any) is a group of its own. rows / spans: a perplexity table and its
+    TABLE_spans.csv (None: intervals are left empty). None when no group has ``min_runs`` runs.
+    ``mode`` (default: the stride's) picks other rows, e.g. "truncated-128" (the truncation null).
+    ``summary.attrs["run_losses"][(group, length)]``: (evaluation set, [mean loss of each run, in
+    run-name order]), for paired tests over seeds (``poscli.study.published``)."""
+    import numpy as np
+    import pandas as pd
+
+    from poscli.evaluation.reference import REFERENCE_RUN
+    from poscli.evaluation.stats import bootstrap_perplexity, interval
+
+    mode = mode or table_mode(stride)
+    keep = (rows["mode"] == mode) & (rows["protocol"] == protocol if "protocol" in rows.columns else True)
+    rows = rows[keep & (rows["run"].isin(list(groups)) | (rows["run"] == REFERENCE_RUN))].copy()
+    rows["group"] = rows["run"].map({**groups, REFERENCE_RUN: REFERENCE_GROUP})
+    if rows.empty or rows.groupby("group")["run"].nunique().max() < min_runs:
+        return None
+    if spans is not None:
+        spans = spans[(spans["mode"] == mode) & (spans["protocol"] == protocol)]
+    records, paired, run_losses = [], {}, {}
+    for group, part in rows.groupby("group", sort=False):
+        lengths = sorted(part["length"].unique())
+        train_length = int(part["train_length"].iloc[0])
+        base_length = train_length if train_length in lengths else lengths[0]
+        samples = {}
+        for length in lengths:
+            cell = part[(part["length"] == length) & part["ppl"].notna()]
+            record = {
+                "group": group,
+                "pe": part["pe"].iloc[0],
+                "train_length": train_length,
+                "length": length,
+                "seeds": len(cell),
+                "mean": cell["ppl"].mean() if len(cell) else float("nan"),
+                "sd": cell["ppl"].std() if len(cell) > 1 else float("nan"),
+                "min": cell["ppl"].min() if len(cell) else float("nan"),
+                "max": cell["ppl"].max() if len(cell) else float("nan"),
+                "ci_low": float("nan"),
+                "ci_high": float("nan"),
+                "spans": int(cell["spans"].max()) if len(cell) and "spans" in cell else 0,
+                "documents": int(cell["documents"].max()) if len(cell) and "documents" in cell else 0,
+                "tokens": int(cell["tokens"].max()) if len(cell) else 0,
+                "tokens_seen": float(cell["tokens_seen"].mean())
+                if len(cell) and "tokens_seen" in cell
+                else float("nan"),
+                "eval_set": ",".join(sorted(set(cell["eval_set"].astype(str)))) if "eval_set" in cell else "",
+                "note": "; ".join(sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")}))
+                if "note" in part
+                else "",
+            }
+            if spans is not None and len(cell):
+                mine = spans[spans["run"].isin(list(cell["run"])) & (spans["length"] == length)]
+                matrix = mine.pivot_table(index="run", columns="span", values="loss", aggfunc="sum")
+                if len(matrix) == len(cell) and not matrix.isna().any().any():
+                    first = mine[mine["run"] == matrix.index[0]].sort_values("span")
+                    samples[length] = bootstrap_perplexity(
+                        matrix.to_numpy(), first["tokens"].to_numpy(float), first["unit"].to_numpy()
+                    )
+                    record["ci_low"], record["ci_high"] = interval(samples[length])
+                    paired[(group, length)] = (record["eval_set"], len(matrix), samples[length])
+                    tokens = first["tokens"].to_numpy(float).sum()
+                    run_losses[(group, length)] = (record["eval_set"], list(matrix.sum(axis=1).to_numpy() / tokens))
+            records.append(record)
+        for record in records[-len(lengths) :]:
+            length = record["length"]
+            if length in samples and base_length in samples:
+                record["ratio"] = record["mean"] / next(
+                    r["mean"] for r in records[-len(lengths) :] if r["length"] == base_length
+                )
+                record["ratio_low"], record["ratio_high"] = interval(samples[length] / samples[base_length])
+            record["ratio_base"] = base_length
+    summary = pd.DataFrame(records)
+    for column in ("ratio", "ratio_low", "ratio_high"):
+        if column not in summary:
+            summary[column] = np.nan
+    # The resamples behind each cell, for paired comparisons between groups (poscli.study.published): the
+    # same seeded draws of units and of run positions, so groups evaluated on the same spans with
+    # runs in the same seed order are compared draw by draw.
+    summary.attrs["samples"] = paired
+    summary.attrs["run_losses"] = run_losses
+    return summary
+
+
+def seed_markdown(summary) -> str:
+    from poscli.evaluation.tables import format_interval, format_ppl, pivot_markdown
+
+    scored = summary[summary["tokens"] > 0]
+    first = scored.iloc[0] if len(scored) else None
+    sample = (
+        f" Every length scores the same {int(first['tokens']):,} tokens ({int(first['spans'])} spans from "
+        f"{int(first['documents'])} documents, evaluation set {first['eval_set']})."
+        if first is not None
+        else ""
+    )
+    lines = [
+        "Perplexity, mean over seeds, with its 95% interval from a two-level bootstrap (seeds, then the evaluation "
+        f"sample).{sample} `n/a`: no representation at that length.\n",
+    ]
+    notes = sorted({n for n in summary["note"].fillna("") if n})
+    lines += [f"Note: {note}.\n" for note in notes]
+    lines += pivot_markdown(
+        summary,
+        "group",
+        {
+            "runs": lambda first: first["group"],
+            "pe": lambda first: first["pe"],
+            "seeds": lambda first: int(summary[summary["group"] == first["group"]]["seeds"].max()),
+        },
+        lambda cell: (
+            "n/a"
+            if cell["seeds"].iloc[0] == 0
+            else f"{format_ppl(cell['mean'].iloc[0])} "
+            f"{format_interval(cell['ci_low'].iloc[0], cell['ci_high'].iloc[0])}".strip()
+        ),
+        sort=False,
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,73 @@
+"""``--task passkey``: passkey retrieval, exact match over key depths at each length, with Wilson
+intervals, the floor a local window reaches, and the effective length (Mohtashami and Jaggi, 2023;
+RULER's threshold, Hsieh et al., 2024; ``poscli.evaluation.retrieval``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from poscli.core.lengths import parse_lengths
+from poscli.evaluation.tasks import register
+from poscli.evaluation.tasks.base import Task
+
+
+@register("passkey")
+class Passkey(Task):
+    summary = "passkey retrieval: exact match over key depths at each length, with Wilson intervals and floors"
+    citation = "Mohtashami and Jaggi, 2023"
+    default_table = "passkey"
+    reads = ("depths", "trials", "keys")
+
+    def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
+        from poscli.evaluation.retrieval import evaluate_passkey, parse_depths, save_rows
+
+        return evaluate_passkey(
+            run_names,
+            options["lengths"],
+            parse_depths(options["depths"]),
+            options["trials"],
+            results,
+            options["device"],
+            progress,
+            options["keys"],
+            save=lambda done: save_rows(done, results, table),
+        )
+
+    def write(self, result, options: dict[str, Any], results, table: str):
+        from poscli.evaluation.retrieval import console_table, write_passkey_tables
+
+        return write_passkey_tables(result, results, table), console_table(result, options["trials"])
+
+    def owns(self, data) -> bool:
+        return "accuracy" in data.columns and "depth" in data.columns
+
+    def evaluated(self, rows, run: str, options: dict[str, Any]) -> bool:
+        from poscli.config import DEFAULT_DEPTHS
+
+        lengths = parse_lengths(str(options["lengths"])) if options.get("lengths") is not None else None
+        depths = [float(d) for d in str(options.get("depths", DEFAULT_DEPTHS)).split(",")]
+        mine = rows[rows["run"] == run]
+        if "keys" in options and options["keys"] is not None and "keys" in mine.columns:
+            mine = mine[mine["keys"] == int(options["keys"])]
+        present = set(zip(mine["length"], mine["depth"]))
+        return lengths is not None and all((length, depth) in present for length in lengths for depth in depths)
+
+    def seed_summary(self, rows, groups, options: dict[str, Any], folder: Path, table: str, min_runs: int):
+        from poscli.evaluation.retrieval import passkey_seed_markdown, passkey_seed_summary
+
+        summary = passkey_seed_summary(rows, groups)
+        return (None, "") if summary is None else (summary, passkey_seed_markdown(summary))
+
+    def plots(self, data, folder: Path, table: str) -> list[Path]:
+        from poscli.evaluation.plots import heatmap_parts, plot_passkey_heatmap
+
+        written = []
+        for name, part in heatmap_parts(data, table):
+            if part["accuracy"].notna().any():
+                keys = int(part["keys"].iloc[0]) if "keys" in part else 1
+                several = f", {keys} keys" if keys > 1 else ""
+                trials = int(part["trials"].iloc[0])
+                title = f"passkey accuracy: {part['label'].iloc[0]}{several} ({trials} trials per cell)"
+                written.append(plot_passkey_heatmap(part, folder / name, title))
+        return written
