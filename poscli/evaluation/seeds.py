@@ -40,7 +40,7 @@ def seed_summary(
     import pandas as pd
 
     from poscli.evaluation.reference import REFERENCE_RUN
-    from poscli.evaluation.stats import bootstrap_perplexity, interval
+    from poscli.evaluation.stats import interval
 
     mode = mode or table_mode(stride)
     keep = (rows["mode"] == mode) & (rows["protocol"] == protocol if "protocol" in rows.columns else True)
@@ -55,53 +55,19 @@ def seed_summary(
         lengths = sorted(part["length"].unique())
         train_length = int(part["train_length"].iloc[0])
         base_length = train_length if train_length in lengths else lengths[0]
-        samples = {}
+        samples, mine = {}, []
         for length in lengths:
             cell = part[(part["length"] == length) & part["ppl"].notna()]
-            record = {
-                "group": group,
-                "pe": part["pe"].iloc[0],
-                "train_length": train_length,
-                "length": length,
-                "seeds": len(cell),
-                "mean": cell["ppl"].mean() if len(cell) else float("nan"),
-                "sd": cell["ppl"].std() if len(cell) > 1 else float("nan"),
-                "min": cell["ppl"].min() if len(cell) else float("nan"),
-                "max": cell["ppl"].max() if len(cell) else float("nan"),
-                "ci_low": float("nan"),
-                "ci_high": float("nan"),
-                "spans": int(cell["spans"].max()) if len(cell) and "spans" in cell else 0,
-                "documents": int(cell["documents"].max()) if len(cell) and "documents" in cell else 0,
-                "tokens": int(cell["tokens"].max()) if len(cell) else 0,
-                "tokens_seen": float(cell["tokens_seen"].mean())
-                if len(cell) and "tokens_seen" in cell
-                else float("nan"),
-                "eval_set": ",".join(sorted(set(cell["eval_set"].astype(str)))) if "eval_set" in cell else "",
-                "note": "; ".join(sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")}))
-                if "note" in part
-                else "",
-            }
-            if spans is not None and len(cell):
-                mine = spans[spans["run"].isin(list(cell["run"])) & (spans["length"] == length)]
-                matrix = mine.pivot_table(index="run", columns="span", values="loss", aggfunc="sum")
-                if len(matrix) == len(cell) and not matrix.isna().any().any():
-                    first = mine[mine["run"] == matrix.index[0]].sort_values("span")
-                    samples[length] = bootstrap_perplexity(
-                        matrix.to_numpy(), first["tokens"].to_numpy(float), first["unit"].to_numpy()
-                    )
-                    record["ci_low"], record["ci_high"] = interval(samples[length])
-                    paired[(group, length)] = (record["eval_set"], len(matrix), samples[length])
-                    tokens = first["tokens"].to_numpy(float).sum()
-                    run_losses[(group, length)] = (record["eval_set"], list(matrix.sum(axis=1).to_numpy() / tokens))
-            records.append(record)
-        for record in records[-len(lengths) :]:
-            length = record["length"]
-            if length in samples and base_length in samples:
-                record["ratio"] = record["mean"] / next(
-                    r["mean"] for r in records[-len(lengths) :] if r["length"] == base_length
-                )
-                record["ratio_low"], record["ratio_high"] = interval(samples[length] / samples[base_length])
-            record["ratio_base"] = base_length
+            record = _cell_record(group, part, cell, train_length, length)
+            drawn = _span_samples(spans, cell, length) if spans is not None and len(cell) else None
+            if drawn is not None:
+                samples[length], count, losses = drawn
+                record["ci_low"], record["ci_high"] = interval(samples[length])
+                paired[(group, length)] = (record["eval_set"], count, samples[length])
+                run_losses[(group, length)] = (record["eval_set"], losses)
+            mine.append(record)
+        _add_ratios(mine, samples, base_length)
+        records += mine
     summary = pd.DataFrame(records)
     for column in ("ratio", "ratio_low", "ratio_high"):
         if column not in summary:
@@ -112,6 +78,59 @@ def seed_summary(
     summary.attrs["samples"] = paired
     summary.attrs["run_losses"] = run_losses
     return summary
+
+
+def _cell_record(group: str, part, cell, train_length: int, length: int) -> dict:
+    """One group at one length: the spread of its runs' perplexities (intervals filled in later)."""
+    nan = float("nan")
+    notes = sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")}) if "note" in part else []
+    return {
+        "group": group,
+        "pe": part["pe"].iloc[0],
+        "train_length": train_length,
+        "length": length,
+        "seeds": len(cell),
+        "mean": cell["ppl"].mean() if len(cell) else nan,
+        "sd": cell["ppl"].std() if len(cell) > 1 else nan,
+        "min": cell["ppl"].min() if len(cell) else nan,
+        "max": cell["ppl"].max() if len(cell) else nan,
+        "ci_low": nan,
+        "ci_high": nan,
+        "spans": int(cell["spans"].max()) if len(cell) and "spans" in cell else 0,
+        "documents": int(cell["documents"].max()) if len(cell) and "documents" in cell else 0,
+        "tokens": int(cell["tokens"].max()) if len(cell) else 0,
+        "tokens_seen": float(cell["tokens_seen"].mean()) if len(cell) and "tokens_seen" in cell else nan,
+        "eval_set": ",".join(sorted(set(cell["eval_set"].astype(str)))) if "eval_set" in cell else "",
+        "note": "; ".join(notes),
+    }
+
+
+def _span_samples(spans, cell, length: int):
+    """The two-level bootstrap of one cell from its runs' span losses: (resamples, runs, each run's
+    mean loss), or None when a run's spans are missing."""
+    from poscli.evaluation.stats import bootstrap_perplexity
+
+    mine = spans[spans["run"].isin(list(cell["run"])) & (spans["length"] == length)]
+    matrix = mine.pivot_table(index="run", columns="span", values="loss", aggfunc="sum")
+    if len(matrix) != len(cell) or matrix.isna().any().any():
+        return None
+    first = mine[mine["run"] == matrix.index[0]].sort_values("span")
+    weights = first["tokens"].to_numpy(float)
+    samples = bootstrap_perplexity(matrix.to_numpy(), weights, first["unit"].to_numpy())
+    return samples, len(matrix), list(matrix.sum(axis=1).to_numpy() / weights.sum())
+
+
+def _add_ratios(records: list[dict], samples: dict, base_length: int) -> None:
+    """Each length's mean over the base length's, with the paired interval of the resampled ratio."""
+    from poscli.evaluation.stats import interval
+
+    base = next(r["mean"] for r in records if r["length"] == base_length)
+    for record in records:
+        length = record["length"]
+        if length in samples and base_length in samples:
+            record["ratio"] = record["mean"] / base
+            record["ratio_low"], record["ratio_high"] = interval(samples[length] / samples[base_length])
+        record["ratio_base"] = base_length
 
 
 def seed_markdown(summary) -> str:

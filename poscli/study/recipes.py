@@ -150,155 +150,142 @@ def load_recipe(path: str | Path) -> Recipe:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise RecipeError(f"{path}: not valid TOML: {error}") from None
-
-    def fail(message: str, key: str, section: str | None = None, index: int = 0):
-        line = _line_of(text, key, section, index)
-        place = f"{path}, line {line}" if line else str(path)
-        raise RecipeError(f"{place}: {message}")
-
+    parser = _RecipeParser(path, text, data)
     for key in data:
         if key not in SECTIONS:
-            fail(f"unknown key {key!r}; a recipe has: {', '.join(sorted(SECTIONS))}", key)
+            parser.fail(f"unknown key {key!r}; a recipe has: {', '.join(sorted(SECTIONS))}", key)
     if not isinstance(data.get("name"), str) or not runs.RUN_NAME.match(data["name"]):
-        fail("'name' must be a short name (letters, digits, . _ + -)", "name")
+        parser.fail("'name' must be a short name (letters, digits, . _ + -)", "name")
+    train_steps = parser.train_steps()
+    extend_steps = parser.extend_steps(train_steps)
+    eval_steps = parser.eval_steps([*train_steps, *extend_steps])
+    compare = parser.compare({s.name for s in eval_steps})
+    return Recipe(path, data["name"], data.get("description", ""), train_steps, extend_steps, eval_steps, compare)
 
-    def check_keys(entry: dict, allowed: set, section: str, index: int, command: str):
+
+class _RecipeParser:
+    """The sections of one recipe, checked; ``fail`` names the file, the line and the key."""
+
+    def __init__(self, path: Path, text: str, data: dict):
+        self.path, self.text, self.data = path, text, data
+
+    def fail(self, message: str, key: str, section: str | None = None, index: int = 0):
+        line = _line_of(self.text, key, section, index)
+        place = f"{self.path}, line {line}" if line else str(self.path)
+        raise RecipeError(f"{place}: {message}")
+
+    def check_keys(self, entry: dict, allowed: set, section: str, index: int, command: str) -> None:
         for key in entry:
             if key not in allowed:  # poscli.training.options.RUNNER_OPTIONS are never allowed: the runner sets them
-                fail(
-                    f"[{section}] has no key {key!r}; use the options of poscli {command} (with _ for -)",
-                    key,
-                    section,
-                    index,
-                )
+                message = f"[{section}] has no key {key!r}; use the options of poscli {command} (with _ for -)"
+                self.fail(message, key, section, index)
 
-    defaults = data.get("defaults", {})
-    check_keys(defaults, set(TRAIN_OPTIONS), "defaults", 0, "train")
+    def train_steps(self) -> list[Step]:
+        defaults = self.data.get("defaults", {})
+        self.check_keys(defaults, set(TRAIN_OPTIONS), "defaults", 0, "train")
+        steps = []
+        for index, entry in enumerate(self.data.get("train", [])):
+            where = f"{self.path}, [[train]] {index + 1}"
+            self.check_keys(entry, set(TRAIN_OPTIONS) | {"name"}, "train", index, "train")
+            if "name" not in entry:
+                self.fail('every [[train]] needs a name, e.g. name = "{pe}-s{seed}"', "train", None)
+            entry = {**entry, **({"pe": _encodings(entry["pe"])} if "pe" in entry else {})}
+            for values in _axes({key: value for key, value in entry.items() if key != "name"}):
+                options = {**defaults, **values}
+                name = _render(entry["name"], options, where)
+                group = _render(entry["name"], {**options, "seed": "*"}, where, group=True)
+                argv = ["train", *_argv(options), "--name", name]
+                steps.append(Step("train", name, argv, group=group, detail=_describe(options), options=options))
+        _check_unique([s.name for s in steps], self.path)
+        return steps
 
-    train_steps = []
-    for index, entry in enumerate(data.get("train", [])):
-        where = f"{path}, [[train]] {index + 1}"
-        check_keys(entry, set(TRAIN_OPTIONS) | {"name"}, "train", index, "train")
-        if "name" not in entry:
-            fail('every [[train]] needs a name, e.g. name = "{pe}-s{seed}"', "train", None)
-        entry = {**entry, **({"pe": _encodings(entry["pe"])} if "pe" in entry else {})}
-        for values in _axes({key: value for key, value in entry.items() if key != "name"}):
-            options = {**defaults, **values}
-            name = _render(entry["name"], options, where)
-            group = _render(entry["name"], {**options, "seed": "*"}, where, group=True)
-            train_steps.append(
-                Step(
-                    "train",
-                    name,
-                    ["train", *_argv(options), "--name", name],
-                    group=group,
-                    detail=_describe(options),
-                    options=options,
-                )
+    def extend_steps(self, train_steps: list[Step]) -> list[Step]:
+        steps = []
+        for index, entry in enumerate(self.data.get("extend", [])):
+            where = f"{self.path}, [[extend]] {index + 1}"
+            self.check_keys(entry, set(EXTEND_OPTIONS) | EXTEND_KEYS, "extend", index, "extend")
+            for key in ("runs", "name", "method", "target"):
+                if key not in entry:
+                    self.fail(f"every [[extend]] needs {key!r}", "extend")
+            parents = _match(entry["runs"], list(train_steps), self.fail, "extend", index)
+            per_method = entry.get("method_options", {})
+            axes = {key: value for key, value in entry.items() if key not in EXTEND_KEYS}
+            for parent in parents:
+                for values in _axes(axes):
+                    options = {**values, **per_method.get(values["method"], {})}
+                    name = _render(entry["name"], {"run": parent.name, **values}, where)
+                    group = _render(entry["name"], {"run": parent.group, **values}, where, group=True)
+                    argv = ["extend", parent.name, *_argv(options), "--name", name]
+                    lineage = {"parent": parent.name, "parent_options": parent.options}
+                    detail = f"{parent.name}: {_describe(options)}"
+                    steps.append(Step("extend", name, argv, group=group, detail=detail, options={**options, **lineage}))
+        _check_unique([s.name for s in [*train_steps, *steps]], self.path)
+        return steps
+
+    def eval_steps(self, all_runs: list[Step]) -> list[Step]:
+        steps = []
+        for index, entry in enumerate(self.data.get("eval", [])):
+            self.check_keys(entry, EVAL_KEYS, "eval", index, "eval")
+            for key in ("runs", "table"):
+                if key not in entry:
+                    self.fail(f"every [[eval]] needs {key!r}", "eval")
+            try:
+                runs.check_table_name(str(entry["table"]))
+            except PoscliError as error:
+                self.fail(str(error).replace("--table", "table"), "table", "eval", index)
+            matched = self.with_budgets(entry, _match(entry["runs"], all_runs, self.fail, "eval", index), index)
+            options = {key: value for key, value in entry.items() if key not in ("runs", "budgets")}
+            self.check_eval_values(options, index)
+            names = [s.name for s in matched]
+            groups = {s.name: s.group for s in matched}
+            argv = ["eval", *names, *_argv(options)]
+            detail = f"{len(names)} runs"
+            steps.append(
+                Step("eval", str(entry["table"]), argv, runs=names, detail=detail, options=options, groups=groups)
             )
-    _check_unique([s.name for s in train_steps], path)
+        return steps
 
-    extend_steps = []
-    for index, entry in enumerate(data.get("extend", [])):
-        where = f"{path}, [[extend]] {index + 1}"
-        check_keys(entry, set(EXTEND_OPTIONS) | EXTEND_KEYS, "extend", index, "extend")
-        for key in ("runs", "name", "method", "target"):
-            if key not in entry:
-                fail(f"every [[extend]] needs {key!r}", "extend")
-        parents = _match(entry["runs"], [s for s in train_steps], fail, "extend", index)
-        per_method = entry.get("method_options", {})
-        axes = {key: value for key, value in entry.items() if key not in EXTEND_KEYS}
-        for parent in parents:
-            for values in _axes(axes):
-                options = {**values, **per_method.get(values["method"], {})}
-                name = _render(entry["name"], {"run": parent.name, **values}, where)
-                group = _render(entry["name"], {"run": parent.group, **values}, where, group=True)
-                extend_steps.append(
-                    Step(
-                        "extend",
-                        name,
-                        ["extend", parent.name, *_argv(options), "--name", name],
-                        group=group,
-                        detail=f"{parent.name}: {_describe(options)}",
-                        options={**options, "parent": parent.name, "parent_options": parent.options},
-                    )
-                )
-    _check_unique([s.name for s in [*train_steps, *extend_steps]], path)
-
-    eval_steps = []
-    all_runs = [*train_steps, *extend_steps]
-    for index, entry in enumerate(data.get("eval", [])):
-        check_keys(entry, EVAL_KEYS, "eval", index, "eval")
-        for key in ("runs", "table"):
-            if key not in entry:
-                fail(f"every [[eval]] needs {key!r}", "eval")
-        try:
-            runs.check_table_name(str(entry["table"]))
-        except PoscliError as error:
-            fail(str(error).replace("--table", "table"), "table", "eval", index)
-        matched = _match(entry["runs"], all_runs, fail, "eval", index)
-        options = {key: value for key, value in entry.items() if key not in ("runs", "budgets")}
+    def with_budgets(self, entry: dict, matched: list[Step], index: int) -> list[Step]:
+        """``budgets``: the matched runs, and (true) or instead of them ("only") their snapshots."""
         budgets = entry.get("budgets", False)
         if budgets not in (True, False, "only"):
-            fail(
-                'budgets must be true (each run and its snapshots), "only" (the snapshots alone) or false',
-                "budgets",
-                "eval",
-                index,
-            )
-        if budgets:
-            snapshots = [snapshot for s in matched for snapshot in _snapshots(s)]
-            if not snapshots:
-                fail(
-                    'budgets: none of these runs keeps snapshots; add snapshots = "0.25,0.5" to their [[train]] or '
-                    "[defaults]",
-                    "budgets",
-                    "eval",
-                    index,
-                )
-            matched = snapshots if budgets == "only" else [*matched, *snapshots]
+            message = 'budgets must be true (each run and its snapshots), "only" (the snapshots alone) or false'
+            self.fail(message, "budgets", "eval", index)
+        if not budgets:
+            return matched
+        snapshots = [snapshot for s in matched for snapshot in _snapshots(s)]
+        if not snapshots:
+            message = 'budgets: none of these runs keeps snapshots; add snapshots = "0.25,0.5" to their [[train]] or '
+            self.fail(message + "[defaults]", "budgets", "eval", index)
+        return snapshots if budgets == "only" else [*matched, *snapshots]
+
+    def check_eval_values(self, options: dict, index: int) -> None:
         for key in ("lengths", "max_tokens", "stride"):
             if key in options:
                 try:
-                    parse_lengths(str(options[key])) if key == "lengths" else parse_length(
-                        str(options[key]), "--" + key.replace("_", "-")
-                    )
+                    if key == "lengths":
+                        parse_lengths(str(options[key]))
+                    else:
+                        parse_length(str(options[key]), "--" + key.replace("_", "-"))
                 except PoscliError as error:
-                    fail(str(error), key, "eval", index)
+                    self.fail(str(error), key, "eval", index)
         try:
             tasks.check_name(str(options.get("task", EVAL_OPTIONS["task"])))
         except PoscliError as error:
-            fail(str(error), "task", "eval", index)
-        names = [s.name for s in matched]
-        eval_steps.append(
-            Step(
-                "eval",
-                str(entry["table"]),
-                ["eval", *names, *_argv(options)],
-                runs=names,
-                detail=f"{len(names)} runs",
-                options=options,
-                groups={s.name: s.group for s in matched},
-            )
-        )
+            self.fail(str(error), "task", "eval", index)
 
-    compare = data.get("compare", [])
-    from poscli.study.published import PUBLISHED
+    def compare(self, tables: set[str]) -> list[dict]:
+        from poscli.study.published import PUBLISHED
 
-    tables = {s.name for s in eval_steps}
-    for index, entry in enumerate(compare):
-        if entry.get("published") not in PUBLISHED:
-            fail(f"published must be one of: {', '.join(PUBLISHED)}", "published", "compare", index)
-        for key in ("table", "perplexity"):
-            if (key == "table" or key in entry) and entry.get(key) not in tables:
-                fail(
-                    f"{key} {entry.get(key)!r} is not one of this recipe's [[eval]] tables "
-                    f"({', '.join(sorted(tables))})",
-                    key,
-                    "compare",
-                    index,
-                )
-    return Recipe(path, data["name"], data.get("description", ""), train_steps, extend_steps, eval_steps, compare)
+        compare = self.data.get("compare", [])
+        for index, entry in enumerate(compare):
+            if entry.get("published") not in PUBLISHED:
+                self.fail(f"published must be one of: {', '.join(PUBLISHED)}", "published", "compare", index)
+            for key in ("table", "perplexity"):
+                if (key == "table" or key in entry) and entry.get(key) not in tables:
+                    message = f"{key} {entry.get(key)!r} is not one of this recipe's [[eval]] tables"
+                    self.fail(f"{message} ({', '.join(sorted(tables))})", key, "compare", index)
+        return compare
 
 
 def _snapshots(step: Step) -> list[Step]:
