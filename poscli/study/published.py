@@ -212,8 +212,20 @@ def press2022(summary, meta: dict) -> str:
     for group in groups:
         by_pe.setdefault(summary[summary["group"] == group]["pe"].iloc[0], group)
     press = {pe: by_pe[pe] for pe in PAPER_NAMES if pe in by_pe}
+    decisions, null_tests, order_tests = _press_tests(summary, groups, press, longer)
+    lines = _press_published_table()
+    lines += _press_ratio_table(summary, groups, lengths, longer, train_length)
+    lines += _press_class_lines(summary, by_pe, longer, train_length)
+    lines += _press_null_lines(decisions, null_tests, groups, longer, train_length)
+    lines += _press_order_lines(summary, decisions, order_tests, press, longer, train_length)
+    lines += _budget_lines(summary, meta, groups, train_length)
+    lines += ["", decisions.footer()]
+    return "\n".join(lines) + "\n"
 
-    # every test of the file first, so that one Holm correction covers them all
+
+def _press_tests(summary, groups: list[str], press: dict, longer: list[int]):
+    """Every test of the file first, so that one Holm correction covers them all: each group against
+    its truncation null, and each pair of Press et al.'s encodings, at each longer length."""
     decisions = Decisions()
     null_tests = {}
     for group in groups:
@@ -230,7 +242,10 @@ def press2022(summary, meta: dict) -> str:
                         seed_log_ratios(summary, press[a], summary, press[b], length)
                     )
     decisions.finish()
+    return decisions, null_tests, order_tests
 
+
+def _press_published_table() -> list[str]:
     lines = [
         '### Beside Press et al. (2022), "Train Short, Test Long"\n',
         f"Published: WikiText-103 validation perplexity of a 16-layer, d = 1024 word-level model trained at "
@@ -248,8 +263,11 @@ def press2022(summary, meta: dict) -> str:
             for pe in PAPER_NAMES
         ]
         lines.append(f"| {length} ({length / PRESS_TRAIN_LENGTH:.1f}x) | " + " | ".join(cells) + " |")
+    return lines
 
-    lines += [
+
+def _press_ratio_table(summary, groups: list[str], lengths: list[int], longer: list[int], train_length: int):
+    lines = [
         "",
         f"poscli: byte-level models trained at {train_length}, every length scoring the same tokens; the ratio to the "
         "train length with its 95% interval (two-level bootstrap: seeds, then evaluation spans, paired across "
@@ -274,8 +292,12 @@ def press2022(summary, meta: dict) -> str:
             else "n/a"
         )
         lines.append(f"| {group} | " + " | ".join(cells) + f" | {klass} |")
+    return lines
 
-    lines += [
+
+def _press_class_lines(summary, by_pe: dict, longer: list[int], train_length: int) -> list[str]:
+    """Each of the paper's encodings: its class in the paper and here, and whether they agree."""
+    lines = [
         "",
         f"Classes: ratio ≤ {KEEPS} keeps its perplexity, {KEEPS}–{BLOWS_UP} degrades gracefully, ≥ {BLOWS_UP} blows "
         "up; "
@@ -311,30 +333,38 @@ def press2022(summary, meta: dict) -> str:
             f"- {name}: paper {paper_class} ({paper_ratio:.2f}x at {paper_length / PRESS_TRAIN_LENGTH:.0f}x); "
             f"poscli {interval_class(last['ratio_low'], last['ratio_high'])} ({ours_text}): **{verdict}**."
         )
+    return lines
 
-    if null_tests:
-        lines += [
-            "",
-            "Against the truncation null (the same model, the same targets and cold starts, its context cut to the "
-            "train length: "
-            "perplexity at the length over the null's). Non-overlapping windows give a longer window fewer cold "
-            "starts, so a "
-            "model that merely does not degrade can look better at a longer length; only the null separates that from "
-            "using "
-            "the longer context.\n",
+
+def _press_null_lines(decisions, null_tests: dict, groups: list[str], longer: list[int], train_length: int):
+    if not null_tests:
+        return []
+    lines = [
+        "",
+        "Against the truncation null (the same model, the same targets and cold starts, its context cut to the "
+        "train length: "
+        "perplexity at the length over the null's). Non-overlapping windows give a longer window fewer cold "
+        "starts, so a "
+        "model that merely does not degrade can look better at a longer length; only the null separates that from "
+        "using "
+        "the longer context.\n",
+    ]
+    for group in groups:
+        cells = [
+            f"{length // train_length}x: {decisions.describe(null_tests[(group, length)])}, "
+            f"{NULL_WORDS[decisions.symbol(null_tests[(group, length)])].split(' (')[0]}"
+            for length in longer
+            if (group, length) in null_tests
         ]
-        for group in groups:
-            cells = [
-                f"{length // train_length}x: {decisions.describe(null_tests[(group, length)])}, "
-                f"{NULL_WORDS[decisions.symbol(null_tests[(group, length)])].split(' (')[0]}"
-                for length in longer
-                if (group, length) in null_tests
-            ]
-            if cells:
-                lines.append(f"- {group}: " + "; ".join(cells) + ".")
+        if cells:
+            lines.append(f"- {group}: " + "; ".join(cells) + ".")
+    return lines
 
+
+def _press_order_lines(summary, decisions, order_tests: dict, press: dict, longer: list[int], train_length: int):
+    """The paper's order at 3512 and poscli's at each longer length, decided by the paired tests."""
     paper_order = [pe for pe, _ in sorted(((pe, PRESS_2022[3512][pe]) for pe in PAPER_NAMES), key=lambda item: item[1])]
-    lines += [
+    lines = [
         "",
         f"- Paper at 3512 (6.9x, the longest length where it has all four): "
         f"{' < '.join(PAPER_NAMES[pe] for pe in paper_order)}.",
@@ -365,10 +395,7 @@ def press2022(summary, meta: dict) -> str:
         else:
             verdict = "**same order**, every step decided"
         lines.append(f"- poscli at {length} ({length // train_length}x): {text}: {verdict}.")
-
-    lines += _budget_lines(summary, meta, groups, train_length)
-    lines += ["", decisions.footer()]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _budget_lines(summary, meta: dict, groups: list[str], train_length: int) -> list[str]:
