@@ -498,74 +498,19 @@ def _rankings(summary, meta: dict, decisions: Decisions):
     decided by paired tests over seeds, YaRN's place named, and each fine-tuned method's gain over
     the continued-training control. The tests are added to ``decisions`` now; the returned
     function writes the lines once ``decisions`` is finished (one Holm correction for the file)."""
-    plans = []
     extensions = {
         group: options for group, options in meta.items() if "method" in options and group in set(summary["group"])
     }
     settings = sorted({(str(o["target"]), _steps(o)) for o in extensions.values()}, key=lambda s: (s[1], s[0]))
+    plans = []
     for target_text, steps in settings:
         members = {g: o for g, o in extensions.items() if str(o["target"]) == target_text and _steps(o) == steps}
-        target = int(summary[summary["group"].isin(list(members))]["length"].max())
-        groups = {method_label(o) + _control_suffix(o): g for g, o in members.items()}
-        rows = {m: _cell(summary, g, target) for m, g in groups.items()}
-        rows = {m: row for m, row in rows.items() if row is not None and not math.isnan(row["mean"])}
-        if not rows:
-            continue
-        order = [m for m, _ in sorted(rows.items(), key=lambda item: item[1]["mean"])]
-        compared = [m for m in order if m in PENG_METHODS]
-        best = compared[0] if compared else order[0]
-        tests = {}
-
-        def test(a: str, b: str) -> None:
-            if (a, b) not in tests and a != b:  # noqa: B023
-                tests[(a, b)] = decisions.add(seed_log_ratios(summary, groups[a], summary, groups[b], target))  # noqa: B023
-
-        for a, b in zip(order, order[1:]):
-            test(a, b)
-        for other in compared[1:]:
-            test(best, other)
-        controls = [m for m in order if m.startswith(CONTINUE)]
-        for method in order:
-            for control in controls:
-                if not method.startswith(CONTINUE):
-                    test(method, control)
-        plans.append((target_text, steps, target, rows, order, compared, best, tests, controls))
+        plan = _ranking_plan(summary, members, decisions)
+        if plan is not None:
+            plans.append({"target_text": target_text, "steps": steps, **plan})
 
     def write() -> list[str]:
-        lines = []
-        for target_text, steps, target, rows, order, compared, best, tests, controls in plans:
-            below = lambda a, b: decisions.symbol(tests.get((a, b))) == "<"  # noqa: B023
-            text = order[0]
-            for a, b in zip(order, order[1:]):
-                text += (" < " if below(a, b) else " ≈ ") + b
-            tuning = "no fine-tuning" if steps == 0 else f"{steps} fine-tuning steps"
-            cells = ", ".join(f"{m} {_fmt(rows[m])}" for m in order)
-            line = f"- poscli, target {target_text}, {tuning}, at {target}: {text} ({cells})"
-            tied_best = [m for m in compared[1:] if not below(best, m)]
-            if "yarn" in rows:
-                if best == "yarn" and not tied_best:
-                    verdict = "YaRN is best, as in the paper"
-                elif best == "yarn" or "yarn" in tied_best:
-                    rivals = ", ".join(m for m in [best, *tied_best] if m != "yarn")
-                    verdict = f"YaRN is tied for best with {rivals}: the data do not decide"
-                else:
-                    tied = f" (tied with {', '.join(tied_best)})" if tied_best else ""
-                    verdict = f"{best}{tied} is best and YaRN lies above it: **differs from the paper**"
-                if len(compared) < len(order):
-                    verdict = f"Among the methods Peng et al. compare ({', '.join(compared)}): {verdict}"
-                line += f". {verdict}"
-            lines.append(line + ".")
-            for control in controls:
-                gains = [
-                    f"{m} {decisions.describe(tests[(m, control)])} {decisions.symbol(tests[(m, control)])}"
-                    for m in order
-                    if (m, control) in tests
-                ]
-                if gains:
-                    lines.append(
-                        f"  - over the control ({control}: the base trained the same extra tokens with no rescaling), "
-                        f"perplexity ratio at {target}: " + "; ".join(gains) + "."
-                    )
+        lines = [line for plan in plans for line in _ranking_lines(plan, decisions)]
         unextended = [g for g, o in meta.items() if "method" not in o and g in set(summary["group"])]
         for group in unextended:
             cells = [
@@ -576,6 +521,71 @@ def _rankings(summary, meta: dict, decisions: Decisions):
 
     decisions_done = decisions.finish
     return lambda: (decisions_done(), write())[1]
+
+
+def _ranking_plan(summary, members: dict, decisions: Decisions) -> dict | None:
+    """The methods of one setting at its target, in order of perplexity, and the tests that decide
+    their order, the best of Peng et al.'s methods against the others, and each method against
+    each continued-training control; None when no method has a value there."""
+    target = int(summary[summary["group"].isin(list(members))]["length"].max())
+    groups = {method_label(o) + _control_suffix(o): g for g, o in members.items()}
+    rows = {m: _cell(summary, g, target) for m, g in groups.items()}
+    rows = {m: row for m, row in rows.items() if row is not None and not math.isnan(row["mean"])}
+    if not rows:
+        return None
+    order = [m for m, _ in sorted(rows.items(), key=lambda item: item[1]["mean"])]
+    compared = [m for m in order if m in PENG_METHODS]
+    best = compared[0] if compared else order[0]
+    controls = [m for m in order if m.startswith(CONTINUE)]
+    pairs = [*zip(order, order[1:]), *((best, other) for other in compared[1:])]
+    pairs += [(m, c) for m in order for c in controls if not m.startswith(CONTINUE)]
+    tests = {}
+    for a, b in pairs:
+        if (a, b) not in tests and a != b:
+            tests[(a, b)] = decisions.add(seed_log_ratios(summary, groups[a], summary, groups[b], target))
+    return {"target": target, "rows": rows, "order": order, "compared": compared, "best": best, "tests": tests,
+            "controls": controls}  # fmt: skip
+
+
+def _ranking_lines(plan: dict, decisions: Decisions) -> list[str]:
+    order, compared, best, tests, rows = plan["order"], plan["compared"], plan["best"], plan["tests"], plan["rows"]
+    target, steps = plan["target"], plan["steps"]
+
+    def below(a: str, b: str) -> bool:
+        return decisions.symbol(tests.get((a, b))) == "<"
+
+    text = order[0]
+    for a, b in zip(order, order[1:]):
+        text += (" < " if below(a, b) else " ≈ ") + b
+    tuning = "no fine-tuning" if steps == 0 else f"{steps} fine-tuning steps"
+    cells = ", ".join(f"{m} {_fmt(rows[m])}" for m in order)
+    line = f"- poscli, target {plan['target_text']}, {tuning}, at {target}: {text} ({cells})"
+    tied_best = [m for m in compared[1:] if not below(best, m)]
+    if "yarn" in rows:
+        if best == "yarn" and not tied_best:
+            verdict = "YaRN is best, as in the paper"
+        elif best == "yarn" or "yarn" in tied_best:
+            rivals = ", ".join(m for m in [best, *tied_best] if m != "yarn")
+            verdict = f"YaRN is tied for best with {rivals}: the data do not decide"
+        else:
+            tied = f" (tied with {', '.join(tied_best)})" if tied_best else ""
+            verdict = f"{best}{tied} is best and YaRN lies above it: **differs from the paper**"
+        if len(compared) < len(order):
+            verdict = f"Among the methods Peng et al. compare ({', '.join(compared)}): {verdict}"
+        line += f". {verdict}"
+    lines = [line + "."]
+    for control in plan["controls"]:
+        gains = [
+            f"{m} {decisions.describe(tests[(m, control)])} {decisions.symbol(tests[(m, control)])}"
+            for m in order
+            if (m, control) in tests
+        ]
+        if gains:
+            lines.append(
+                f"  - over the control ({control}: the base trained the same extra tokens with no rescaling), "
+                f"perplexity ratio at {target}: " + "; ".join(gains) + "."
+            )
+    return lines
 
 
 def _control_suffix(options: dict) -> str:
