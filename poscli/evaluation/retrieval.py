@@ -174,86 +174,91 @@ def evaluate_passkey(
     evaluation of many runs keeps the runs it finished).
     """
     from poscli.core.device import select_device
-    from poscli.errors import NotApplicable
-    from poscli.evaluation.evaluate import default_lengths, null_context
     from poscli.model import runs
 
     device = select_device(device)
     if trials < 1:
         raise PoscliError(f"--trials must be at least 1, got {trials}")
-    plans = []
-    for name in run_names:
-        folder = runs.find_run(name, results)
-        config = runs.read_config(folder)
-        template, run_keys = run_format(config)
-        run_keys = keys or run_keys
-        check_format(template, run_keys)
-        tokenizer = run_tokenizer(config["train"].get("tokenizer", "bytes"), folder)
-        check_tokenizer(tokenizer)
-        run_lengths = lengths or default_lengths(config)
-        shortest = shortest_prompt_tokens(template, run_keys, tokenizer) + ANSWER_BUDGET
-        if min(run_lengths) < shortest:
-            raise PoscliError(
-                f"a {template} passkey prompt with {run_keys} key(s) needs at least {shortest} tokens; "
-                f"got length {min(run_lengths)} (run {config['name']}); choose longer --lengths"
-            )
-        plans.append((folder, run_lengths, template, run_keys, tokenizer))
-
+    plans = [_passkey_plan(runs.find_run(name, results), lengths, keys) for name in run_names]
     rows = []
     for folder, run_lengths, template, run_keys, tokenizer in plans:
         done_before = len(rows)
         model, config = runs.load_model(folder, str(device))
         for length in run_lengths:
-            task = (
-                progress.add_task(f"passkey {runs.run_label(config)} @ {length}", total=len(depths) * trials)
-                if progress
-                else None
-            )
+            label = f"passkey {runs.run_label(config)} @ {length}"
+            task = progress.add_task(label, total=len(depths) * trials) if progress else None
             for depth in depths:
-                row = {
-                    "run": config["name"],
-                    "label": runs.run_label(config),
-                    "pe": config["model"]["pe"],
-                    "train_length": config["model"]["train_length"],
-                    "template": template,
-                    "keys": run_keys,
-                    "length": length,
-                    "depth": depth,
-                    "trials": trials,
-                    "note": "",
-                }
-                try:
-                    scores = score_cell(model, length, depth, trials, template, run_keys, device, tokenizer)
-                    correct = int(scores["exact"].sum())
-                    low, high = wilson_interval(correct, trials)
-                    window = null_context(config)
-                    row.update(
-                        correct=correct,
-                        accuracy=correct / trials,
-                        ci_low=low,
-                        ci_high=high,
-                        digit_accuracy=float(scores["digit_accuracy"].mean()),
-                        answer_logprob=float(scores["logprob"].mean()),
-                        floor=window_floor(scores["prompts"], scores["answers"], window, tokenizer),
-                        floor_window=window,
-                    )
-                except NotApplicable as reason:
-                    nan = float("nan")
-                    row.update(
-                        correct=0,
-                        accuracy=nan,
-                        ci_low=nan,
-                        ci_high=nan,
-                        digit_accuracy=nan,
-                        answer_logprob=nan,
-                        note=f"n/a: {reason}",
-                    )
-                rows.append(row)
+                cell = (length, depth, trials, template, run_keys)
+                rows.append(_passkey_row(model, config, cell, device, tokenizer))
                 if progress:
                     progress.advance(task, trials)
         if save is not None:
             save(rows[done_before:])
     return rows
+
+
+def _passkey_plan(folder, lengths: list[int] | None, keys: int | None) -> tuple:
+    """(folder, lengths, template, keys, tokenizer) of one run, checked before any model loads."""
+    from poscli.evaluation.evaluate import default_lengths
+    from poscli.model import runs
+
+    config = runs.read_config(folder)
+    template, run_keys = run_format(config)
+    run_keys = keys or run_keys
+    check_format(template, run_keys)
+    tokenizer = run_tokenizer(config["train"].get("tokenizer", "bytes"), folder)
+    check_tokenizer(tokenizer)
+    run_lengths = lengths or default_lengths(config)
+    shortest = shortest_prompt_tokens(template, run_keys, tokenizer) + ANSWER_BUDGET
+    if min(run_lengths) < shortest:
+        raise PoscliError(
+            f"a {template} passkey prompt with {run_keys} key(s) needs at least {shortest} tokens; "
+            f"got length {min(run_lengths)} (run {config['name']}); choose longer --lengths"
+        )
+    return folder, run_lengths, template, run_keys, tokenizer
+
+
+def _passkey_row(model, config: dict, cell: tuple, device, tokenizer) -> dict:
+    """One (length, depth) cell of one run: accuracy with its Wilson interval, graded scores and the
+    floor a local window reaches; n/a with the reason where the model cannot run that length."""
+    from poscli.errors import NotApplicable
+    from poscli.evaluation.evaluate import null_context
+    from poscli.model import runs
+
+    length, depth, trials, template, run_keys = cell
+    row = {
+        "run": config["name"],
+        "label": runs.run_label(config),
+        "pe": config["model"]["pe"],
+        "train_length": config["model"]["train_length"],
+        "template": template,
+        "keys": run_keys,
+        "length": length,
+        "depth": depth,
+        "trials": trials,
+        "note": "",
+    }
+    try:
+        scores = score_cell(model, length, depth, trials, template, run_keys, device, tokenizer)
+    except NotApplicable as reason:
+        nan = float("nan")
+        row.update(correct=0, accuracy=nan, ci_low=nan, ci_high=nan, digit_accuracy=nan, answer_logprob=nan)
+        row["note"] = f"n/a: {reason}"
+        return row
+    correct = int(scores["exact"].sum())
+    low, high = wilson_interval(correct, trials)
+    window = null_context(config)
+    row.update(
+        correct=correct,
+        accuracy=correct / trials,
+        ci_low=low,
+        ci_high=high,
+        digit_accuracy=float(scores["digit_accuracy"].mean()),
+        answer_logprob=float(scores["logprob"].mean()),
+        floor=window_floor(scores["prompts"], scores["answers"], window, tokenizer),
+        floor_window=window,
+    )
+    return row
 
 
 def greedy_generate(model, prompts, new_tokens: int):

@@ -354,75 +354,80 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
     import pandas as pd
 
     folder = runs.runs_dir(results)
-    defaults = train_defaults()
     tables = {
         step.name: pd.read_csv(runs.results_dir(results) / f"{step.name}.csv")
         for step in recipe.evals
         if (runs.results_dir(results) / f"{step.name}.csv").exists()
     }
+    gone = "evaluated (its folder is not here: every table has its rows)"
     for step in recipe.train:
-        config_path = folder / step.name / runs.CONFIG_FILE
-        if not config_path.exists():
+        if not (folder / step.name / runs.CONFIG_FILE).exists():
             extensions = [e for e in recipe.extend if e.options.get("parent") == step.name]
-            if (
-                each
-                and _all_evaluated(recipe, step, tables)
-                and all(
-                    _all_evaluated(recipe, e, tables)
-                    for e in extensions
-                    if any(e.name in evaluation.runs for evaluation in recipe.evals)
-                )
-            ):
-                # trained, extended and evaluated earlier, its weights not kept (a fresh clone)
-                step.status, step.detail = "done", "evaluated (its folder is not here: every table has its rows)"
+            evaluated = [e for e in extensions if any(e.name in evaluation.runs for evaluation in recipe.evals)]
+            if each and all(_all_evaluated(recipe, s, tables) for s in [step, *evaluated]):
+                step.status, step.detail = "done", gone  # trained, extended and evaluated earlier (a fresh clone)
             continue
         config = runs.read_config(folder / step.name)
-        for option in TRAIN_OPTIONS:
-            if option in RUN_ONLY:
-                continue
-            wanted = step.options.get(option, defaults[option])
-            if wanted is None:
-                continue
-            wanted, have = wanted_value(config, option, wanted), saved_value(config, option)
-            if have is not None and type(have)(wanted) != have:
-                raise RecipeError(
-                    f"run {step.name!r} exists with {option} = {have!r} but the recipe asks for {wanted!r}; "
-                    f"remove {folder / step.name} or rename the run in {recipe.path}"
-                )
+        _check_same_run(recipe, step, config, folder)
         _set_status(step, config, ["train", "--resume", step.name, "--quiet"])
     for step in recipe.extend:
         if not (folder / step.name / runs.CONFIG_FILE).exists():
             if each and _all_evaluated(recipe, step, tables):
-                step.status, step.detail = "done", "evaluated (its folder is not here: every table has its rows)"
+                step.status, step.detail = "done", gone
             continue
         config = runs.read_config(folder / step.name)
-        extension = config.get("extension") or {}
-        asked = (step.options["parent"], step.options["method"], parse_length(str(step.options["target"]), "target"))
-        have = (config.get("parent"), extension.get("method"), extension.get("target"))
-        steps_asked = step.options.get("steps")
-        if asked != have or (
-            steps_asked is not None and int(steps_asked) != extension.get("finetune", {}).get("steps")
-        ):
-            raise RecipeError(
-                f"run {step.name!r} exists but is not {step.detail}; remove {folder / step.name} or rename it in "
-                f"{recipe.path}"
-            )
+        _check_same_extension(recipe, step, config, folder)
         _set_status(step, config, ["extend", step.name, "--resume", "--quiet"])
-    # A run still to train, or trained after the table was last written, has no valid rows in it:
-    # its old rows (from an earlier run of the same name) are replaced when it is evaluated again.
+    _check_evaluations(recipe, tables, results)
+
+
+def _check_same_run(recipe: Recipe, step: Step, config: dict, folder: Path) -> None:
+    """A run folder of the step's name must hold the run the recipe asks for (options that change
+    only how it runs aside)."""
+    defaults = train_defaults()
+    for option in TRAIN_OPTIONS:
+        if option in RUN_ONLY:
+            continue
+        wanted = step.options.get(option, defaults[option])
+        if wanted is None:
+            continue
+        wanted, have = wanted_value(config, option, wanted), saved_value(config, option)
+        if have is not None and type(have)(wanted) != have:
+            raise RecipeError(
+                f"run {step.name!r} exists with {option} = {have!r} but the recipe asks for {wanted!r}; "
+                f"remove {folder / step.name} or rename the run in {recipe.path}"
+            )
+
+
+def _check_same_extension(recipe: Recipe, step: Step, config: dict, folder: Path) -> None:
+    extension = config.get("extension") or {}
+    asked = (step.options["parent"], step.options["method"], parse_length(str(step.options["target"]), "target"))
+    have = (config.get("parent"), extension.get("method"), extension.get("target"))
+    steps_asked = step.options.get("steps")
+    if asked != have or (steps_asked is not None and int(steps_asked) != extension.get("finetune", {}).get("steps")):
+        raise RecipeError(
+            f"run {step.name!r} exists but is not {step.detail}; remove {folder / step.name} or rename it in "
+            f"{recipe.path}"
+        )
+
+
+def _check_evaluations(recipe: Recipe, tables: dict, results) -> None:
+    """Each evaluation: done, or narrowed to the runs whose rows are missing. A run still to train,
+    or trained after the table was last written, has no valid rows in it: its old rows (from an
+    earlier run of the same name) are replaced when it is evaluated again."""
+    folder = runs.runs_dir(results)
     pending = {step.name for step in [*recipe.train, *recipe.extend] if step.status != "done"}
     for step in recipe.evals:
         table = runs.results_dir(results) / f"{step.name}.csv"
         if not table.exists():
             continue
-        rows = tables[step.name]
         written = table.stat().st_mtime
 
-        def stale(name: str) -> bool:
+        def stale(name: str, written: float = written) -> bool:
             weights = folder / name / runs.WEIGHTS_FILE
-            return name in pending or (weights.exists() and weights.stat().st_mtime > written)  # noqa: B023
+            return name in pending or (weights.exists() and weights.stat().st_mtime > written)
 
-        missing = [name for name in step.runs if stale(name) or not _evaluated(rows, name, step)]
+        missing = [name for name in step.runs if stale(name) or not _evaluated(tables[step.name], name, step)]
         if not missing:
             step.status, step.detail = "done", f"{len(step.runs)} runs in {table.name}"
         elif len(missing) < len(step.runs):
