@@ -705,3 +705,21 @@ def test_every_boolean_option_a_recipe_may_set_can_be_switched_off():
             if param.name in declared and param.is_flag:
                 switches = {*param.opts, *param.secondary_opts}
                 assert "--no-" + param.name.replace("_", "-") in switches, (command, param.name)
+
+
+def test_a_run_that_cannot_score_the_longer_lengths_needs_no_truncation_null_there():
+    """A learned table with 128 rows is n/a at 512 and the evaluation writes no null row there: its
+    rows are complete, so a recipe must not evaluate (or train) it again. Past a length it can score,
+    the null is still required."""
+    import pandas as pd
+
+    from poscli.evaluation import tasks
+
+    base = {"run": "r", "train_length": 128, "protocol": "stream", "mode": "nonoverlapping"}
+    rows = pd.DataFrame([{**base, "length": 128, "ppl": 3.1}, {**base, "length": 512, "ppl": float("nan")}])
+    options = {"lengths": "128,512", "null": True}
+    assert tasks.get("perplexity").evaluated(rows, "r", options)
+    scored = rows.assign(ppl=[3.1, 6.0])  # a model that can score 512 still needs its null there
+    assert not tasks.get("perplexity").evaluated(scored, "r", options)
+    with_null = pd.concat([scored, pd.DataFrame([{**base, "length": 512, "ppl": 3.0, "mode": "truncated-128"}])])
+    assert tasks.get("perplexity").evaluated(with_null, "r", options)

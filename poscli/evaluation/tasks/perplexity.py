@@ -57,12 +57,16 @@ class Perplexity(Task):
         mine = rows[rows["run"] == run]
         if "protocol" in mine.columns:
             mine = mine[mine["protocol"] == options.get("protocol", "stream")]
-        present = set(mine[mine["mode"] == table_mode(options.get("stride"))]["length"])
+        scored = mine[mine["mode"] == table_mode(options.get("stride"))]
+        present = set(scored["length"])
         if not present or (lengths is not None and not all(length in present for length in lengths)):
             return False
-        if options.get("null", False) and options.get("stride") is None:  # the null beside each longer length
+        if options.get("null", False) and options.get("stride") is None:
+            # the null beside each longer length the run could score (none where it is n/a, e.g. a
+            # learned table's rows run out: the evaluation writes no null there)
             nulls = mine[mine["mode"].astype(str).str.startswith(TRUNCATED)]
-            longer = [n for n in present if n > int(mine["train_length"].iloc[0])]
+            valued = set(scored[scored["ppl"].notna()]["length"])
+            longer = [n for n in valued if n > int(mine["train_length"].iloc[0])]
             return all(n in set(nulls["length"]) for n in longer) if longer and len(nulls) else not longer
         return True
 
