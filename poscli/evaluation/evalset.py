@@ -120,6 +120,16 @@ class EvalSet:
         return [Window(span, start, end, first) for span in range(self.num_spans) for start, end, first in cut]
 
 
+NULL_PREFIX = "truncated-"
+
+
+def mode_name(stride: int | None, context: int | None = None) -> str:
+    """How a row's windows were cut: nonoverlapping, sliding-S, or truncated-C (the truncation null)."""
+    if context is not None:
+        return f"{NULL_PREFIX}{context}"
+    return "nonoverlapping" if stride is None else f"sliding-{stride}"
+
+
 def null_stride(context: int) -> int:
     """The truncation null's stride: a quarter of the context, so every target beyond the first C
     of its window sees between 3/4 C and C - 1 tokens (a stride of 1 would give exactly C - 1,

@@ -27,7 +27,7 @@ from poscli.data.corpus import Corpus, CorpusOptions, absolute_spec, load_corpus
 from poscli.data.prepared import TokenFile
 from poscli.data.tokenizer import run_tokenizer
 from poscli.errors import NotApplicable, PoscliError
-from poscli.evaluation.evalset import EvalSet, build_eval_set, null_stride
+from poscli.evaluation.evalset import NULL_PREFIX, EvalSet, build_eval_set, mode_name, null_stride
 from poscli.evaluation.stats import bootstrap_perplexity, interval
 from poscli.evaluation.tables import format_interval, format_ppl, merge_rows, pivot_markdown
 from poscli.model import runs
@@ -83,16 +83,6 @@ REFERENCE_TOKENS = 1 << 24  # the 3-gram of a prepared corpus counts its first 1
 
 class SplitMismatch(PoscliError):
     """The held-out documents a run recorded are not the ones this corpus would hold out now."""
-
-
-NULL_PREFIX = "truncated-"
-
-
-def mode_name(stride: int | None, context: int | None = None) -> str:
-    """How a row's windows were cut: nonoverlapping, sliding-S, or truncated-C (the truncation null)."""
-    if context is not None:
-        return f"{NULL_PREFIX}{context}"
-    return "nonoverlapping" if stride is None else f"sliding-{stride}"
 
 
 def null_context(config: dict) -> int:

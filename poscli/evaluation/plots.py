@@ -68,9 +68,9 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
     """Perplexity versus evaluation length, one line per run (and mode), log-log axes."""
     figure, axes = plt.subplots(figsize=(11, 5))
     rows = table.dropna(subset=["ppl"])
-    rows = rows[
-        ~rows["mode"].astype(str).str.startswith("truncated-")
-    ]  # the truncation null is in the tables, not the figure
+    from poscli.evaluation.evalset import NULL_PREFIX
+
+    rows = rows[~rows["mode"].astype(str).str.startswith(NULL_PREFIX)]  # the null is in the tables, not the figure
     modes = rows["mode"].unique()
     _distinct_colors(axes, rows.groupby(["label", "mode"]).ngroups)
     for (label, mode), part in rows.groupby(["label", "mode"], sort=False):

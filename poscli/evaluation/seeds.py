@@ -10,8 +10,10 @@ SEEDS_SUFFIX = "-seeds"  # TABLE-seeds.csv / .md / .png: mean and spread over se
 
 
 def table_mode(stride) -> str:
-    """A perplexity table's mode for a stride (``poscli.evaluation.evaluate.mode_name``, without torch)."""
-    return "nonoverlapping" if stride is None else f"sliding-{parse_length(str(stride), '--stride')}"
+    """A perplexity table's mode for a stride as a recipe writes it (``"1k"``, or None)."""
+    from poscli.evaluation.evalset import mode_name
+
+    return mode_name(None if stride is None else parse_length(str(stride), "--stride"))
 
 
 REFERENCE_GROUP = "3-gram (no positions)"

@@ -20,6 +20,8 @@ class TextFiles(Source):
     form = "an existing file or folder"
     priority = 20
 
+    _files: list[Path] | None = None
+
     @classmethod
     def matches(cls, spec: str) -> bool:
         path = Path(spec).expanduser()
@@ -35,7 +37,13 @@ class TextFiles(Source):
         )
 
     def files(self) -> list[Path]:
-        """The readable, non-empty text files, in a fixed order."""
+        """The readable, non-empty text files, in a fixed order (listed and checked once per source:
+        the cache key and the documents read the same list)."""
+        if self._files is None:
+            self._files = self._checked_files()
+        return self._files
+
+    def _checked_files(self) -> list[Path]:
         candidates = self.candidates()
         unreadable = [p for p in candidates if not os.access(p, os.R_OK)]
         if unreadable:

@@ -28,17 +28,21 @@ class HubDataset(DatasetSource):
     def matches(cls, spec: str) -> bool:
         return spec.startswith("hf:")
 
-    def load_arguments(self) -> tuple[tuple, dict]:
+    def name_and_config(self) -> tuple[str, str | None]:
+        """hf:NAME[:CONFIG] -> (NAME, CONFIG or None); a missing name is the user's one-line error."""
         name, _, config = self.spec[3:].partition(":")
         if not name:
             raise PoscliError("--data hf: needs a dataset name, e.g. --data hf:Salesforce/wikitext:wikitext-103-raw-v1")
+        return name, config or None
+
+    def load_arguments(self) -> tuple[tuple, dict]:
+        name_and_config = self.name_and_config()
         if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable():
             go_offline()  # fail now, from the cache or not at all, instead of minutes of retries
-        return (name, config or None), {}
+        return name_and_config, {}
 
     def cache_key(self) -> list:
-        if not self.spec[3:].partition(":")[0]:
-            raise PoscliError("--data hf: needs a dataset name, e.g. --data hf:Salesforce/wikitext:wikitext-103-raw-v1")
+        self.name_and_config()  # checked before anything is cached under its name
         return ["hf", self.spec, *self.options.key()]
 
 

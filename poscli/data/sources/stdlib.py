@@ -3,6 +3,7 @@ per file, test packages and site-packages left out. On every machine with Python
 
 from __future__ import annotations
 
+import functools
 import sys
 import sysconfig
 from collections.abc import Iterator
@@ -25,12 +26,16 @@ class StandardLibrary(Source):
     def matches(cls, spec: str) -> bool:
         return spec == "stdlib"
 
+    @functools.cached_property
+    def files(self) -> list[Path]:
+        return stdlib_files()  # once per source: the cache key and the documents read the same list
+
     def documents(self, chunk_bytes: int | None = None) -> Iterator[str]:
-        for path in stdlib_files():
+        for path in self.files:
             yield path.read_text(encoding="utf-8", errors="replace")
 
     def cache_key(self) -> list:
-        return ["stdlib", sys.version, fingerprint(stdlib_files())]
+        return ["stdlib", sys.version, fingerprint(self.files)]
 
 
 def stdlib_files() -> list[Path]:

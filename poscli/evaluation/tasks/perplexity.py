@@ -11,8 +11,6 @@ from poscli.core.lengths import parse_lengths
 from poscli.evaluation.tasks import register
 from poscli.evaluation.tasks.base import Task
 
-TRUNCATED = "truncated-"  # the mode of the truncation null's rows: truncated-T
-
 
 @register("perplexity")
 class Perplexity(Task):
@@ -51,6 +49,7 @@ class Perplexity(Task):
         return "ppl" in data.columns and bool(data["ppl"].notna().any())
 
     def evaluated(self, rows, run: str, options: dict[str, Any]) -> bool:
+        from poscli.evaluation.evalset import NULL_PREFIX
         from poscli.evaluation.seeds import table_mode
 
         lengths = parse_lengths(str(options["lengths"])) if options.get("lengths") is not None else None
@@ -64,7 +63,7 @@ class Perplexity(Task):
         if options.get("null", False) and options.get("stride") is None:
             # the null beside each longer length the run could score (none where it is n/a, e.g. a
             # learned table's rows run out: the evaluation writes no null there)
-            nulls = mine[mine["mode"].astype(str).str.startswith(TRUNCATED)]
+            nulls = mine[mine["mode"].astype(str).str.startswith(NULL_PREFIX)]
             valued = set(scored[scored["ppl"].notna()]["length"])
             longer = [n for n in valued if n > int(mine["train_length"].iloc[0])]
             return all(n in set(nulls["length"]) for n in longer) if longer and len(nulls) else not longer
@@ -73,6 +72,7 @@ class Perplexity(Task):
     def seed_summary(self, rows, groups, options: dict[str, Any], folder: Path, table: str, min_runs: int):
         import pandas as pd
 
+        from poscli.evaluation.evalset import NULL_PREFIX
         from poscli.evaluation.seeds import seed_markdown, seed_summary
 
         spans_path = folder / f"{table}_spans.csv"
@@ -81,7 +81,7 @@ class Perplexity(Task):
         summary = seed_summary(rows, spans, groups, stride, protocol, min_runs=min_runs)
         if summary is None:
             return None, ""
-        nulls = sorted({m for m in rows["mode"].astype(str) if m.startswith(TRUNCATED)})
+        nulls = sorted({m for m in rows["mode"].astype(str) if m.startswith(NULL_PREFIX)})
         if nulls and stride is None:  # the truncation null, for "keeps" and "uses"
             found = [seed_summary(rows, spans, groups, None, protocol, min_runs=1, mode=m) for m in nulls]
             summary.attrs["null"] = [part for part in found if part is not None]
