@@ -334,12 +334,14 @@ def eval_config(plan: Plan, pe: str) -> ModelConfig:
     # A learned table has one row per position; this is the table `poscli extend --method
     # interpolate --target N` makes, so the learned model is measured as a user would run it.
     from poscli import encodings
-    from poscli.extension import remap
+    from poscli.extension import methods
 
     if "+" in pe:  # ENCODING+METHOD: the remapping `poscli extend RUN --method METHOD --target N` stores
         pe, method = pe.split("+", 1)
         return replace(
-            plan.model, pe=pe, remap=remap.plan(method, plan.model.train_length, max(remapped_lengths(plan))).to_dict()
+            plan.model,
+            pe=pe,
+            remap=methods.plan_remap(method, plan.model.train_length, max(remapped_lengths(plan))).to_dict(),
         )
     config = replace(plan.model, pe=pe)
     return replace(config, **encodings.get(pe).grown_for_positions(config, max(plan.eval_lengths)))

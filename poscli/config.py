@@ -66,6 +66,9 @@ class ModelConfig(FlatConfig):
     position_scale: float = 1.0
     # Far keys at remapped positions (poscli.extension.remap: Self-Extend, ReRoPE, attention sinks); empty: none.
     remap: dict[str, Any] = field(default_factory=dict)
+    # A factor on every query by position ({"method": NAME, ...its recorded values}; the method's
+    # query_scale computes it: log-n attention scaling); empty: none.
+    query_scaling: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()

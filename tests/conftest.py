@@ -1,5 +1,9 @@
 import os
 import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 # Under pytest-xdist (make test runs two workers on two cores) each worker, and every poscli
 # process it starts, gets one thread: two torch processes that each take every core run many
@@ -78,3 +82,32 @@ def pytest_collection_modifyitems(items):
     items.sort(
         key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
     )
+
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory):
+    """One small text corpus shared by the tests that drive a new plugin through the CLI."""
+    return write_text_corpus(tmp_path_factory.mktemp("small-corpus") / "corpus")
+
+
+def run_poscli(*args, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m poscli ARGS`` in ``env`` (e.g. one whose PYTHONPATH holds a plugin), captured."""
+    return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def package_with(tmp_path: Path, member: str, text: str) -> dict:
+    """A copy of poscli under ``tmp_path/site`` with one file added (``member``, its path inside
+    poscli/) and nothing else changed; returns the environment that imports that copy."""
+    site = tmp_path / "site"
+    shutil.copytree(REPOSITORY / "poscli", site / "poscli", ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "poscli" / member).write_text(text)
+    return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPOSITORY}"}
+
+
+def module_outside(tmp_path: Path, module: str, text: str) -> dict:
+    """``module``.py written to ``tmp_path``; returns the environment that imports it (and poscli)."""
+    (tmp_path / f"{module}.py").write_text(text)
+    return {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPOSITORY}"}

@@ -18,7 +18,7 @@ from poscli.cli.app import main
 from poscli.config import ModelConfig
 from poscli.errors import NotApplicable, PoscliError
 from poscli.export.hf import byte_level_tokenizer, check_export, export, exportable_encodings
-from poscli.extension import scaling
+from poscli.extension import methods
 from poscli.model import runs
 from poscli.model.gpt import GPT
 from tests.conftest import tiny_config
@@ -87,7 +87,7 @@ EXTENSIONS = {
 def test_extended_rope_runs_match_past_the_train_length(tmp_path, method):
     """Each extension method as a transformers rope type (or a new base), compared below the
     original length (LongRoPE's short factors, dynamic NTK's plain RoPE) and at 4x (long factors)."""
-    options = scaling.check_options(method.removesuffix("-tuned"), EXTENSIONS[method])
+    options = methods.get(method.removesuffix("-tuned")).check_options(EXTENSIONS[method])
     rope_scaling = {"method": method.removesuffix("-tuned"), "factor": 4.0, "original_length": 32, "options": options}
     run = make_run(tmp_path, tiny_config("rope", rope_scaling=rope_scaling))
     export(run, tmp_path / "hf")
@@ -106,7 +106,7 @@ def test_check_export_reports_the_difference_at_the_extended_length(tmp_path):
         "method": "yarn",
         "factor": 4.0,
         "original_length": 32,
-        "options": scaling.check_options("yarn", {}),
+        "options": methods.get("yarn").check_options({}),
     }
     run = make_run(tmp_path, tiny_config("rope", rope_scaling=rope_scaling))
     export(run, tmp_path / "hf")

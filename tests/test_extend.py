@@ -191,17 +191,18 @@ def test_longrope_run_reads_its_factors_and_switches_sets_at_the_train_length(ro
 
 @pytest.mark.slow
 def test_attention_remappings_extend_without_training_and_evaluate(rope_run):
-    """Self-Extend on RoPE and sinks on ALiBi (any encoding): no training, the weights kept, the
-    resolved remapping in config.json, and evaluation past the train length."""
-    for args, name, method in [
-        (["rope", "--method", "self-extend"], "rope+self-extend-x8", "self-extend"),
-        (["alibi", "--method", "sinks", "--sinks", "2"], "alibi+sinks-x8", "sinks"),
+    """Self-Extend on RoPE, sinks and log-n scaling on ALiBi (any encoding): no training, the weights
+    kept, the resolved remapping (or query scaling) in config.json, and evaluation past the train length."""
+    for args, name, method, field in [
+        (["rope", "--method", "self-extend"], "rope+self-extend-x8", "self-extend", "remap"),
+        (["alibi", "--method", "sinks", "--sinks", "2"], "alibi+sinks-x8", "sinks", "remap"),
+        (["alibi", "--method", "logn"], "alibi+logn-x8", "logn", "query_scaling"),
     ]:
         done = poscli("extend", *args, "--target", "256", "--results", str(rope_run), "--quiet")
         assert done.returncode == 0, done.stderr
         folder = rope_run / "runs" / name
         config = json.loads((folder / "config.json").read_text())
-        assert config["steps_done"] == 0 and config["model"]["remap"]["method"] == method
+        assert config["steps_done"] == 0 and config["model"][field]["method"] == method
         parent, child = runs.load_weights(rope_run / "runs" / args[0]), runs.load_weights(folder)
         assert all(torch.equal(parent[k], child[k]) for k in parent)
     assert json.loads((rope_run / "runs" / "rope+self-extend-x8" / "config.json").read_text())["model"]["remap"] == {
@@ -215,10 +216,14 @@ def test_attention_remappings_extend_without_training_and_evaluate(rope_run):
         json.loads((rope_run / "runs" / "alibi+sinks-x8" / "config.json").read_text())["label"]
         == "alibi +2 sinks + 30 recent, no training"
     )
+    logn = json.loads((rope_run / "runs" / "alibi+logn-x8" / "config.json").read_text())
+    assert logn["model"]["query_scaling"] == {"method": "logn", "original_length": 32}
+    assert logn["label"] == "alibi +log-n attention scaling, no training"
     evaluated = poscli(
         "eval",
         "rope+self-extend-x8",
         "alibi+sinks-x8",
+        "alibi+logn-x8",
         "--lengths",
         "32,256",
         "--results",
@@ -230,7 +235,7 @@ def test_attention_remappings_extend_without_training_and_evaluate(rope_run):
     )
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(rope_run / "remapped.csv")
-    assert len(table) == 4 and (table["ppl"] > 1).all()
+    assert len(table) == 6 and (table["ppl"] > 1).all()
 
 
 @pytest.mark.slow
@@ -297,22 +302,24 @@ EXTEND_ERRORS = [
         ["rope", "--method", "rerope", "--target", "1k", "--steps", "3"],
         "--method rerope needs no training; drop --steps",
     ),
+    (["alibi", "--method", "logn", "--target", "1k", "--steps", "3"], "--method logn needs no training; drop --steps"),
     (
         ["rope", "--method", "yarn", "--target", "1k", "--steps", "0", "--pose"],
         "--pose fine-tunes with skipping positions; give --steps N",
     ),
     (
         ["rope", "--method", "no-such-method", "--target", "1k"],
-        "does not apply to --pe rope; for run 'rope' use: pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, longrope, "
-        "base",
+        "unknown extension method 'no-such-method'; choose one of: base, continue, dynamic-ntk",
     ),
     (
         ["sinusoidal", "--method", "yarn", "--target", "1k"],
-        "--method yarn does not apply to --pe sinusoidal; for run 'sinusoidal' use: pi",
+        "--method yarn rescales rotary frequencies and does not apply to --pe sinusoidal; for run 'sinusoidal' use: "
+        "continue, logn, pi, sinks",
     ),
     (
         ["learned", "--method", "pi", "--target", "1k"],
-        "--method pi does not apply to --pe learned; for run 'learned' use: interpolate",
+        "--method pi divides rotary frequencies or positions added at the input and does not apply to --pe learned; "
+        "for run 'learned' use: continue, interpolate, logn, sinks",
     ),
     (["learned", "--method", "interpolate", "--target", "1k", "--beta-fast", "4"], "takes no options"),
     (["rope", "--method", "yarn", "--target", "16"], "is not longer than the run's train length 32"),
@@ -350,7 +357,7 @@ def test_sinusoidal_pi_equals_the_parent_at_interpolated_positions():
 
 
 def test_interpolated_learned_table_keeps_its_rows_and_stretches_between_them():
-    from poscli.encodings.learned import interpolate_table
+    from poscli.extension.methods.interpolate import interpolate_table
 
     table = torch.randn(32, 8)
     stretched = interpolate_table(table, 125)  # 124 / 31 = 4: row 4i is the old row i

@@ -4,10 +4,6 @@ listed by `poscli eval --help`, runs through `poscli eval --task`, writes its ta
 runs from a recipe, which skips it once its rows are there; the same class works as --task
 module:Class from outside the package."""
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +11,8 @@ import pytest
 
 from poscli.errors import PoscliError
 from poscli.evaluation import tasks
+from tests.conftest import module_outside, package_with
+from tests.conftest import run_poscli as poscli
 from tests.test_cli import TINY
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -113,10 +111,6 @@ trials = 4
 """
 
 
-def poscli(*args, env: dict, cwd: Path):
-    return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, env=env, cwd=cwd)
-
-
 def through_the_cli(task: str, env: dict, corpus: Path, tmp_path: Path) -> None:
     results = tmp_path / "results"
     trained = poscli("train", "--pe", "alibi", "--name", "r", "--data", str(corpus), "--steps", "2", *TINY,
@@ -137,29 +131,18 @@ def through_the_cli(task: str, env: dict, corpus: Path, tmp_path: Path) -> None:
     assert "2 already done" in again.stdout + again.stderr, again.stderr  # the task said its rows are there
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    from tests.conftest import write_text_corpus
-
-    return write_text_corpus(tmp_path_factory.mktemp("new-task") / "corpus")
-
-
 @pytest.mark.slow
-def test_one_file_in_the_tasks_package_is_a_whole_new_task(corpus, tmp_path):
-    site = tmp_path / "site"
-    shutil.copytree(REPOSITORY / "poscli", site / "poscli", ignore=shutil.ignore_patterns("__pycache__"))
-    (site / "poscli" / "evaluation" / "tasks" / "induction.py").write_text(NEW_TASK)
-    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPOSITORY}"}
+def test_one_file_in_the_tasks_package_is_a_whole_new_task(small_corpus, tmp_path):
+    env = package_with(tmp_path, "evaluation/tasks/induction.py", NEW_TASK)
     helped = poscli("eval", "--help", env=env, cwd=tmp_path)
     assert "induction" in helped.stdout
-    through_the_cli("induction", env, corpus, tmp_path)
+    through_the_cli("induction", env, small_corpus, tmp_path)
 
 
 @pytest.mark.slow
-def test_one_module_outside_the_package_is_a_whole_new_task(corpus, tmp_path):
-    (tmp_path / "induction_task.py").write_text(NEW_TASK.replace('@register("induction")\n', ""))
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPOSITORY}"}
-    through_the_cli("induction_task:Induction", env, corpus, tmp_path)
+def test_one_module_outside_the_package_is_a_whole_new_task(small_corpus, tmp_path):
+    env = module_outside(tmp_path, "induction_task", NEW_TASK.replace('@register("induction")\n', ""))
+    through_the_cli("induction_task:Induction", env, small_corpus, tmp_path)
 
 
 def test_a_recipe_with_an_unknown_task_fails_before_anything_runs(tmp_path):

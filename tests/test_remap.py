@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from poscli.errors import PoscliError
-from poscli.extension import remap
+from poscli.extension import methods, remap
 from poscli.model.gpt import GPT, CausalSelfAttention
 from tests.conftest import tiny_config
 
@@ -83,7 +83,7 @@ def test_attention_equals_the_papers_distances(pe, method, options, grad):
     """The model's attention layer, fast path (no grad, CPU band + fused far part) and blocked
     path (differentiable), against scores computed pair by pair. T = 70 crosses blocks of 16."""
     torch.manual_seed(0)
-    plan = remap.plan(method, 32, 512, **options)
+    plan = methods.plan_remap(method, 32, 512, **options)
     config = tiny_config(pe, remap=plan.to_dict())
     model = GPT(config)
     layer: CausalSelfAttention = model.blocks[0].attn
@@ -114,7 +114,9 @@ def test_a_remapping_that_changes_no_distance_is_plain_rope(method, options):
     torch.manual_seed(0)
     plain = GPT(tiny_config("rope")).eval()
     plan = (
-        remap.Remap("rerope", 100) if method == "rerope" else remap.plan(method, 32, 64, **options)
+        remap.Remap.from_dict({"method": "rerope", "window": 100})
+        if method == "rerope"
+        else methods.plan_remap(method, 32, 64, **options)
     )  # (w >= L is refused by plan)
     remapped = GPT(tiny_config("rope", remap=plan.to_dict())).eval()
     remapped.load_state_dict(plain.state_dict())
@@ -125,7 +127,7 @@ def test_a_remapping_that_changes_no_distance_is_plain_rope(method, options):
 
 def test_sinks_embed_absolute_positions_at_their_cache_slot():
     """A learned table is read at min(i, S + R - 1): the table's first rows only, however long the input."""
-    plan = remap.plan("sinks", 32, 1024, sinks=4)
+    plan = methods.plan_remap("sinks", 32, 1024, sinks=4)
     assert plan.window == 28 and plan.cache_slots == 32
     model = GPT(tiny_config("learned", remap=plan.to_dict())).eval()
     with torch.no_grad():
@@ -138,14 +140,14 @@ def test_sinks_embed_absolute_positions_at_their_cache_slot():
 def test_default_plans_reach_the_target_within_the_trained_distances(L, target):
     """Self-Extend's default group makes the farthest distance (L - W) G + W >= target fit in L;
     Leaky ReRoPE's default slope maps the target's farthest distance to L - 1 (Su, 2023)."""
-    se = remap.plan("self-extend", L, target)
+    se = methods.plan_remap("self-extend", L, target)
     W, G = se.window, se.group
     assert W == L // 4 and target <= (L - W) * G + W
     farthest = lambda G: (target - 1) // G + W - W // G  # noqa: E731, the paper's positions at i = target - 1, j = 0
     far_q, far_k = se.far_positions(torch.tensor([target - 1, 0]))
     assert far_q[0] - far_k[1] == farthest(G) <= L - 1
     assert G == 1 or farthest(G - 1) > L - 1  # the smallest such group
-    leaky = remap.plan("leaky-rerope", L, target)
+    leaky = methods.plan_remap("leaky-rerope", L, target)
     far_q, far_k = leaky.far_positions(torch.tensor([target - 1, 0]))
     assert float(far_q[0] - far_k[1]) == pytest.approx(min(L - 1, target - 1))
 
@@ -162,7 +164,7 @@ def test_default_plans_reach_the_target_within_the_trained_distances(L, target):
 )
 def test_bad_options_are_one_line_errors(method, options, message):
     with pytest.raises(PoscliError, match=message.replace("+", r"\+").replace(".", r"\.")):
-        remap.plan(method, 32, 512, **options)
+        methods.plan_remap(method, 32, 512, **options)
 
 
 def test_pose_positions_skip_in_order_and_cover_distances_up_to_the_target():

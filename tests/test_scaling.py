@@ -8,8 +8,8 @@ import torch
 
 from poscli import encodings
 from poscli.errors import PoscliError
-from poscli.extension import scaling
-from poscli.extension.scaling import rope_parameters
+from poscli.extension import methods, scaling
+from poscli.extension.methods import rope_parameters
 from tests.conftest import tiny_config
 
 D, BASE, L = 32, 10000.0, 256
@@ -25,7 +25,7 @@ def close(tensor, values, rel=1e-5):
 
 
 def test_every_method_has_the_same_signature_and_returns_frequencies_and_a_scale():
-    assert set(scaling.method_names()) == {
+    assert set(methods.frequency_method_names()) == {
         "default",
         "pi",
         "ntk",
@@ -36,7 +36,7 @@ def test_every_method_has_the_same_signature_and_returns_frequencies_and_a_scale
         "longrope",
         "base",
     }
-    for method in scaling.method_names():
+    for method in methods.frequency_method_names():
         options = {"base": {"rope_base": 500000.0}, "longrope": {"long_factor": (2.0,) * (D // 2)}}.get(method, {})
         inv_freq, attention_scale = rope_parameters(method, D, BASE, 8.0, L, seq_len=2048, **options)
         assert inv_freq.shape == (D // 2,) and torch.isfinite(inv_freq).all() and (inv_freq > 0).all()
@@ -202,10 +202,10 @@ def test_factor_one_changes_nothing_for_the_scaling_methods():
 
 
 def test_unknown_method_and_foreign_options_are_clear_errors():
-    with pytest.raises(
-        PoscliError, match="choose one of: default, pi, ntk, dynamic-ntk, yarn, ntk-by-parts, llama3, longrope, base"
-    ):
+    with pytest.raises(PoscliError, match="unknown extension method 'no-such-method'; choose one of: base, continue"):
         rope_parameters("no-such-method", D, BASE, 2.0, L)
+    with pytest.raises(PoscliError, match="--method self-extend does not rescale RoPE's frequencies"):
+        rope_parameters("self-extend", D, BASE, 2.0, L)
     with pytest.raises(PoscliError, match="--method pi does not take --beta-fast"):
         rope_parameters("pi", D, BASE, 2.0, L, beta_fast=32)
 

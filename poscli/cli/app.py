@@ -593,8 +593,8 @@ def extend(
         str | None,
         typer.Option(
             metavar="METHOD",
-            help="An extension method that applies to RUN's encoding (poscli encodings lists them), e.g. yarn; "
-            "continue: the control, the same fine-tuning with no rescaling.",
+            help="An extension method that applies to RUN's encoding (poscli methods lists them), e.g. yarn; "
+            "continue: the control, the same fine-tuning with no rescaling; or your own, package.module:Class.",
         ),
     ] = None,
     target: Annotated[
@@ -688,6 +688,16 @@ def extend(
         ),
     ] = None,
     sinks: Annotated[int | None, typer.Option(metavar="S", help="sinks: first tokens always kept (default 4).")] = None,
+    method_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--method-option",
+            "-M",
+            metavar="KEY=VALUE",
+            help="An option of the method by name (repeatable; numbers, or comma-separated lists), e.g. a method "
+            "of your own's: -M alpha=2. The flags above are the built-in methods' options.",
+        ),
+    ] = None,
     pose: Annotated[
         bool,
         typer.Option(
@@ -737,8 +747,10 @@ def extend(
         "leak": leak,
         "sinks": sinks,
     }
-    options = {key: value for key, value in given.items() if value is not None} | _factors(
-        factors, run, target, results, device, quiet
+    options = (
+        {key: value for key, value in given.items() if value is not None}
+        | method_options(method_option or [])
+        | _factors(factors, run, target, results, device, quiet)
     )
     from poscli.training.extend import extend as run_extend
 
@@ -767,6 +779,20 @@ def extend(
     console.print(f"{result.summary()}. Evaluate with: poscli eval {result.run.name}")
     _record(results)
     print(result.run)
+
+
+def method_options(pairs: list[str]) -> dict[str, float | tuple[float, ...]]:
+    """``-M KEY=VALUE`` pairs as numbers (a comma-separated value: a tuple of numbers)."""
+    from poscli.encodings import parse_option_pairs
+
+    options = {}
+    for key, value in parse_option_pairs(pairs, flag="--method-option").items():
+        try:
+            numbers = tuple(float(part) for part in value.split(","))
+        except ValueError:
+            raise PoscliError(f"--method-option {key}={value}: give a number or comma-separated numbers") from None
+        options[key] = numbers if "," in value else numbers[0]
+    return options
 
 
 def _factors(factors: Path | None, run: str, target: int, results, device: str, quiet: bool) -> dict:
@@ -1237,6 +1263,22 @@ def list_encodings():
         print(
             f"{name:<11} {info['summary']} ({info['citation']})\n{'':<11} options: {options}; extend: "
             f"{info['extension']}"
+        )
+
+
+@app.command("methods", epilog="Example: poscli methods")
+def list_methods():
+    """List the extension methods of poscli extend: a line, a citation, options, training, where they apply."""
+    from poscli import encodings
+    from poscli.extension.methods import describe, get, names
+
+    for name in names():
+        info = describe(name)
+        info["encodings"] = [pe for pe in encodings.names() if get(name).applies_to(encodings.get(pe)) is None]
+        options = ", ".join(f"--{key.replace('_', '-')}" for key in info["options"]) or "none"
+        print(
+            f"{name:<13} {info['summary']} ({info['citation']})\n{'':<13} options: {options}; training: "
+            f"{info['training']}; applies to: {', '.join(info['encodings']) or 'none'}"
         )
 
 

@@ -23,7 +23,6 @@ from poscli.errors import PoscliError
 T = TypeVar("T")
 
 USER_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")  # package.module:Class
-NOT_MEMBERS = ("base",)  # modules of an axis' package that hold its protocol, not a member
 
 
 class Registry(Generic[T]):
@@ -36,15 +35,26 @@ class Registry(Generic[T]):
         example: a built-in name for the messages' example (``alibi``).
         base: a callable returning the class every member subclasses (imported only when needed).
         guide: where a user reads how to write a member, for messages.
+        protocol: the package's module that holds the protocol, not a member ("base"; extension
+            methods say "protocol", since "base" is a method there: a new RoPE base).
     """
 
     def __init__(
-        self, axis: str, package: str, flag: str, example: str, base: Callable[[], type], guide: str = "CONTRIBUTING.md"
+        self,
+        axis: str,
+        package: str,
+        flag: str,
+        example: str,
+        base: Callable[[], type],
+        guide: str = "CONTRIBUTING.md",
+        protocol: str = "base",
     ):
         self.axis, self.package, self.flag, self.example, self.guide = axis, package, flag, example, guide
+        self.protocol = protocol
         self.entry_point_group = package
         self._base = base
         self._members: dict[str, type[T]] = {}
+        self._resolved: dict[str, type[T]] = {}
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         """Class decorator: the class is the member ``name`` (and gets ``cls.name = name``)."""
@@ -67,9 +77,7 @@ class Registry(Generic[T]):
         """The package's own members: one module each, named after it (``_`` read as ``-``)."""
         spec = importlib.util.find_spec(self.package)
         found = pkgutil.iter_modules(spec.submodule_search_locations)
-        return sorted(
-            m.name.replace("_", "-") for m in found if m.name not in NOT_MEMBERS and not m.name.startswith("_")
-        )
+        return sorted(m.name.replace("_", "-") for m in found if m.name != self.protocol and not m.name.startswith("_"))
 
     def plugin_names(self) -> dict[str, str]:
         """Members installed packages declare as entry points: name -> "package.module:Class"."""
@@ -96,7 +104,13 @@ class Registry(Generic[T]):
         return name
 
     def get(self, name: str) -> type[T]:
-        """The member's class, its module imported on first use."""
+        """The member's class, its module imported on first use (then remembered: a model asks on every forward)."""
+        if name in self._resolved:
+            return self._resolved[name]
+        self._resolved[name] = self._find(name)
+        return self._resolved[name]
+
+    def _find(self, name: str) -> type[T]:
         self.check_name(name)
         if name in self.builtin_names():
             module = f"{self.package}.{self.module_for(name)}"
@@ -107,7 +121,9 @@ class Registry(Generic[T]):
         return self.load_user_class(name, self.plugin_names().get(name, name))
 
     def load_user_class(self, name: str, spec: str) -> type[T]:
-        """Import ``package.module:Class`` and check it subclasses the axis' base class."""
+        """Import ``package.module:Class`` and check it subclasses the axis' base class. Its ``name``
+        becomes what the user gave (the spec, or the entry point's name): what a run records, and
+        what loads it again."""
         module_name, _, class_name = spec.partition(":")
         try:
             module = importlib.import_module(module_name)
@@ -123,4 +139,5 @@ class Registry(Generic[T]):
                 f"{self.flag} {name}: {spec} is not a subclass of {base.__module__}.{base.__qualname__}; "
                 f"see {self.guide}"
             )
+        cls.name = name  # type: ignore[attr-defined]
         return cls

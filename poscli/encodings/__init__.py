@@ -60,15 +60,17 @@ def resolve_options(config):
     return dataclasses.replace(config, pe_options=dataclasses.asdict(options))
 
 
-def parse_option_pairs(pairs: list[str]) -> dict[str, str]:
+def parse_option_pairs(pairs: list[str], flag: str = "--pe-option") -> dict[str, str]:
     """``["base=500000", "layout=interleaved"]`` -> a dict of strings (converted by the encoding)."""
     options = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise PoscliError(
-                f"--pe-option {pair!r}: write KEY=VALUE, e.g. --pe-option base=500000 (poscli encodings lists each "
+                f"{flag} {pair!r}: write KEY=VALUE, e.g. --pe-option base=500000 (poscli encodings lists each "
                 "encoding's options)"
+                if flag == "--pe-option"
+                else f"{flag} {pair!r}: write KEY=VALUE, e.g. {flag} window=64"
             )
         options[key.strip().replace("-", "_")] = value.strip()
     return options
@@ -78,14 +80,16 @@ def describe(name: str) -> dict:
     """What ``poscli encodings`` shows for one encoding: summary, citation, options, extension methods."""
     import dataclasses
 
+    from poscli.extension import methods as extension_methods
+
     cls = get(name)
-    methods = cls.extension_methods()
+    applicable = extension_methods.applicable(cls)
     return {
         "name": name,
         "summary": cls.summary,
         "citation": cls.citation,
         "options": {f.name: f.default for f in dataclasses.fields(cls.Options)},
-        "extension": "needs no rescaling" if methods is None else ", ".join(methods) or "none",
+        "extension": ", ".join(applicable) if extension_methods.rescaling(cls) else "needs no rescaling",
     }
 
 

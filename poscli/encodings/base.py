@@ -42,8 +42,12 @@ class PositionalEncoding(nn.Module):
     - ``Options``: a frozen dataclass of its own options (``--pe-option key=value``, stored in
       config.json under ``model.pe_options``); ``__post_init__`` checks them and raises
       :class:`~poscli.errors.PoscliError`. The built instance is ``self.options``.
-    - ``extension_methods()``: the ``poscli extend`` methods that apply, or None when the encoding
-      runs at any length as it is ("needs no rescaling"); ``extended_config`` applies one.
+    - what ``poscli extend`` methods may do to it (``poscli.extension.methods`` read these, never the
+      name): ``rotary_frequencies`` (RoPE's frequencies can be replaced: ``model.rope_scaling``),
+      ``position_table`` (a learned table, ``encoding.table.weight``, that can be stretched),
+      ``interpolable_positions`` (positions added at the input can be divided: ``model.position_scale``),
+      ``separable_positions`` (queries and keys can take different positions: remappings). An
+      encoding no rescaling method applies to "needs no rescaling".
     - ``reads_positions``: False for an encoding that ignores positions (random positions are
       then pointless); ``grown_for_positions`` says how its config grows to represent more positions.
     """
@@ -61,6 +65,9 @@ class PositionalEncoding(nn.Module):
     # True when rotate(q at p) and rotate(k at p') meet at p - p' and score_bias takes any positions,
     # so poscli.extension.remap can score far keys at other positions (Self-Extend, ReRoPE, sinks).
     separable_positions: ClassVar[bool] = True
+    rotary_frequencies: ClassVar[bool] = False
+    position_table: ClassVar[bool] = False
+    interpolable_positions: ClassVar[bool] = False
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -84,43 +91,6 @@ class PositionalEncoding(nn.Module):
                 raise PoscliError(f"--pe {cls.name} has no option {key!r}; its options (with defaults): {known}")
             given[key] = _convert(value, fields[key], cls.name)
         return cls.Options(**given)
-
-    @classmethod
-    def extension_methods(cls) -> dict[str, str] | None:
-        """``poscli extend`` methods that apply (name -> one line), or None: the encoding needs no
-        rescaling and is evaluated at any length as it is."""
-        return None
-
-    @classmethod
-    def extended_config(
-        cls,
-        config: ModelConfig,
-        method: str,
-        factor: float,
-        target: int,
-        options: dict[str, float],
-        weights: dict[str, Tensor],
-    ) -> dict[str, Any]:
-        """The config changes (and, in place, weight changes) that extend ``config`` to ``target``
-        tokens with ``method``. ``options`` were checked by ``check_extension_options``. The
-        attention remappings of :mod:`poscli.extension.remap` (sinks for every encoding) are handled here."""
-        from poscli.extension import remap
-
-        if method in remap.METHODS:
-            return {"remap": remap.plan(method, config.train_length, target, **options).to_dict()}
-        raise NotImplementedError(f"{cls.name} declares no extension methods")
-
-    @classmethod
-    def check_extension_options(cls, method: str, options: dict[str, float]) -> dict[str, float]:
-        """The method's options with defaults filled in (none, unless an encoding says otherwise)."""
-        from poscli.extension import remap
-
-        if method in remap.METHODS:
-            return remap.check_options(method, options)
-        if options:
-            flags = ", ".join("--" + o.replace("_", "-") for o in options)
-            raise PoscliError(f"--method {method} for --pe {cls.name} takes no options; drop {flags}")
-        return {}
 
     @classmethod
     def grown_for_positions(cls, config: ModelConfig, positions: int) -> dict[str, Any]:

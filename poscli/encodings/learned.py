@@ -15,26 +15,7 @@ class Learned(PositionalEncoding):
 
     citation = "Gehring et al., 2017; Radford et al., 2018"
     summary = "a learned vector per absolute position, train-length rows"
-
-    @classmethod
-    def extension_methods(cls) -> dict[str, str]:
-        return {
-            "interpolate": "the table stretched to the target length by linear interpolation (as for BERT and ViT "
-            "tables)"
-        }
-
-    @classmethod
-    def extended_config(cls, config, method, factor, target, options, weights):
-        from poscli.errors import Answer
-
-        rows = config.position_rows or config.train_length
-        if rows > config.train_length:  # trained with --random-positions: its table already reaches further
-            raise Answer(
-                f"has learned rows for positions up to {rows} (it was trained with --random-positions); "
-                f"evaluate it directly up to that length (--lengths {rows})"
-            )
-        weights["encoding.table.weight"] = interpolate_table(weights["encoding.table.weight"], target)  # (target, C)
-        return {"position_rows": target}
+    position_table = True  # poscli extend --method interpolate stretches it
 
     @classmethod
     def grown_for_positions(cls, config, positions: int) -> dict:
@@ -61,10 +42,3 @@ class Learned(PositionalEncoding):
                 f"learned positions have {self.max_length} rows; position {int(positions.max())} has none"
             )
         return x + self.table(positions).to(x.dtype)  # (B, T, C)
-
-
-def interpolate_table(table: Tensor, rows: int) -> Tensor:
-    """Stretch a (L, C) position table to (rows, C) by linear interpolation, ends aligned."""
-    import torch.nn.functional as F
-
-    return F.interpolate(table.T[None], size=rows, mode="linear", align_corners=True)[0].T.contiguous()

@@ -10,8 +10,8 @@ from torch import Tensor
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError
-from poscli.extension import scaling
-from poscli.extension.scaling import rope_parameters
+from poscli.extension import methods
+from poscli.extension.methods import rope_parameters
 
 LAYOUTS = ("halves", "interleaved")
 
@@ -104,6 +104,7 @@ class RoPE(PositionalEncoding):
     """
 
     citation = "Su et al., 2021"
+    rotary_frequencies = True
     summary = "rotates query/key pairs by position-proportional angles in every layer"
     Options = RopeOptions
     legacy_options = {
@@ -122,7 +123,7 @@ class RoPE(PositionalEncoding):
                 "head dimensions to rotate"
             )
         rescaled = dict(config.rope_scaling)
-        self.method = scaling.get_method(rescaled.pop("method", "default"))
+        self.method = methods.frequency_method(rescaled.pop("method", "default"))
         self._scaling = {
             "factor": rescaled.get("factor", 1.0),
             "original_length": rescaled.get("original_length", config.train_length),
@@ -194,7 +195,7 @@ class RoPE(PositionalEncoding):
     def transformers_layout(self) -> dict:
         """GPT-NeoX's rotary embedding (transformers' ``GPTNeoXForCausalLM``): the halves layout,
         ``partial_rotary_factor`` for --pe-option rotary_fraction, the extension as a rope type
-        (``scaling.transformers_rope``). An interleaved model exports as the halves layout with its
+        (``methods.transformers_rope``). An interleaved model exports as the halves layout with its
         query and key dimensions reordered (``pair_order``), which changes no dot product."""
         options, head_dim = self.options, self.config.head_dim
         if options.keep < 1:
@@ -214,7 +215,7 @@ class RoPE(PositionalEncoding):
         original_length = int(self._scaling["original_length"])
         factor = float(self._scaling["factor"])
         own = {key: value for key, value in self._scaling.items() if key not in ("factor", "original_length")}
-        theta, rope_scaling = scaling.transformers_rope(
+        theta, rope_scaling = methods.transformers_rope(
             method, self.rotary_dim, options.base, factor, original_length, **own
         )
         pair_order = None
@@ -231,37 +232,4 @@ class RoPE(PositionalEncoding):
             "max_position_embeddings": original_length
             if per_length
             else max(original_length, round(factor * original_length)),
-        }
-
-    # ------------------------------------------------------------------ context extension
-
-    @classmethod
-    def extension_methods(cls) -> dict[str, str]:
-        """Every frequency recipe of :mod:`poscli.extension.scaling` applies, and the remappings of
-        :mod:`poscli.extension.remap` (Self-Extend, ReRoPE, sinks) where q and k take separate positions."""
-        from poscli.extension import remap
-
-        methods = {name: method.description for name, method in scaling.METHODS.items() if name != "default"}
-        if cls.separable_positions:
-            methods.update(
-                {name: method.description for name, method in remap.METHODS.items() if not method.any_encoding}
-            )
-        return methods
-
-    @classmethod
-    def check_extension_options(cls, method: str, options: dict[str, float]) -> dict[str, float]:
-        if method not in scaling.METHODS:  # an attention remapping
-            return super().check_extension_options(method, options)
-        return scaling.check_options(method, options)
-
-    @classmethod
-    def extended_config(cls, config, method, factor, target, options, weights):
-        """The weights stay; the frequencies change (checked for sanity now), or, for a
-        remapping (Self-Extend, ReRoPE), the positions far keys are scored at."""
-        if method not in scaling.METHODS:
-            return super().extended_config(config, method, factor, target, options, weights)
-        original_length, own = config.train_length, cls.parse_options(config.pe_options)
-        rope_parameters(method, own.rotary_dim(config.head_dim), own.base, factor, original_length, target, **options)
-        return {
-            "rope_scaling": {"method": method, "factor": factor, "original_length": original_length, "options": options}
         }

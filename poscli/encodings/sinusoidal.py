@@ -23,14 +23,7 @@ class Sinusoidal(PositionalEncoding):
 
     citation = "Vaswani et al., 2017"
     summary = "fixed sin/cos of the absolute position added to the input embeddings"
-
-    @classmethod
-    def extension_methods(cls) -> dict[str, str]:
-        return {"pi": "positions divided by the factor (position interpolation, Chen et al., 2023)"}
-
-    @classmethod
-    def extended_config(cls, config, method, factor, target, options, weights):
-        return {"position_scale": factor}
+    interpolable_positions = True  # poscli extend --method pi divides them
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         scaled = positions.to(torch.float32) / self.config.position_scale  # (T,)

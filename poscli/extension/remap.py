@@ -23,19 +23,17 @@ sink s at distance min(i, S + R - 1) - s, everything else is evicted. Encodings 
 positions at the input (learned, sinusoidal) embed token i at its cache slot, min(i, S + R - 1),
 which is what a key-value cache that re-numbers slots computes token by token.
 
-The methods are a registry of functions with one signature, ``plan(original_length, target,
-**options) -> Remap``, that fill in the defaults; ``poscli extend RUN --method self-extend``
-stores the result in the run's ``model.remap`` and :func:`poscli.attention.blockwise.remapped_attention`
-computes it, memory bounded at any length.
+Each method is one file in ``poscli/extension/methods/`` (a ``RemapMethod``) with a ``plan(original_length,
+target, **options)`` that fills in the defaults and returns its ``Remap`` subclass; ``poscli extend RUN
+--method self-extend`` stores it in the run's ``model.remap`` and
+:func:`poscli.attention.blockwise.remapped_attention` computes it, memory bounded at any length.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-import torch
 from torch import Tensor
 
 from poscli.errors import PoscliError
@@ -43,8 +41,9 @@ from poscli.errors import PoscliError
 
 @dataclass(frozen=True)
 class Remap:
-    """A resolved remapping. method: its registry name; window: W (w, R); group: G (self-extend);
-    leak: k (leaky-rerope; inf for ReRoPE's clip); sinks: S (sinks; 0 otherwise)."""
+    """A resolved remapping; each method's file subclasses it with its far positions. method: its
+    registry name; window: W (w, R); group: G (self-extend); leak: k (leaky-rerope; inf for ReRoPE's
+    clip); sinks: S (sinks; 0 otherwise)."""
 
     method: str
     window: int
@@ -57,173 +56,41 @@ class Remap:
 
     @classmethod
     def from_dict(cls, values: dict) -> Remap:
-        values = dict(values)
-        if values.get("leak") is None:
-            values["leak"] = math.inf
-        return cls(**values)
+        """This class from config.json's ``model.remap`` (``poscli.extension.methods.remap_from_dict``
+        picks the method's own subclass)."""
+        return cls(**{**values, "leak": math.inf if values.get("leak") is None else values["leak"]})
 
     @property
     def far_keys(self) -> int | None:
         """How many keys from position 0 may be seen beyond the window (None: all of them)."""
-        return self.sinks if self.method == "sinks" else None
+        return None
 
     @property
     def cache_slots(self) -> int:
         return self.sinks + self.window
 
     def far_positions(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """Positions at which queries and keys meet beyond the window. positions: (T,) -> (T,), (T,)."""
-        i = positions.to(torch.float64)
-        if self.method == "self-extend":
-            G, W = self.group, self.window
-            return torch.div(positions, G, rounding_mode="floor").double() + (W - W // G), torch.div(
-                positions, G, rounding_mode="floor"
-            ).double()
-        if self.method in ("rerope", "leaky-rerope"):
-            if self.leak == math.inf:
-                return torch.full_like(i, float(self.window)), torch.zeros_like(i)
-            return self.window + (i - self.window) / self.leak, i / self.leak
-        if self.method == "sinks":
-            return i.clamp(max=self.cache_slots - 1), i
-        raise PoscliError(f"unknown attention remapping {self.method!r}")
+        """Positions at which queries and keys meet beyond the window. positions: (T,) -> (T,), (T,) float64."""
+        raise NotImplementedError(f"remapping {self.method!r} must define far_positions")
 
     def embed_positions(self, positions: Tensor) -> Tensor:
-        """The positions an absolute encoding embeds each token at: its cache slot for sinks. (T,)"""
-        return positions.clamp(max=self.cache_slots - 1) if self.method == "sinks" else positions
+        """The positions an absolute encoding embeds each token at (its true one by default). (T,)"""
+        return positions
 
     def describe(self) -> str:
-        if self.method == "self-extend":
-            return f"Self-Extend W={self.window}, G={self.group}"
-        if self.method == "sinks":
-            return f"{self.sinks} sinks + {self.window} recent"
-        if self.leak == math.inf:
-            return f"ReRoPE w={self.window}"
-        return f"Leaky ReRoPE w={self.window}, k={self.leak:g}"
+        raise NotImplementedError(f"remapping {self.method!r} must define describe")
 
 
-@dataclass(frozen=True)
-class Method:
-    name: str
-    plan: Callable[..., Remap]
-    options: dict[str, float]  # option name -> default (0: chosen from the lengths)
-    description: str
-    citation: str
-    any_encoding: bool  # True: applies to every encoding (sinks); False: rotary only
-
-
-METHODS: dict[str, Method] = {}
-
-
-def register(name: str, description: str, citation: str, any_encoding: bool = False, **options: float):
-    def decorator(plan: Callable[..., Remap]) -> Callable[..., Remap]:
-        METHODS[name] = Method(name, plan, dict(options), description, citation, any_encoding)
-        return plan
-
-    return decorator
-
-
-def _whole(value: float, flag: str, low: int = 1) -> int:
+def whole(value: float, flag: str, low: int = 1) -> int:
+    """``value`` as a whole number of at least ``low``, or the one-line error naming ``flag``."""
     if value != int(value) or value < low:
         raise PoscliError(f"{flag} must be a whole number of at least {low}, got {value:g}")
     return int(value)
 
 
-def _window(window: float, original_length: int, default: int) -> int:
-    window = _whole(window, "--window") if window else default
+def neighbour_window(window: float, original_length: int, default: int) -> int:
+    """``--window`` (or ``default`` when 0), shorter than the train length."""
+    window = whole(window, "--window") if window else default
     if window >= original_length:
         raise PoscliError(f"--window {window} must be shorter than the run's train length {original_length}")
     return window
-
-
-@register(
-    "self-extend",
-    "Self-Extend: exact attention in a neighbour window, grouped positions beyond it (no training)",
-    "Jin et al., 2024",
-    window=0.0,
-    group=0.0,
-)
-def _self_extend(original_length: int, target: int, window: float = 0.0, group: float = 0.0) -> Remap:
-    """Defaults: W = L / 4 and the smallest G whose farthest distance at the target,
-    (target - 1) // G + W - W // G, is one the model was trained on (< L): the paper's reach
-    (L - W) G + W made exact."""
-    W = _window(window, original_length, max(1, original_length // 4))
-    if group:
-        return Remap("self-extend", W, group=_whole(group, "--group"))
-    G = max(1, math.ceil((target - W) / (original_length - W)))
-    while (target - 1) // G + W - W // G > original_length - 1:
-        G += 1
-    return Remap("self-extend", W, group=G)
-
-
-@register("rerope", "ReRoPE: distances clipped at a window w (no training)", "Su, 2023", window=0.0)
-def _rerope(original_length: int, target: int, window: float = 0.0) -> Remap:
-    """Default w = L / 4, as Su's w = 1024 for LLaMA-2's 4096."""
-    return Remap("rerope", _window(window, original_length, max(1, original_length // 4)))
-
-
-@register(
-    "leaky-rerope",
-    "Leaky ReRoPE: distances beyond a window w grow with slope 1/k (no training)",
-    "Su, 2023",
-    window=0.0,
-    leak=0.0,
-)
-def _leaky_rerope(original_length: int, target: int, window: float = 0.0, leak: float = 0.0) -> Remap:
-    """Defaults: w = L / 4 and k such that the target's longest distance maps to L - 1:
-    w + (target - 1 - w) / k = L - 1."""
-    w = _window(window, original_length, max(1, original_length // 4))
-    if leak and leak < 1:
-        raise PoscliError(f"--leak must be at least 1, got {leak:g}")
-    k = leak or max(1.0, (target - 1 - w) / (original_length - 1 - w))
-    return Remap("leaky-rerope", w, leak=float(k))
-
-
-@register(
-    "sinks",
-    "StreamingLLM: the first S tokens (attention sinks) and the R most recent, positions within the cache (no "
-    "training)",
-    "Xiao et al., 2024",
-    any_encoding=True,
-    sinks=4.0,
-    window=0.0,
-)
-def _sinks(original_length: int, target: int, sinks: float = 4.0, window: float = 0.0) -> Remap:
-    """Defaults: 4 sinks (the paper's) and R = L - S recent keys, a cache of the train length."""
-    S = _whole(sinks, "--sinks", low=0)
-    if original_length <= S:
-        raise PoscliError(
-            f"--sinks {S} leaves no room for recent tokens in a cache of the train length {original_length}"
-        )
-    R = _whole(window, "--window") if window else original_length - S
-    if original_length < S + R:
-        raise PoscliError(
-            f"--sinks {S} + --window {R} is more than the train length {original_length}: "
-            f"the cache would hold positions the model never saw; use --window {original_length - S} or less"
-        )
-    return Remap("sinks", R, sinks=S)
-
-
-def method_names() -> list[str]:
-    return list(METHODS)
-
-
-def get_method(name: str) -> Method:
-    if name not in METHODS:
-        raise PoscliError(f"unknown attention remapping {name!r}; choose one of: {', '.join(METHODS)}")
-    return METHODS[name]
-
-
-def check_options(method: str, options: dict[str, float]) -> dict[str, float]:
-    from poscli.extension.scaling import with_defaults
-
-    return with_defaults(method, get_method(method).options, options)
-
-
-def plan(method: str, original_length: int, target: int, **options: float) -> Remap:
-    """The resolved remapping of ``method`` for a model trained at ``original_length`` run up to ``target``."""
-    return get_method(method).plan(original_length, target, **check_options(method, options))
-
-
-def build(config) -> Remap | None:
-    """The remapping a model config holds (``model.remap``), or None."""
-    return Remap.from_dict(config.remap) if config.remap else None

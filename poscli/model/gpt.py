@@ -28,6 +28,7 @@ from poscli.attention.blockwise import (
 from poscli.attention.distance_attention import distance_biased_attention
 from poscli.config import ModelConfig
 from poscli.encodings.base import PositionalEncoding
+from poscli.extension import methods as extension_methods
 from poscli.extension import remap as remapping
 
 
@@ -47,11 +48,21 @@ def fast_biased_attention(
     return None
 
 
+def query_scaler(config: ModelConfig):
+    """``config.query_scaling``'s factor on each query, positions (T,) -> (T,), or None."""
+    if not config.query_scaling:
+        return None
+    recorded = dict(config.query_scaling)
+    method = extension_methods.get(recorded.pop("method"))
+    return lambda positions: method.query_scale(positions, **recorded)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, encoding: PositionalEncoding):
         super().__init__()
         self.config, self.layer = config, layer
         self.encoding = [encoding]  # a list, so the shared module is not registered once per layer
+        self.query_scale = query_scaler(config)
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
 
@@ -65,6 +76,8 @@ class CausalSelfAttention(nn.Module):
             y = self._remapped(q, k, v, positions, remap)  # (B, H, T, hd)
             return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
         q, k = encoding.rotate(q, k, positions, self.layer)
+        if self.query_scale is not None:  # log-n attention scaling (poscli extend), or another method's
+            q = q * self.query_scale(positions).to(q.dtype)[:, None]  # (B, H, T, hd) * (T, 1)
         if not encoding.has_score_bias:
             y = fused_causal_attention(q, k, v)  # (B, H, T, hd)
         elif (
@@ -141,7 +154,7 @@ class GPT(nn.Module):
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.encoding = encodings.build(config)
-        self.remap = remapping.build(config)  # Self-Extend, ReRoPE, sinks (poscli extend), or None
+        self.remap = extension_methods.build_remap(config)  # Self-Extend, ReRoPE, sinks (poscli extend), or None
         self.blocks = nn.ModuleList(Block(config, layer, self.encoding) for layer in range(config.n_layer))
         self.norm_out = nn.LayerNorm(config.d_model)
         # GPT-2 initialisation for the transformer; each encoding initialises its own parameters.

@@ -484,10 +484,10 @@ def method_label(options: dict) -> str:
 
 
 def _steps(options: dict) -> int:
-    """Fine-tuning steps of an extension as the recipe asked (the remappings never train)."""
-    from poscli.extension import remap
+    """Fine-tuning steps of an extension as the recipe asked (a method that never trains: 0)."""
+    from poscli.extension import methods
 
-    return 0 if options["method"] in remap.METHODS else int(options.get("steps", 400))
+    return 0 if methods.get(options["method"]).training == "never" else int(options.get("steps", 400))
 
 
 CONTINUE = "continue"  # the continued-training control of poscli.training.extend: no rescaling, the same fine-tuning

@@ -33,7 +33,7 @@ import torch
 
 from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
-from poscli.extension import scaling
+from poscli.extension import methods, scaling
 from poscli.model import runs
 
 
@@ -63,7 +63,7 @@ def seed_factors(head_dim: int, base: float, factor: float, original_length: int
     plain = scaling.default_inv_freq(head_dim, base).double()
     seeds = []
     for method in ("pi", "ntk", "ntk-by-parts"):
-        inv_freq, _ = scaling.rope_parameters(method, head_dim, base, factor, original_length)
+        inv_freq, _ = methods.rope_parameters(method, head_dim, base, factor, original_length)
         seeds.append((plain / inv_freq.double()).numpy())
     return seeds
 
@@ -85,7 +85,7 @@ class Fitness:
 
         config = runs.read_config(folder)
         model = config["model"]
-        if "longrope" not in (encodings.get(model["pe"]).extension_methods() or {}):
+        if methods.get("longrope").applies_to(encodings.get(model["pe"])) is not None:
             raise PoscliError(
                 f"run {config['name']!r} uses --pe {model['pe']}, which does not take --method longrope; search on a "
                 "--pe rope run"

@@ -125,6 +125,7 @@ EXTEND_OPTIONS: dict[str, Any] = {
     "group": None,
     "leak": None,
     "sinks": None,
+    "method_option": None,
     "pose": False,
     "seed": 0,
     "device": "auto",

@@ -1,0 +1,27 @@
+"""NTK-by-parts: YaRN's ramp without its temperature (Peng et al., 2023, section 3.2)."""
+
+from __future__ import annotations
+
+from poscli.extension.methods import register
+from poscli.extension.methods.protocol import FrequencyMethod
+
+
+@register("ntk-by-parts")
+class NTKByParts(FrequencyMethod):
+    summary = "NTK-by-parts: YaRN's ramp between interpolation and extrapolation, without its temperature"
+    citation = "Peng et al., 2023 (section 3.2)"
+    options = {"beta_fast": 32.0, "beta_slow": 1.0}
+    transformers_type = "yarn"
+
+    @classmethod
+    def frequencies(cls, head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0):
+        from poscli.extension.scaling import ntk_by_parts_inv_freq
+
+        return ntk_by_parts_inv_freq(head_dim, base, factor, original_length, beta_fast, beta_slow), 1.0
+
+    @classmethod
+    def transformers_rope(cls, rotary_dim, base, factor, original_length, options):
+        """transformers' yarn with attention_factor 1."""
+        theta, scaling = super().transformers_rope(rotary_dim, base, factor, original_length, options)
+        scaling.update(beta_fast=options["beta_fast"], beta_slow=options["beta_slow"], attention_factor=1.0)
+        return theta, scaling

@@ -1,0 +1,212 @@
+"""The interface every context-extension method implements (``poscli extend --method NAME``).
+
+A method says which encodings it applies to (by what they can do, never by name), which options it
+takes, how it changes a run's config (and, in place, its weights), and whether it needs training.
+Three families share the protocol, each a base class here:
+
+- :class:`FrequencyMethod`: RoPE's inverse frequencies replaced (PI, NTK, YaRN, ...), in
+  transformers' ``modeling_rope_utils`` conventions; recorded as ``model.rope_scaling``.
+- :class:`RemapMethod`: far keys scored at other positions, without training (Self-Extend, ReRoPE,
+  attention sinks); recorded as ``model.remap``, computed by ``poscli.attention.blockwise``.
+- query scaling: ``query_scale(positions, **recorded)`` multiplies every query, recorded as
+  ``model.query_scaling`` (log-n attention scaling, ``logn.py``).
+
+Anything else (a stretched table, divided positions, continued training) overrides
+``extended_config``. Shape legend: T sequence length.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from poscli.core.lengths import format_length
+from poscli.errors import PoscliError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from poscli.config import ModelConfig
+    from poscli.extension.remap import Remap
+
+TRAINING = ("never", "optional", "required")
+
+
+class ExtensionMethod:
+    """Base class. Class attributes declare the method; class methods apply it.
+
+    - ``options``: option name -> default (``--beta-fast``-style flags, or ``--method-option
+      KEY=VALUE``); a default of ``()`` takes a list (LongRoPE's factors).
+    - ``training``: ``"never"`` (applied as it is: ``--steps`` must be 0), ``"optional"`` (fine-tuned
+      for ``--steps``, default 400, or none with ``--steps 0``) or ``"required"``.
+    - ``rescales``: True when the method rescales positions or frequencies; an encoding to which
+      no such method applies "needs no rescaling" and is evaluated at any length as it is.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    citation: ClassVar[str] = ""
+    options: ClassVar[dict[str, Any]] = {}
+    training: ClassVar[str] = "optional"
+    rescales: ClassVar[bool] = True
+
+    @classmethod
+    def applies_to(cls, encoding: type) -> str | None:
+        """None when the method applies to ``encoding`` (a PositionalEncoding class); otherwise why
+        not, in a few words that follow "--method NAME" in an error."""
+        return None
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """The options with defaults filled in; an option the method does not take is a one-line error."""
+        return with_defaults(cls.name, cls.options, options)
+
+    @classmethod
+    def extended_config(
+        cls,
+        encoding: type,
+        config: ModelConfig,
+        factor: float,
+        target: int,
+        options: dict[str, Any],
+        weights: dict[str, Tensor],
+    ) -> dict[str, Any]:
+        """The ModelConfig fields that change (and, in place, ``weights``) to run ``config`` at
+        ``target`` tokens. ``options`` went through ``check_options``."""
+        raise NotImplementedError(f"--method {cls.name} must define extended_config")
+
+    @classmethod
+    def recorded_options(cls, changes: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+        """What config.json records as the extension's options (the resolved values)."""
+        return options
+
+    @classmethod
+    def label(cls, parent_label: str, factor: float, steps: int, finetune_length: int, changes: dict) -> str:
+        """e.g. ``rope +yarn x128, 400 steps at 1k`` or ``rope +pi x8, no fine-tuning``."""
+        tuning = f"{steps} steps at {format_length(finetune_length)}" if steps else "no fine-tuning"
+        return f"{parent_label} +{cls.name} x{factor:g}, {tuning}"
+
+    # ------------------------------------------------------------------ model-time hooks
+
+    @classmethod
+    def query_scale(cls, positions: Tensor, **recorded: Any) -> Tensor:
+        """For a method recorded in ``model.query_scaling``: the factor on each query. (T,) -> (T,)."""
+        raise NotImplementedError(f"--method {cls.name} records no query scaling")
+
+
+def with_defaults(method: str, known: dict, options: dict[str, Any]) -> dict[str, Any]:
+    """``known`` (option -> default) updated by ``options``; an option not in ``known`` is a one-line
+    error naming the flags the method takes."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unknown)
+        takes = ", ".join("--" + name.replace("_", "-") for name in known) or "no options"
+        raise PoscliError(f"--method {method} does not take {flags}; it takes {takes}")
+    return {**known, **options}
+
+
+class FrequencyMethod(ExtensionMethod):
+    """RoPE's inverse frequencies (and an attention scale on q and k) replaced.
+
+    Notation (transformers' ``modeling_rope_utils.py``): d rotary dims, b base, s factor (= target
+    length / original length), L the original (trained) length, inv_freq_i = b^(-2i/d). Applies to
+    an encoding with ``rotary_frequencies`` (RoPE, xPos), whose options have ``base`` and
+    ``rotary_dim(head_dim)``.
+    """
+
+    per_length: ClassVar[bool] = False  # True: the frequencies depend on the length run, recomputed per forward
+    transformers_type: ClassVar[str | None] = None  # transformers' rope_type, for poscli export
+
+    @classmethod
+    def frequencies(
+        cls, head_dim: int, base: float, factor: float, original_length: int, seq_len: int | None, **options: Any
+    ) -> tuple[Tensor, float]:
+        """Inverse frequencies (d/2,) float32 and the attention scale on q and k."""
+        raise NotImplementedError(f"--method {cls.name} must define frequencies")
+
+    @classmethod
+    def applies_to(cls, encoding: type) -> str | None:
+        if getattr(encoding, "rotary_frequencies", False):
+            return None
+        return "rescales rotary frequencies"
+
+    @classmethod
+    def extended_config(cls, encoding, config, factor, target, options, weights):
+        """The weights stay; the frequencies change (computed once now, so a bad option fails here)."""
+        own = encoding.parse_options(config.pe_options)
+        cls.frequencies(own.rotary_dim(config.head_dim), own.base, factor, config.train_length, target, **options)
+        return {
+            "rope_scaling": {
+                "method": cls.name,
+                "factor": factor,
+                "original_length": config.train_length,
+                "options": options,
+            }
+        }
+
+    @classmethod
+    def transformers_rope(
+        cls, rotary_dim: int, base: float, factor: float, original_length: int, options: dict[str, Any]
+    ) -> tuple[float, dict | None]:
+        """The same frequencies in transformers' terms: (rope_theta, rope_scaling or None)."""
+        if cls.transformers_type is None:
+            raise PoscliError(f"--method {cls.name} has no transformers rope type; poscli export cannot write it")
+        scaling: dict[str, Any] = {"rope_type": cls.transformers_type, "factor": float(factor)}
+        if cls.transformers_type not in ("linear", "dynamic"):  # dynamic reads max_position_embeddings
+            scaling["original_max_position_embeddings"] = original_length
+        return base, scaling
+
+
+class DefaultFrequencies(FrequencyMethod):
+    """Plain RoPE, the frequencies as trained: what a run without ``rope_scaling`` uses (not a --method)."""
+
+    name = "default"
+
+    @classmethod
+    def frequencies(cls, head_dim, base, factor, original_length, seq_len):
+        from poscli.extension.scaling import default_inv_freq
+
+        return default_inv_freq(head_dim, base), 1.0
+
+    @classmethod
+    def transformers_rope(cls, rotary_dim, base, factor, original_length, options):
+        return base, None
+
+
+class RemapMethod(ExtensionMethod):
+    """Far keys scored at remapped positions, applied without training (``poscli.extension.remap``).
+
+    Applies to an encoding whose queries and keys can take separate positions
+    (``separable_positions``) and, unless ``any_encoding``, that rotates them (``rotary_frequencies``).
+    A subclass defines ``plan``, and its ``Plan``, a :class:`~poscli.extension.remap.Remap` subclass
+    holding the far positions.
+    """
+
+    training = "never"
+    rescales = False
+    any_encoding: ClassVar[bool] = False
+    Plan: ClassVar[type]
+
+    @classmethod
+    def plan(cls, original_length: int, target: int, **options: Any) -> Remap:
+        """The resolved remapping for a model trained at ``original_length`` run up to ``target``."""
+        raise NotImplementedError(f"--method {cls.name} must define plan")
+
+    @classmethod
+    def applies_to(cls, encoding: type) -> str | None:
+        if not cls.any_encoding and not getattr(encoding, "rotary_frequencies", False):
+            return "remaps rotary positions"
+        if not encoding.separable_positions:
+            return "needs queries and keys at separate positions, and this encoding measures them from the middle"
+        return None
+
+    @classmethod
+    def extended_config(cls, encoding, config, factor, target, options, weights):
+        return {"remap": cls.plan(config.train_length, target, **options).to_dict()}
+
+    @classmethod
+    def recorded_options(cls, changes, options):
+        return changes["remap"]
+
+    @classmethod
+    def label(cls, parent_label, factor, steps, finetune_length, changes):
+        return f"{parent_label} +{cls.Plan.from_dict(changes['remap']).describe()}, no training"
