@@ -573,7 +573,7 @@ def test_the_options_recipes_and_resume_read_are_the_clis_own():
     assert {k: getattr(v, "value", v) for k, v in evaluate.items() if k not in options.RUNNER_OPTIONS} == (
         options.EVAL_OPTIONS
     )
-    assert tuple(size.value for size in cli.Size) == tuple(options.SIZES)
+    assert options.TRAIN_DECLARED["size"].choices == tuple(options.SIZES)
 
 
 @pytest.mark.slow

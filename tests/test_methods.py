@@ -67,3 +67,13 @@ def test_logn_scales_each_query_by_its_position_and_nothing_else():
         torch.testing.assert_close(got, by_hand(parent, tokens, scale), rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got[:, :32], parent(tokens)[:, :32])  # inside the train length: unchanged
         assert not torch.allclose(got[:, 64:], parent(tokens)[:, 64:])
+
+
+def test_the_extend_flags_are_the_built_in_methods_options():
+    """poscli extend's own flags (--beta-fast, --window, ...) are exactly the options the built-in
+    methods declare, but LongRoPE's factors, which --factors FILE reads."""
+    from poscli.training.options import EXTEND_OPTIONS, METHOD_FLAGS
+
+    declared = {option for name in methods.names() for option in methods.get(name).options}
+    assert set(METHOD_FLAGS) == declared - {"long_factor", "short_factor"}
+    assert set(METHOD_FLAGS) <= set(EXTEND_OPTIONS)

