@@ -177,7 +177,10 @@ def test_an_existing_run_name_is_refused_with_the_ways_on_and_replace_starts_it_
 
 
 ERRORS = [
-    (["eval", "alibi", "--task", "bogus"], "unknown evaluation task 'bogus'; choose one of: passkey, perplexity"),
+    (
+        ["eval", "alibi", "--task", "bogus"],
+        "unknown evaluation task 'bogus'; choose one of: multivalue, passkey, perplexity",
+    ),
     (
         ["train", "--pe", "rotary"],
         "choose one of: alibi, fire, kerple, learned, none, rope, shaw, sinusoidal, t5, xpos",

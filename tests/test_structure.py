@@ -191,3 +191,18 @@ def test_the_design_documents_layout_names_every_module_and_only_modules_that_ex
         if not (p.name == "__init__.py" and p.parent != PACKAGE) and p.parent.name not in MEMBER_FOLDERS
     } | {"poscli/encodings/base.py", "poscli/extension/methods/protocol.py"}
     assert sorted(wanted - listed) == [] and sorted(listed - wanted) == []
+
+
+LONGEST_FUNCTION = 80  # lines, signature and docstring included (issue 31's bar)
+
+
+def test_no_library_function_is_longer_than_80_lines():
+    """Long functions mix jobs; the library's are split below 80 lines (the AST's line span)."""
+    too_long = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION
+    ]
+    assert too_long == []

@@ -185,6 +185,48 @@ def choose_tokenizer(spec: str, source: str, rows, fraction: float, sample_bytes
     return tokenizers.train_bpe(training_sample(), size)
 
 
+class _SplitWriter:
+    """Documents tokenized in batches and written to the train or the held-out file as they come
+    (held out by their sha1, ``heldout_by_hash``): training documents joined by a separator, held-out
+    ones end to end with their offsets recorded."""
+
+    def __init__(self, train_file, heldout_file, tokenizer, dtype, fraction: float):
+        self.train_file, self.heldout_file, self.tokenizer, self.dtype = train_file, heldout_file, tokenizer, dtype
+        self.separator = tokenizer.encode("\n\n").astype(dtype)
+        self.fraction = fraction
+        self.lengths, self.heldout, self.heldout_hashes, self.heldout_offsets = [], [], [], [0]
+        self.train_count = self.heldout_count = self.read_bytes = 0
+
+    def add(self, batch: list[str]) -> None:
+        tokenizer = self.tokenizer
+        encoded = (
+            tokenizer.encode_batch(batch)
+            if hasattr(tokenizer, "encode_batch")
+            else [tokenizer.encode(t) for t in batch]
+        )
+        for text, ids in zip(batch, encoded):
+            raw = text.encode("utf-8", errors="replace")
+            self.read_bytes += len(raw)
+            if len(ids) == 0:
+                continue
+            digest = hashlib.sha1(raw).hexdigest()
+            held = heldout_by_hash(digest, self.fraction)
+            self.lengths.append(len(ids))
+            self.heldout.append(held)
+            ids = np.asarray(ids, dtype=self.dtype)
+            if held:
+                self.heldout_file.write(ids.tobytes())
+                self.heldout_count += len(ids)
+                self.heldout_offsets.append(self.heldout_count)
+                self.heldout_hashes.append(digest[:12])
+                continue
+            if self.train_count:
+                self.train_file.write(self.separator.tobytes())
+                self.train_count += len(self.separator)
+            self.train_file.write(ids.tobytes())
+            self.train_count += len(ids)
+
+
 def prepare(
     documents: Iterable[str],
     out: Path,
@@ -201,93 +243,72 @@ def prepare(
     from poscli.data.tokenizer import token_dtype
 
     dtype = token_dtype(tokenizer.vocab_size)
-    separator = tokenizer.encode("\n\n").astype(dtype)
-    lengths, heldout, heldout_hashes, heldout_offsets = [], [], [], [0]
-    train_count = heldout_count = read_bytes = 0
     partial = {name: out / f"{name}.bin.partial" for name in ("train", "heldout")}
     with open(partial["train"], "wb") as train_file, open(partial["heldout"], "wb") as heldout_file:
-
-        def flush(batch: list[str]) -> None:
-            nonlocal train_count, heldout_count, read_bytes
-            encoded = (
-                tokenizer.encode_batch(batch)
-                if hasattr(tokenizer, "encode_batch")
-                else [tokenizer.encode(t) for t in batch]
-            )
-            for text, ids in zip(batch, encoded):
-                raw = text.encode("utf-8", errors="replace")
-                read_bytes += len(raw)
-                if len(ids) == 0:
-                    continue
-                digest = hashlib.sha1(raw).hexdigest()
-                held = heldout_by_hash(digest, fraction)
-                lengths.append(len(ids))
-                heldout.append(held)
-                ids = np.asarray(ids, dtype=dtype)
-                if held:
-                    heldout_file.write(ids.tobytes())
-                    heldout_count += len(ids)
-                    heldout_offsets.append(heldout_count)
-                    heldout_hashes.append(digest[:12])
-                else:
-                    if train_count:
-                        train_file.write(separator.tobytes())
-                        train_count += len(separator)
-                    train_file.write(ids.tobytes())
-                    train_count += len(ids)
+        writer = _SplitWriter(train_file, heldout_file, tokenizer, dtype, fraction)
+        for batch in _batches(documents):
+            writer.add(batch)
             if progress:
-                progress(len(lengths), read_bytes)
-
-        batch = []
-        for text in documents:
-            if text:
-                batch.append(text)
-            if len(batch) == BATCH_DOCUMENTS:
-                flush(batch)
-                batch = []
-        if batch:
-            flush(batch)
-    if sum(heldout) == 0 or sum(heldout) == len(heldout):
+                progress(len(writer.lengths), writer.read_bytes)
+    held = sum(writer.heldout)
+    if held == 0 or held == len(writer.heldout):
         for path in partial.values():
             path.unlink(missing_ok=True)
         raise PoscliError(
-            f"{source}: {len(lengths)} document(s), {sum(heldout)} held out at fraction {fraction}; "
+            f"{source}: {len(writer.lengths)} document(s), {held} held out at fraction {fraction}; "
             "a prepared corpus needs documents on both sides (a larger --heldout-fraction; a corpus this small needs "
-            "no "
-            "preparing: train on it directly with --data)"
+            "no preparing: train on it directly with --data)"
         )
     for name, path in partial.items():
         os.replace(path, out / f"{name}.bin")
-    lengths_array, heldout_array = np.array(lengths, dtype=np.int64), np.array(heldout, dtype=bool)
-    np.save(out / "lengths.npy", lengths_array)
-    np.save(out / "heldout.npy", heldout_array)
-    np.save(out / "heldout_offsets.npy", np.array(heldout_offsets, dtype=np.int64))
+    _write_meta(out, writer, tokenizer, source)
+    return open_prepared(out)
+
+
+def _batches(documents: Iterable[str]) -> Iterator[list[str]]:
+    """The non-empty documents in batches of BATCH_DOCUMENTS (the last one shorter)."""
+    batch = []
+    for text in documents:
+        if text:
+            batch.append(text)
+        if len(batch) == BATCH_DOCUMENTS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _write_meta(out: Path, writer: _SplitWriter, tokenizer, source: str) -> None:
+    """The index arrays, the tokenizer and META_FILE (format, source, tokenizer, split, summary)."""
+    lengths, heldout = np.array(writer.lengths, dtype=np.int64), np.array(writer.heldout, dtype=bool)
+    np.save(out / "lengths.npy", lengths)
+    np.save(out / "heldout.npy", heldout)
+    np.save(out / "heldout_offsets.npy", np.array(writer.heldout_offsets, dtype=np.int64))
     tokenizer.save(out)
+    fraction = writer.fraction
     meta = {
         "format": FORMAT,
         "source": source,
         "tokenizer": tokenizer.spec,
         "vocab_size": tokenizer.vocab_size,
-        "dtype": dtype.name,
+        "dtype": writer.dtype.name,
         "heldout_fraction": fraction,
-        "heldout_sha1": sorted(heldout_hashes),
+        "heldout_sha1": sorted(writer.heldout_hashes),
         "summary": {
             "spec": source,
             "documents": len(lengths),
-            "train_documents": int((~heldout_array).sum()),
-            "heldout_documents": int(heldout_array.sum()),
-            "train_tokens": int(lengths_array[~heldout_array].sum()),
-            "heldout_tokens": int(lengths_array[heldout_array].sum()),
-            "longest_heldout_document": int(lengths_array[heldout_array].max()),
-            "bytes": read_bytes,
+            "train_documents": int((~heldout).sum()),
+            "heldout_documents": int(heldout.sum()),
+            "train_tokens": int(lengths[~heldout].sum()),
+            "heldout_tokens": int(lengths[heldout].sum()),
+            "longest_heldout_document": int(lengths[heldout].max()),
+            "bytes": writer.read_bytes,
             "split": f"by document: held out when the first 32 bits of its sha1 fall in the lowest {fraction:g} of "
-            "their range "
-            "(decided per document while streaming; no near-duplicate grouping)",
+            "their range (decided per document while streaming; no near-duplicate grouping)",
         },
     }
     with atomic_write(out / META_FILE, "w") as handle:
         json.dump(meta, handle, indent=2)
-    return open_prepared(out)
 
 
 def is_prepared(path) -> bool:

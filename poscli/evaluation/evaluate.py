@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -311,6 +312,117 @@ def _identity(config: dict, eval_set: EvalSet, length: int, stride: int | None, 
     }
 
 
+class SetKey(NamedTuple):
+    """One evaluation set: a corpus as read (spec, held-out fraction, reading options) and tokenized
+    (the tokenizer's fingerprint); ``foreign``: not the runs' training corpus, so used whole."""
+
+    spec: str
+    fraction: float
+    options: CorpusOptions
+    fingerprint: str
+    foreign: bool
+
+
+class _Corpora:
+    """Corpora loaded and tokenized once per (spec, fraction, options, tokenizer)."""
+
+    def __init__(self):
+        self.tokenizers: dict[str, object] = {}  # fingerprint -> tokenizer
+        self._loaded: dict[tuple, Corpus] = {}
+
+    def get(self, spec: str, fraction: float, options: CorpusOptions, fingerprint: str) -> Corpus:
+        key = (spec, fraction, options, fingerprint)
+        if key not in self._loaded:
+            self._loaded[key] = load_corpus(spec, fraction, options).tokenized(self.tokenizers[fingerprint])
+        return self._loaded[key]
+
+    def of(self, key: SetKey) -> Corpus:
+        return self.get(key.spec, key.fraction, key.options, key.fingerprint)
+
+    def token_bytes(self, key: SetKey):
+        tokenizer = self.tokenizers[key.fingerprint]
+        return None if tokenizer.spec == "bytes" else tokenizer.token_bytes()
+
+
+class _Plan(NamedTuple):
+    folder: Path
+    config: dict
+    key: SetKey
+    lengths: list[int]
+
+
+def _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, corpora: _Corpora):
+    """Each run's folder, config, evaluation set and lengths, every run checked first; and, per set,
+    its span length (the longest length asked on it) and the training corpus whose train split fits
+    the reference row."""
+    plans, span_lengths, homes = [], {}, {}
+    for name in run_names:
+        folder = runs.find_run(name, results)
+        config = runs.read_config(folder)
+        train_config = TrainConfig.from_dict(config["train"])
+        tokenizer = run_tokenizer(train_config.tokenizer, folder)
+        fingerprint = tokenizer.fingerprint()
+        corpora.tokenizers[fingerprint] = tokenizer
+        trained_on = (train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config), fingerprint)
+        spec = data or trained_on[0]
+        foreign = spec != trained_on[0]
+        # a set per corpus as read and tokenized: runs with other tokenizers score other spans
+        if foreign:
+            key = SetKey(spec, 0.1, CorpusOptions(), fingerprint, True)
+        else:
+            key = SetKey(*trained_on, False)
+        corpus = corpora.of(key)
+        if not foreign and not allow_split_mismatch:
+            check_split(config, corpus)
+        run_lengths = lengths or default_lengths(config)
+        if stride is not None and stride > min(run_lengths):
+            raise PoscliError(
+                f"--stride {stride} is longer than the length {min(run_lengths)}; use a stride of at most the shortest "
+                "length"
+            )
+        span_lengths[key] = max(span_lengths.get(key, 0), *run_lengths)
+        homes.setdefault(key, trained_on)
+        plans.append(_Plan(folder, config, key, run_lengths))
+    return plans, span_lengths, homes
+
+
+NOT_APPLICABLE = {
+    **dict.fromkeys(("ppl", "ci_low", "ci_high", "bpb", "bpb_low", "bpb_high"), float("nan")),
+    "bytes": 0,
+    "loss": float("nan"),
+    **dict.fromkeys(("windows", "spans", "documents", "tokens"), 0),
+}  # a row's values where the run cannot be evaluated at the length (e.g. a learned table's rows run out)
+
+
+class _Rows:
+    """The rows an evaluation collects: perplexity rows, loss-by-position rows and per-span rows."""
+
+    def __init__(self):
+        self.rows, self.positions, self.spans = [], [], []
+        self.now = datetime.now(UTC).isoformat(timespec="seconds")
+
+    def add(self, identity: dict, eval_set: EvalSet, result: dict) -> None:
+        span_loss, span_tokens = result.pop("span_loss"), result.pop("span_tokens")
+        for span, (unit, loss, tokens) in enumerate(zip(eval_set.units, span_loss, span_tokens)):
+            keys = {k: identity[k] for k in TABLE_KEY}
+            self.spans.append({**keys, "span": span, "unit": int(unit), "loss": float(loss), "tokens": int(tokens)})
+        self.rows.append(
+            {**identity, **result, "eval_set": eval_set.fingerprint, "note": eval_set.note(), "evaluated": self.now}
+        )
+
+    def add_not_applicable(self, identity: dict, eval_set: EvalSet, reason: Exception) -> None:
+        note = f"n/a: {reason}"
+        self.rows.append(
+            {**identity, **NOT_APPLICABLE, "eval_set": eval_set.fingerprint, "note": note, "evaluated": self.now}
+        )
+
+    def mark(self) -> tuple[int, int, int]:
+        return len(self.rows), len(self.positions), len(self.spans)
+
+    def since(self, mark: tuple[int, int, int]) -> dict[str, list[dict]]:
+        return {"rows": self.rows[mark[0] :], "positions": self.positions[mark[1] :], "spans": self.spans[mark[2] :]}
+
+
 def evaluate_runs(
     run_names: list[str],
     lengths: list[int] | None,
@@ -350,155 +462,78 @@ def evaluate_runs(
         raise PoscliError(f"--stride must be at least 1, got {stride}")
     device = select_device(device)
     data = absolute_spec(data) if data is not None else None
-    corpora: dict[tuple, Corpus] = {}
-    tokenizers: dict[str, object] = {}  # fingerprint -> tokenizer
-
-    def corpus_for(spec: str, fraction: float, options: CorpusOptions, fingerprint: str) -> Corpus:
-        if (spec, fraction, options, fingerprint) not in corpora:
-            corpora[(spec, fraction, options, fingerprint)] = load_corpus(spec, fraction, options).tokenized(
-                tokenizers[fingerprint]
-            )
-        return corpora[(spec, fraction, options, fingerprint)]
-
-    plans = []  # (folder, config, set key, lengths)
-    span_lengths: dict[tuple, int] = {}
-    homes: dict[tuple, tuple] = {}  # set key -> the training corpus whose train split fits the reference
-    for name in run_names:
-        folder = runs.find_run(name, results)
-        config = runs.read_config(folder)
-        train_config = TrainConfig.from_dict(config["train"])
-        tokenizer = run_tokenizer(train_config.tokenizer, folder)
-        fingerprint = tokenizer.fingerprint()
-        tokenizers[fingerprint] = tokenizer
-        trained_on = (train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config), fingerprint)
-        spec = data or trained_on[0]
-        foreign = spec != trained_on[0]
-        # a set per corpus as read and tokenized: runs with other tokenizers score other spans
-        key = (
-            spec,
-            trained_on[1] if not foreign else 0.1,
-            trained_on[2] if not foreign else CorpusOptions(),
-            fingerprint,
-            foreign,
-        )
-        corpus = corpus_for(*key[:4])
-        if not foreign and not allow_split_mismatch:
-            check_split(config, corpus)
-        run_lengths = lengths or default_lengths(config)
-        if stride is not None and stride > min(run_lengths):
-            raise PoscliError(
-                f"--stride {stride} is longer than the length {min(run_lengths)}; use a stride of at most the shortest "
-                "length"
-            )
-        span_lengths[key] = max(span_lengths.get(key, 0), *run_lengths)
-        homes.setdefault(key, trained_on)
-        plans.append((folder, config, key, run_lengths))
+    corpora = _Corpora()
+    plans, span_lengths, homes = _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, corpora)
     eval_sets = {
         key: build_eval_set(
-            corpus_for(*key[:4]),
-            span_length,
-            max_tokens,
-            protocol,
-            all_documents=key[4],
-            token_bytes=None if tokenizers[key[3]].spec == "bytes" else tokenizers[key[3]].token_bytes(),
+            corpora.of(key), span_length, max_tokens, protocol, all_documents=key.foreign,
+            token_bytes=corpora.token_bytes(key),
         )
         for key, span_length in span_lengths.items()
-    }  # raises now, not after an hour of evaluation
-
-    rows, position_rows, span_rows = [], [], []
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-
-    def add(identity: dict, eval_set: EvalSet, result: dict) -> None:
-        span_loss, span_tokens = result.pop("span_loss"), result.pop("span_tokens")
-        for span, (unit, loss, tokens) in enumerate(zip(eval_set.units, span_loss, span_tokens)):
-            span_rows.append(
-                {
-                    **{k: identity[k] for k in TABLE_KEY},
-                    "span": span,
-                    "unit": int(unit),
-                    "loss": float(loss),
-                    "tokens": int(tokens),
-                }
-            )
-        rows.append({**identity, **result, "eval_set": eval_set.fingerprint, "note": eval_set.note(), "evaluated": now})
-
-    for folder, config, key, run_lengths in plans:
-        done = (len(rows), len(position_rows), len(span_rows))
-        eval_set = eval_sets[key]
-        model, config = runs.load_model(folder, str(device))
+    }  # raises now, not after an hour of evaluation  # fmt: skip
+    collected = _Rows()
+    for plan in plans:
+        mark = collected.mark()
+        model, config = runs.load_model(plan.folder, str(device))
         if compile:
-            compile_model(model, device, min(run_lengths), report=progress.console.print if progress else print)
-        for length in run_lengths:
-            identity = _identity(config, eval_set, length, stride)
-            count = len(eval_set.windows(length, stride))
-            task = progress.add_task(f"{identity['label']} @ {length}", total=count) if progress else None
-            advance = (lambda n, task=task: progress.advance(task, n)) if progress else None
-            try:
-                result = perplexity(model, eval_set, length, device, stride, on_window=advance)
-            except NotApplicable as reason:
-                rows.append(
-                    {
-                        **identity,
-                        "ppl": float("nan"),
-                        "ci_low": float("nan"),
-                        "ci_high": float("nan"),
-                        "bpb": float("nan"),
-                        "bpb_low": float("nan"),
-                        "bpb_high": float("nan"),
-                        "bytes": 0,
-                        "loss": float("nan"),
-                        "windows": 0,
-                        "spans": 0,
-                        "documents": 0,
-                        "tokens": 0,
-                        "eval_set": eval_set.fingerprint,
-                        "note": f"n/a: {reason}",
-                        "evaluated": now,
-                    }
-                )
-                if progress:
-                    progress.update(task, completed=count)
-                continue
-            for bucket in loss_by_position(
-                result.pop("position_loss"), result.pop("position_tokens"), min(length, eval_set.span_length)
-            ):
-                position_rows.append({**identity, **bucket})
-            add(identity, eval_set, result)
-            context = null_context(config)
-            if null and length > context and stride is None:
-                identity = _identity(config, eval_set, length, None, context)
-                result = perplexity(model, eval_set, length, device, context=context)
-                del result["position_loss"], result["position_tokens"]
-                add(identity, eval_set, result)
+            compile_model(model, device, min(plan.lengths), report=progress.console.print if progress else print)
+        for length in plan.lengths:
+            _evaluate_length(collected, model, config, eval_sets[plan.key], length, device, stride, null, progress)
         if save:
-            save({"rows": rows[done[0] :], "positions": position_rows[done[1] :], "spans": span_rows[done[2] :]})
-
+            save(collected.since(mark))
     if reference:
-        from poscli.evaluation.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
+        _reference_rows(collected, eval_sets, plans, homes, corpora, stride)
+    return {"rows": collected.rows, "positions": collected.positions, "spans": collected.spans}
 
-        for key, eval_set in eval_sets.items():
-            if tokenizers[key[3]].spec != "bytes":
-                continue  # the 3-gram reference is over bytes (a dense 256^3 table)
-            home = corpus_for(*homes[key])
-            train = home.train_tokens()
-            if isinstance(
-                train, TokenFile
-            ):  # a prepared corpus: its first REFERENCE_TOKENS tokens, read, not loaded whole
-                train = train.read(0, min(len(train), REFERENCE_TOKENS))
-            ngram = NGram.fit(train)
-            span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])
-            span_tokens = np.full(eval_set.num_spans, float(eval_set.span_length))
-            config = {"name": REFERENCE_RUN, "model": {"pe": "reference", "train_length": 0}}
-            for length in sorted({n for _, _, k, ls in plans if k == key for n in ls}):
-                identity = {
-                    **_identity({**config, "label": REFERENCE_LABEL}, eval_set, length, stride),
-                    "label": f"3-gram, no positions ({homes[key][0]} train split)",
-                }
-                result = summarize(eval_set, span_loss, span_tokens) | {
-                    "windows": len(eval_set.windows(length, stride))
-                }
-                add(identity, eval_set, result)
-    return {"rows": rows, "positions": position_rows, "spans": span_rows}
+
+def _evaluate_length(collected: _Rows, model, config, eval_set: EvalSet, length, device, stride, null, progress):
+    """One run at one length: its row (or an n/a row), its loss by position, and its truncation null."""
+    identity = _identity(config, eval_set, length, stride)
+    count = len(eval_set.windows(length, stride))
+    task = progress.add_task(f"{identity['label']} @ {length}", total=count) if progress else None
+    advance = (lambda n, task=task: progress.advance(task, n)) if progress else None
+    try:
+        result = perplexity(model, eval_set, length, device, stride, on_window=advance)
+    except NotApplicable as reason:
+        collected.add_not_applicable(identity, eval_set, reason)
+        if progress:
+            progress.update(task, completed=count)
+        return
+    for bucket in loss_by_position(
+        result.pop("position_loss"), result.pop("position_tokens"), min(length, eval_set.span_length)
+    ):
+        collected.positions.append({**identity, **bucket})
+    collected.add(identity, eval_set, result)
+    context = null_context(config)
+    if null and length > context and stride is None:
+        identity = _identity(config, eval_set, length, None, context)
+        result = perplexity(model, eval_set, length, device, context=context)
+        del result["position_loss"], result["position_tokens"]
+        collected.add(identity, eval_set, result)
+
+
+def _reference_rows(collected: _Rows, eval_sets: dict, plans: list[_Plan], homes: dict, corpora: _Corpora, stride):
+    """The context-free 3-gram row (``poscli.evaluation.reference``) on every byte-level set, at
+    every length asked of it, fitted on the train split of the set's runs' corpus."""
+    from poscli.evaluation.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
+
+    for key, eval_set in eval_sets.items():
+        if corpora.tokenizers[key.fingerprint].spec != "bytes":
+            continue  # the 3-gram reference is over bytes (a dense 256^3 table)
+        train = corpora.get(*homes[key]).train_tokens()
+        if isinstance(train, TokenFile):  # a prepared corpus: its first REFERENCE_TOKENS tokens, read, not loaded whole
+            train = train.read(0, min(len(train), REFERENCE_TOKENS))
+        ngram = NGram.fit(train)
+        span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])
+        span_tokens = np.full(eval_set.num_spans, float(eval_set.span_length))
+        config = {"name": REFERENCE_RUN, "model": {"pe": "reference", "train_length": 0}}
+        for length in sorted({n for plan in plans if plan.key == key for n in plan.lengths}):
+            identity = {
+                **_identity({**config, "label": REFERENCE_LABEL}, eval_set, length, stride),
+                "label": f"3-gram, no positions ({homes[key][0]} train split)",
+            }
+            result = summarize(eval_set, span_loss, span_tokens) | {"windows": len(eval_set.windows(length, stride))}
+            collected.add(identity, eval_set, result)
 
 
 def write_tables(

@@ -69,36 +69,17 @@ def extend(
     recorded = chosen.recorded_options(changes, options)
     changes["train_length"] = finetune_length if steps else original_length
     model_config = ModelConfig.from_dict({**parent_config.to_dict(), **changes})
-    train_config = TrainConfig.from_dict(
-        {
-            **parent["train"],
-            "steps": steps,
-            "minutes": None,
-            "lr": lr,
-            "warmup_steps": min(20, steps),
-            "batch_size": batch_size,
-            "seed": seed,
-            "device": device,
-            "random_positions": 0,  # fine-tuning at the new length uses plain positions
-            "pose": target if pose else 0,  # or PoSE's skipping positions up to the target
-        }
-    )
+    train_config = _finetune_config(parent["train"], steps, lr, batch_size, seed, device, target if pose else 0)
     label = chosen.label(runs.run_label(parent), factor, steps, finetune_length, changes)
     if pose:
         label += f" (PoSE to {format_length(target)})"
     finetune = {"steps": steps, "length": finetune_length if steps else None, "batch_size": batch_size, "lr": lr}
+    extension = {"method": method, "factor": factor, "target": target, "original_length": original_length}
     lineage = {
         "parent": parent["name"],
         "parent_budget": runs.training_budget(parent),  # what the base had seen: tokens_seen counts both
         "label": label,
-        "extension": {
-            "method": method,
-            "factor": factor,
-            "target": target,
-            "original_length": original_length,
-            "options": recorded,
-            "finetune": {**finetune, "pose": pose},
-        },
+        "extension": {**extension, "options": recorded, "finetune": {**finetune, "pose": pose}},
     }
     if name is None:
         name = re.sub(r"[^A-Za-z0-9._+-]", "", f"{parent['name']}+{method}-x{factor:g}{'-pose' if pose else ''}")
@@ -115,6 +96,15 @@ def extend(
         initial_weights=weights,
         lineage=lineage,
         replace=replace,
+    )
+
+
+def _finetune_config(parent_train: dict, steps, lr, batch_size, seed, device, pose_target: int) -> TrainConfig:
+    """The parent's training config with the fine-tuning's steps, rate, batch, seed and device; plain
+    positions, or PoSE's skipping positions up to ``pose_target`` (0: off)."""
+    changes = {"steps": steps, "minutes": None, "lr": lr, "warmup_steps": min(20, steps), "batch_size": batch_size}
+    return TrainConfig.from_dict(
+        {**parent_train, **changes, "seed": seed, "device": device, "random_positions": 0, "pose": pose_target}
     )
 
 

@@ -495,7 +495,8 @@ EVAL_DECLARED: dict[str, Option] = declare(
     Option(
         "keys",
         None,
-        "passkey: keys per prompt (default: the run's training format; K > 1: distractors).",
+        "passkey: keys per prompt (default: the run's training format; K > 1: distractors); multivalue: values "
+        "under the one key (default 4).",
         kind=int,
         metavar="K",
     ),

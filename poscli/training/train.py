@@ -61,6 +61,11 @@ class TrainingInterrupted(PoscliError):
         error.exit_code = 128 + number  # 130 for SIGINT, 143 for SIGTERM
         return error
 
+    @classmethod
+    def mid_step(cls, step: int, name: str) -> TrainingInterrupted:
+        """A second signal stopped a step halfway: the last checkpoint is the state to resume from."""
+        return cls(f"interrupted at step {step}; resume from the last checkpoint with: poscli train --resume {name}")
+
 
 def learning_rate(step: int, progress: float, config: TrainConfig) -> float:
     """Linear warmup over ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio``.
@@ -305,22 +310,8 @@ def train(
             name, results, resume=f"poscli {'extend ' + name + ' --resume' if lineage else 'train --resume ' + name}"
         )
     device = _select_device(group, train_config.device)
-    train_config = TrainConfig.from_dict({**train_config.to_dict(), "data": absolute_spec(train_config.data)})
-    corpus = load_corpus(train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config))
     parent = runs.find_run(lineage["parent"], results) if lineage and lineage.get("parent") else None
-    tokenizer = resolve_tokenizer(train_config, corpus, parent)
-    corpus = corpus.tokenized(tokenizer)
-    train_config = TrainConfig.from_dict({**train_config.to_dict(), "tokenizer": tokenizer.spec})
-    model_config = ModelConfig.from_dict({**model_config.to_dict(), "vocab_size": tokenizer.vocab_size})
-    check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
-    PasskeyTraining.plan(
-        train_config, model_config, tokenizer
-    )  # a bad --mix, a train length too short for passkeys, merged digits: now
-    encodings.check_random_positions(model_config, train_config)
-    model_config = encodings.resolve_options(model_config)  # config.json records every option
-    if train_config.random_positions:  # e.g. a learned table needs a row for every position it may draw
-        grown = encodings.get(model_config.pe).grown_for_positions(model_config, train_config.random_positions)
-        model_config = ModelConfig.from_dict({**model_config.to_dict(), **grown})
+    corpus, tokenizer, model_config, train_config = _data_and_configs(model_config, train_config, parent)
 
     torch.manual_seed(train_config.seed)
     model = GPT(model_config)
@@ -344,30 +335,52 @@ def train(
         "parent": None,
         **(lineage or {}),
     }
+    show_progress = show_progress and group.is_main
+    loop = (run, config, model, optimizer, generator, corpus, device, console, show_progress)
     if not group.is_main:
-        return _train_loop(
-            run, config, model, optimizer, generator, corpus, device, console, False, group=group, tokenizer=tokenizer
-        )
+        return _train_loop(*loop, group=group, tokenizer=tokenizer)
     from poscli.training.memory import training_memory
 
     estimate = training_memory(
-        model,
-        model_config.train_length,
-        train_config.batch_size,
-        train_config.accumulate,
-        device,
-        train_config.dtype,
-        group.world_size,
-    )
+        model, model_config.train_length, train_config.batch_size, train_config.accumulate, device,
+        train_config.dtype, group.world_size,
+    )  # fmt: skip
     config["memory_estimate_gib"] = round(estimate.total / 2**30, 3)
     tokenizer.save(run)
     runs.write_config(run, config)
     runs.save_checkpoint(run, model, optimizer, generator, step=0, elapsed=0.0)
+    _announce(console, run, config, model, device, group, estimate)
+    return _train_loop(*loop, group=group, tokenizer=tokenizer)
+
+
+def _data_and_configs(model_config: ModelConfig, train_config: TrainConfig, parent: Path | None):
+    """The corpus, tokenized (with the parent's tokenizer when extending), and the configs as the run
+    records them: the data path absolute, the tokenizer and vocabulary, every encoding option, a
+    learned table grown for --random-positions. Everything is checked here, before a file is written."""
+    train_config = TrainConfig.from_dict({**train_config.to_dict(), "data": absolute_spec(train_config.data)})
+    corpus = load_corpus(train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config))
+    tokenizer = resolve_tokenizer(train_config, corpus, parent)
+    corpus = corpus.tokenized(tokenizer)
+    train_config = TrainConfig.from_dict({**train_config.to_dict(), "tokenizer": tokenizer.spec})
+    model_config = ModelConfig.from_dict({**model_config.to_dict(), "vocab_size": tokenizer.vocab_size})
+    check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
+    PasskeyTraining.plan(train_config, model_config, tokenizer)  # a bad --mix, a train length too short, merged digits
+    encodings.check_random_positions(model_config, train_config)
+    model_config = encodings.resolve_options(model_config)  # config.json records every option
+    if train_config.random_positions:  # e.g. a learned table needs a row for every position it may draw
+        grown = encodings.get(model_config.pe).grown_for_positions(model_config, train_config.random_positions)
+        model_config = ModelConfig.from_dict({**model_config.to_dict(), **grown})
+    return corpus, tokenizer, model_config, train_config
+
+
+def _announce(console: Console, run: Path, config: dict, model, device, group: Group, estimate) -> None:
+    """The run's first two lines: what is trained on what, and the batch and its memory."""
+    model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
     console.print(
         f"run [bold]{run.name}[/]{' (' + config['label'] + ')' if config['label'] else ''}: pe={model_config.pe}, "
         f"{model.num_parameters() / 1e6:.2f}M parameters, "
         f"train length {model_config.train_length}, on "
-        f"{device}{f' x {group.world_size} processes' if group.active else ''}; corpus {corpus.spec!r}: "
+        f"{device}{f' x {group.world_size} processes' if group.active else ''}; corpus {config['data']['spec']!r}: "
         f"{config['data']['train_tokens'] / 1e6:.1f}M train / {config['data']['heldout_tokens'] / 1e6:.2f}M held-out "
         "tokens"
     )
@@ -375,19 +388,6 @@ def train(
     console.print(
         f"batch {train_config.batch_size} sequences x {model_config.train_length} tokens per step{accumulation}; "
         f"{estimate.line()}"
-    )
-    return _train_loop(
-        run,
-        config,
-        model,
-        optimizer,
-        generator,
-        corpus,
-        device,
-        console,
-        show_progress,
-        group=group,
-        tokenizer=tokenizer,
     )
 
 
@@ -541,6 +541,112 @@ class _StopRequest:
         return False
 
 
+def _progress_bar(console: Console, show_progress: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[speed]} tok/s"),
+        TimeElapsedColumn(),
+        TextColumn("left {task.fields[left]}"),
+        console=console,
+        disable=not show_progress,
+        transient=False,
+    )
+
+
+def _batch(stream, train_config: TrainConfig, model_config: ModelConfig, generator, device, passkey, group: Group):
+    """One step's batch, this process's rows of it: tokens, targets (B, T), positions (T,) or (B, T)
+    or None, answer weights (B, T) or None. The generator draws the batch, then the positions."""
+    tokens, targets, weights = sample_batch(
+        stream, train_config.batch_size, model_config.train_length, generator, device, passkey
+    )
+    positions = None
+    if train_config.random_positions:
+        positions = sample_positions(
+            train_config.batch_size, model_config.train_length, train_config.random_positions, generator, device
+        )
+    elif train_config.pose:
+        positions = pose_positions(
+            model_config.train_length, train_config.pose, train_config.pose_chunks, generator, device
+        )
+    shared = positions if positions is not None and positions.dim() == 1 else None  # PoSE: one row for every sequence
+    tokens, targets, positions, weights = group.shard(
+        tokens, targets, None if shared is not None else positions, weights
+    )  # the global batch, this process's rows
+    return tokens, targets, shared if shared is not None else positions, weights
+
+
+class _Log:
+    """Every ``log_every`` steps (and the last): a line in metrics.jsonl and the progress bar's
+    loss, speed and time left; the bar's count on every step."""
+
+    def __init__(self, metrics, progress: Progress, name: str, step: int, train_config, tokens_per_step: int, start):
+        self.task = progress.add_task(
+            f"train {name}", total=train_config.steps, completed=step, loss="-", speed="-", left="-"
+        )
+        self.metrics, self.progress, self.config = metrics, progress, train_config
+        self.tokens_per_step, self.start = tokens_per_step, start
+        self.window_start, self.window_tokens = time.perf_counter(), 0
+
+    def step(self, step: int, loss: torch.Tensor, lr: float, budget_seconds: float | None) -> None:
+        self.window_tokens += self.tokens_per_step
+        if step % self.config.log_every and step != self.config.steps:
+            self.progress.update(self.task, completed=step)
+            return
+        now = time.perf_counter()
+        speed = self.window_tokens / (now - self.window_start)
+        self.window_start, self.window_tokens = now, 0
+        elapsed = now - self.start
+        left = (self.config.steps - step) * self.tokens_per_step / speed
+        if budget_seconds is not None:
+            left = min(left, budget_seconds - elapsed)
+        record = {"step": step, "loss": round(loss.item(), 5), "lr": lr, "tokens_per_s": round(speed)}
+        self.metrics.write(json.dumps({**record, "elapsed_s": round(elapsed, 2)}) + "\n")
+        self.metrics.flush()
+        self.progress.update(
+            self.task, completed=step, loss=f"{loss.item():.3f}", speed=f"{speed:,.0f}", left=f"{max(0, left):.0f}s"
+        )
+
+
+def _token_stream(corpus: Corpus):
+    """The training tokens: (N_train,) uint8 or int32 in memory, or a TokenFile for a prepared corpus."""
+    stream = corpus.train_tokens()
+    if isinstance(stream, TokenFile):
+        return stream
+    return torch.from_numpy(stream if stream.dtype == np.uint8 else stream.astype(np.int32))
+
+
+def _set_learning_rate(optimizer, step: int, elapsed: float, budget_seconds: float | None, train_config) -> float:
+    """The schedule's rate at this step (or at this fraction of a --minutes budget, if further), set on every group."""
+    fraction_done = max(step / train_config.steps, elapsed / budget_seconds if budget_seconds else 0.0)
+    lr = learning_rate(step, fraction_done, train_config)
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr
+    return lr
+
+
+def _stopping(stop: _StopRequest, group: Group) -> bool:
+    """A signal arrived, in any process: every process stops at the same step, or the others would wait forever."""
+    stopping = stop.signal is not None
+    if group.active:
+        stopping = bool(group.mean(torch.tensor([float(stopping)])) > 0)
+    return stopping
+
+
+def _check_finite(loss: torch.Tensor, step: int, run: Path, config: dict, main: bool, lr: float) -> None:
+    if torch.isfinite(loss):
+        return
+    if main:
+        runs.write_config(run, {**config, "status": "failed", "steps_done": step})
+    raise PoscliError(
+        f"the loss became {loss.item()} at step {step}; the last good checkpoint in {run} is kept "
+        "(resume it with a lower --lr by training anew, or inspect it). Try a lower --lr (now "
+        f"{lr})"
+    )
+
+
 def _train_loop(
     run: Path,
     config: dict,
@@ -561,31 +667,17 @@ def _train_loop(
     group = Group() if group is None else group
     main = group.is_main
     loss_fn = data_parallel_loss(model, group)
-    model_config = ModelConfig.from_dict(config["model"])
-    train_config = TrainConfig.from_dict(config["train"])
+    model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
     passkey = PasskeyTraining.plan(train_config, model_config, tokenizer)
     if train_config.compile:
         compile_model(model, device, model_config.train_length, report=console.print if main else lambda line: None)
-    stream = corpus.train_tokens()  # (N_train,) uint8 or wider; a TokenFile for a prepared corpus
-    if not isinstance(stream, TokenFile):
-        stream = torch.from_numpy(stream if stream.dtype == np.uint8 else stream.astype(np.int32))
-    tokens_per_step = train_config.batch_size * model_config.train_length
-    snapshot_steps = set(train_config.snapshot_steps())
-    budget_seconds = train_config.minutes * 60 if train_config.minutes else None
-    start = time.perf_counter() - elapsed_before
-    step = start_step
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}"),
-        TextColumn("{task.fields[speed]} tok/s"),
-        TimeElapsedColumn(),
-        TextColumn("left {task.fields[left]}"),
-        console=console,
-        disable=not show_progress,
-        transient=False,
+    stream = _token_stream(corpus)
+    snapshot_steps, tokens_per_step = (
+        set(train_config.snapshot_steps()),
+        train_config.batch_size * model_config.train_length,
     )
+    budget_seconds = train_config.minutes * 60 if train_config.minutes else None
+    start, step, progress = time.perf_counter() - elapsed_before, start_step, _progress_bar(console, show_progress)
 
     def checkpoint(status: str = "running") -> None:
         if not main:
@@ -594,110 +686,38 @@ def _train_loop(
         runs.save_weights(model, run)
         runs.write_config(run, {**config, "status": status, "steps_done": step})
 
-    metrics = open(run / runs.METRICS_FILE, "a", encoding="utf-8") if main else open(os.devnull, "w")  # noqa: SIM115
+    metrics = open(run / runs.METRICS_FILE if main else os.devnull, "a", encoding="utf-8")  # noqa: SIM115
     model.train()
     try:
         with progress, _StopRequest() as stop:
-            task = progress.add_task(
-                f"train {config['name']}", total=train_config.steps, completed=step, loss="-", speed="-", left="-"
-            )
-            window_start, window_tokens = time.perf_counter(), 0
+            log = _Log(metrics, progress, config["name"], step, train_config, tokens_per_step, start)
             while step < train_config.steps:
-                stopping = stop.signal is not None
-                if group.active:  # every process stops at the same step, or the others would wait forever
-                    stopping = bool(group.mean(torch.tensor([float(stopping)])) > 0)
-                if stopping:
+                if _stopping(stop, group):
                     checkpoint("interrupted")
                     raise TrainingInterrupted.by(stop.signal or signal.SIGTERM, step, run, main)
                 elapsed = time.perf_counter() - start
                 if budget_seconds is not None and elapsed >= budget_seconds:
                     break
-                fraction_done = max(step / train_config.steps, elapsed / budget_seconds if budget_seconds else 0.0)
-                lr = learning_rate(step, fraction_done, train_config)
-                for param_group in optimizer.param_groups:
-                    param_group["lr"] = lr
-                tokens, targets, weights = sample_batch(
-                    stream, train_config.batch_size, model_config.train_length, generator, device, passkey
+                lr = _set_learning_rate(optimizer, step, elapsed, budget_seconds, train_config)
+                tokens, targets, positions, weights = _batch(
+                    stream, train_config, model_config, generator, device, passkey, group
                 )
-                positions = None
-                if train_config.random_positions:
-                    positions = sample_positions(
-                        train_config.batch_size,
-                        model_config.train_length,
-                        train_config.random_positions,
-                        generator,
-                        device,
-                    )
-                elif train_config.pose:
-                    positions = pose_positions(
-                        model_config.train_length, train_config.pose, train_config.pose_chunks, generator, device
-                    )
-                shared = (
-                    positions if positions is not None and positions.dim() == 1 else None
-                )  # PoSE: one row for every sequence
-                tokens, targets, positions, weights = group.shard(
-                    tokens, targets, None if shared is not None else positions, weights
-                )  # the global batch, this process's rows
-                positions = shared if shared is not None else positions
                 if step == start_step:
                     config["first_step_at"] = time.time()  # with the launch time, how long start-up took
                 loss = training_step(
-                    model,
-                    optimizer,
-                    tokens,
-                    targets,
-                    train_config.grad_clip,
-                    train_config.dtype,
-                    loss_fn=loss_fn,
-                    group=group if group.active else None,
-                    positions=positions,
-                    weights=weights,
+                    model, optimizer, tokens, targets, train_config.grad_clip, train_config.dtype, loss_fn=loss_fn,
+                    group=group if group.active else None, positions=positions, weights=weights,
                     accumulate=train_config.accumulate,
-                )
-                if not torch.isfinite(loss):
-                    if main:
-                        runs.write_config(run, {**config, "status": "failed", "steps_done": step})
-                    raise PoscliError(
-                        f"the loss became {loss.item()} at step {step}; the last good checkpoint in {run} is kept "
-                        "(resume it with a lower --lr by training anew, or inspect it). Try a lower --lr (now "
-                        f"{train_config.lr})"
-                    )
+                )  # fmt: skip
+                _check_finite(loss, step, run, config, main, train_config.lr)
                 step += 1
-                window_tokens += tokens_per_step
-                if step % train_config.log_every == 0 or step == train_config.steps:
-                    now = time.perf_counter()
-                    speed = window_tokens / (now - window_start)
-                    window_start, window_tokens = now, 0
-                    elapsed = now - start
-                    left = (train_config.steps - step) * tokens_per_step / speed
-                    if budget_seconds is not None:
-                        left = min(left, budget_seconds - elapsed)
-                    record = {
-                        "step": step,
-                        "loss": round(loss.item(), 5),
-                        "lr": lr,
-                        "tokens_per_s": round(speed),
-                        "elapsed_s": round(elapsed, 2),
-                    }
-                    metrics.write(json.dumps(record) + "\n")
-                    metrics.flush()
-                    progress.update(
-                        task,
-                        completed=step,
-                        loss=f"{loss.item():.3f}",
-                        speed=f"{speed:,.0f}",
-                        left=f"{max(0, left):.0f}s",
-                    )
-                else:
-                    progress.update(task, completed=step)
+                log.step(step, loss, lr, budget_seconds)
                 if step in snapshot_steps and main:
                     runs.save_snapshot(run, model, config, step)
                 if step % train_config.checkpoint_every == 0:
                     checkpoint()
     except KeyboardInterrupt:  # a second Ctrl-C mid-step: the last checkpoint is the state to resume from
-        raise TrainingInterrupted(
-            f"interrupted at step {step}; resume from the last checkpoint with: poscli train --resume {config['name']}"
-        ) from None
+        raise TrainingInterrupted.mid_step(step, config["name"]) from None
     finally:
         metrics.close()
 
@@ -705,6 +725,14 @@ def _train_loop(
     if not main:
         return None
     checkpoint("evaluating")
+    return _finish(run, config, model, corpus, device, tokenizer, (start_step, step), seconds, elapsed_before)
+
+
+def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, steps, seconds, elapsed_before):
+    """After the last step: the held-out perplexity at the train length, the finished config.json,
+    the TrainResult. ``steps``: (first step of this process, last step)."""
+    start_step, step = steps
+    model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
     model.eval()
     token_bytes = None if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.token_bytes()
     eval_set = build_eval_set(corpus, model_config.train_length, train_config.eval_tokens, token_bytes=token_bytes)
@@ -713,6 +741,7 @@ def _train_loop(
         key: heldout[key]
         for key in ("loss", "ppl", "ci_low", "ci_high", "bpb", "windows", "spans", "documents", "tokens")
     }
+    tokens_per_step = train_config.batch_size * model_config.train_length
     config.update(
         status="finished",
         steps_done=step,
