@@ -42,10 +42,10 @@ demo: install
 # Two pytest workers (pytest-xdist), one thread each, so the suite fits in 10 minutes on 2 cores;
 # tests/test_smoke.py runs recipes/smoke.toml, so make smoke is part of it.
 test: lint
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
 
 test-fast: install
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 lint: install
 	$(PY) -m ruff check .

@@ -75,16 +75,27 @@ def text_corpus(tmp_path):
 
 
 # The longest files first: two workers then finish together instead of one waiting on the other.
-LONGEST_FIRST = ("test_smoke.py", "test_docs.py", "test_recipes.py", "test_bench.py", "test_new_encoding.py")
+LONGEST_FIRST = ("test_docs.py", "test_smoke.py", "test_bench.py", "test_recipes.py", "test_new_method.py")
+
+
+# Files whose tests share no costly module fixture: each test may run on either worker (the rest
+# keep a file's tests on one worker, so its fixtures are built once).
+SPLIT_BY_TEST = ("test_docs.py", "test_new_method.py", "test_new_task.py", "test_new_encoding.py")
 
 
 def pytest_collection_modifyitems(items):
+    """The longest files first; every test in a file's xdist group (make test's ``--dist loadgroup``),
+    or its own group for the files in SPLIT_BY_TEST, so the README's blocks and the guide's run side by side."""
     items.sort(
         key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
     )
+    for item in items:
+        group = item.nodeid if item.path.name in SPLIT_BY_TEST else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 REPOSITORY = Path(__file__).resolve().parent.parent
+IN_PROCESS = "POSCLI_TEST_IN_PROCESS"  # read by run_poscli only: the plugin needs no copy of poscli
 
 
 @pytest.fixture(scope="session")
@@ -94,8 +105,24 @@ def small_corpus(tmp_path_factory):
 
 
 def run_poscli(*args, env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m poscli ARGS`` in ``env`` (e.g. one whose PYTHONPATH holds a plugin), captured."""
-    return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, env=env, cwd=cwd)
+    """``python -m poscli ARGS`` in ``env`` (e.g. one whose PYTHONPATH holds a plugin), captured. An
+    environment from ``module_outside`` (the plugin beside this very poscli) runs in this process,
+    its folder on sys.path and PYTHONPATH (for the processes a recipe starts); one from
+    ``package_with`` (another copy of poscli) needs a process of its own."""
+    if env.get(IN_PROCESS) != "1":
+        return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, env=env, cwd=cwd)
+    folder = env["PYTHONPATH"].split(os.pathsep)[0]
+    saved_path, saved_variable = list(sys.path), os.environ.get("PYTHONPATH")
+    sys.path.insert(0, folder)
+    os.environ["PYTHONPATH"] = env["PYTHONPATH"]
+    try:
+        return poscli_in_process(*args, cwd=cwd)
+    finally:
+        sys.path[:] = saved_path
+        if saved_variable is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved_variable
 
 
 def package_with(tmp_path: Path, member: str, text: str) -> dict:
@@ -110,4 +137,37 @@ def package_with(tmp_path: Path, member: str, text: str) -> dict:
 def module_outside(tmp_path: Path, module: str, text: str) -> dict:
     """``module``.py written to ``tmp_path``; returns the environment that imports it (and poscli)."""
     (tmp_path / f"{module}.py").write_text(text)
-    return {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPOSITORY}"}
+    return {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPOSITORY}", IN_PROCESS: "1"}
+
+
+def poscli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
+    """``poscli ARGS`` run by this process's interpreter as ``python -m poscli`` would run it: the
+    same ``main``, sys.argv, working folder, stdout and stderr captured, the exit code from
+    SystemExit, an escaped exception as a traceback on stderr and exit 1. Saves each call the
+    seconds a fresh interpreter spends importing torch (and torch._dynamo, which building an
+    optimizer imports); a test that needs a separate process (signals, PYTHONPATH, POSCLI_DEBUG)
+    starts one itself."""
+    import contextlib
+    import io
+    import traceback
+
+    from poscli.cli.app import main
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    sys.argv = ["poscli", *map(str, args)]
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main([str(arg) for arg in args])
+            except SystemExit as exit:
+                code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+            except Exception:  # what the interpreter would print before exiting with 1
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+    return subprocess.CompletedProcess(["poscli", *map(str, args)], code, out.getvalue(), err.getvalue())

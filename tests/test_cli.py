@@ -8,13 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import poscli_in_process
+
 TINY = "--layers 1 --width 32 --heads 4 --train-length 32 --batch-size 4 --warmup 2 --quiet".split()
 
 
 def poscli(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "poscli", *args], capture_output=True, text=True, cwd=cwd, env={**os.environ}
-    )
+    """``poscli ARGS``, in this process (``tests.conftest.poscli_in_process``)."""
+    return poscli_in_process(*args, cwd=cwd)
 
 
 def snapshot(folder):

@@ -328,15 +328,17 @@ EXTEND_ERRORS = [
     (["rope", "--method", "longrope", "--target", "1k", "--steps", "0"], "needs 4 long factors"),
     (["rope", "--method", "yarn", "--target", "1k", "--factor", "0.5"], "--factor must be at least 1"),
     (["nope", "--method", "yarn", "--target", "1k"], "no run named 'nope'"),
-    (["rope-pi0", "--method", "yarn", "--target", "1k"], "is already extended"),
+    (["rope-extended", "--method", "yarn", "--target", "1k"], "is already extended"),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args, message", EXTEND_ERRORS, ids=[" ".join(a) for a, _ in EXTEND_ERRORS])
 def test_extend_errors_are_one_line_exit_2_and_write_nothing(rope_run, args, message):
-    if args[0] == "rope-pi0" and not (rope_run / "runs" / "rope-pi0").exists():
-        pytest.skip("needs the run made by test_extend_without_training_keeps_the_weights_and_eval_labels_it")
+    if args[0] == "rope-extended" and not (rope_run / "runs" / "rope-extended").exists():  # a run to refuse
+        made = poscli("extend", "rope", "--method", "pi", "--target", "256", "--steps", "0", "--name", "rope-extended",
+                      "--results", str(rope_run), "--quiet")  # fmt: skip
+        assert made.returncode == 0, made.stderr
     before = sorted(p.name for p in (rope_run / "runs").iterdir())
     done = poscli("extend", *args, "--results", str(rope_run))
     assert done.returncode == 2, done.stderr

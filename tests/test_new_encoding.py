@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import module_outside, run_poscli
 from tests.test_cli import TINY
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -56,13 +57,7 @@ class LearnedSlope(PositionalEncoding):
 
 def through_the_cli(pe: str, env: dict, corpus: Path, results: Path, cwd: Path) -> None:
     def poscli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "poscli", *args, "--results", str(results)],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=cwd,
-        )
+        return run_poscli(*args, "--results", str(results), env=env, cwd=cwd)
 
     trained = poscli(
         "train", "--pe", pe, "-O", "slope=0.25", "--name", "slope", "--data", str(corpus), "--steps", "4", *TINY
@@ -126,6 +121,5 @@ def test_one_file_in_the_encodings_package_is_a_whole_new_encoding(corpus, tmp_p
 @pytest.mark.slow
 def test_one_module_outside_the_package_is_a_whole_new_encoding(corpus, tmp_path):
     """The same class as --pe module:Class (the registry tests ran on it above, as a package file)."""
-    (tmp_path / "slope_encoding.py").write_text(NEW_ENCODING)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPOSITORY}"}
+    env = module_outside(tmp_path, "slope_encoding", NEW_ENCODING)
     through_the_cli("slope_encoding:LearnedSlope", env, corpus, tmp_path / "results", tmp_path)

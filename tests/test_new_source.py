@@ -17,6 +17,7 @@ from poscli.data.sources import members, recorded_spec, resolve
 from poscli.data.sources.files import TextFiles
 from poscli.data.sources.glob import GlobFiles
 from poscli.errors import PoscliError
+from tests.conftest import module_outside, run_poscli
 from tests.test_cli import TINY
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -53,8 +54,7 @@ class Counting(Source):
 
 def through_the_cli(data: str, env: dict, results: Path, cwd: Path) -> None:
     def poscli(*args):
-        command = [sys.executable, "-m", "poscli", *args, "--results", str(results)]
-        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd)
+        return run_poscli(*args, "--results", str(results), env=env, cwd=cwd)
 
     trained = poscli("train", "--pe", "alibi", "--name", "counted", "--data", data, "--steps", "4", *TINY)
     assert trained.returncode == 0, trained.stderr
@@ -81,8 +81,7 @@ def test_one_file_in_the_sources_package_is_a_whole_new_source(tmp_path):
 
 @pytest.mark.slow
 def test_one_module_outside_the_package_is_a_whole_new_source(tmp_path):
-    (tmp_path / "counting_source.py").write_text(NEW_SOURCE.replace('@register("counting")\n', ""))
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPOSITORY}"}
+    env = module_outside(tmp_path, "counting_source", NEW_SOURCE.replace('@register("counting")\n', ""))
     through_the_cli("counting_source:Counting=7", env, tmp_path / "results", tmp_path)
 
 

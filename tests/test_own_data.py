@@ -101,13 +101,9 @@ TINY = ["--layers", "1", "--heads", "2", "--width", "32", "--train-length", "64"
 
 
 def poscli(*args, cwd=None):
-    import os
-    import subprocess
-    import sys
+    from tests.conftest import poscli_in_process
 
-    return subprocess.run(
-        [sys.executable, "-m", "poscli", *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy()
-    )
+    return poscli_in_process(*args, cwd=cwd)
 
 
 @pytest.mark.slow

@@ -17,12 +17,13 @@ from poscli.core.lengths import parse_length, parse_lengths
 from poscli.evaluation.seeds import seed_summary
 from poscli.study.published import extrapolation_class, peng2023, press2022
 from poscli.study.recipes import RecipeError, load_recipe
+from tests.conftest import poscli_in_process
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def poscli(*args):
-    return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, env={**os.environ})
+    return poscli_in_process(*args)
 
 
 def write(tmp_path, text: str) -> Path:
@@ -536,7 +537,6 @@ def test_ctrl_c_stops_the_recipe_with_checkpoints_and_the_next_run_resumes(tmp_p
     """SIGINT to `poscli run` (not its children) is passed on: the running training saves its
     checkpoint, the recipe exits 130 naming the command to continue, and the plan then resumes it."""
     import contextlib
-    import os
     import signal
     import time
 

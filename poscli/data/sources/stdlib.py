@@ -4,6 +4,7 @@ per file, test packages and site-packages left out. On every machine with Python
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import sysconfig
 from collections.abc import Iterator
@@ -39,14 +40,25 @@ class StandardLibrary(Source):
 
 
 def stdlib_files() -> list[Path]:
-    """The interpreter's standard library ``.py`` files, without test packages or site-packages."""
+    """The interpreter's standard library ``.py`` files, without test packages or site-packages.
+    The walk skips the folders it would leave out anyway (site-packages can hold thousands of files)."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = []
-    for path in root.rglob("*.py"):
-        parts = path.relative_to(root).parts
-        if parts[0] in ("site-packages", "dist-packages") or parts[0].startswith("config-"):
-            continue
-        if any(part in TEST_DIRECTORY_NAMES or part.startswith("test_") for part in parts):
-            continue
-        files.append(path)
+    for folder, subfolders, names in os.walk(root):
+        top = folder == str(root)
+        subfolders[:] = [name for name in subfolders if not _left_out(name, top)]
+        for name in names:
+            path = Path(folder) / name
+            if name.endswith(".py") and not any(
+                _left_out(part, i == 0) for i, part in enumerate(path.relative_to(root).parts)
+            ):
+                files.append(path)
     return sorted(files)
+
+
+def _left_out(part: str, top: bool) -> bool:
+    """A path part that leaves its file out: a test package or test_ module, or, at the top,
+    site-packages, dist-packages or a config-* folder."""
+    if top and (part in ("site-packages", "dist-packages") or part.startswith("config-")):
+        return True
+    return part in TEST_DIRECTORY_NAMES or part.startswith("test_")
