@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from poscli.evaluation import tasks
 from tests.conftest import poscli_in_process
 
 TINY = "--layers 1 --width 32 --heads 4 --train-length 32 --batch-size 4 --warmup 2 --quiet".split()
@@ -180,7 +181,7 @@ def test_an_existing_run_name_is_refused_with_the_ways_on_and_replace_starts_it_
 ERRORS = [
     (
         ["eval", "alibi", "--task", "bogus"],
-        "unknown evaluation task 'bogus'; choose one of: multivalue, passkey, perplexity",
+        "unknown evaluation task 'bogus'; choose one of: " + ", ".join(tasks.names()),  # a new task file joins
     ),
     (
         ["train", "--pe", "rotary"],

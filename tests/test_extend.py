@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from poscli.config import ModelConfig
+from poscli.extension import methods
 from poscli.model import runs
 from poscli.model.gpt import GPT
 from tests.conftest import tiny_config
@@ -309,7 +310,7 @@ EXTEND_ERRORS = [
     ),
     (
         ["rope", "--method", "no-such-method", "--target", "1k"],
-        "unknown extension method 'no-such-method'; choose one of: base, continue, dynamic-ntk",
+        "unknown extension method 'no-such-method'; choose one of: " + ", ".join(methods.names()),
     ),
     (
         ["sinusoidal", "--method", "yarn", "--target", "1k"],

