@@ -180,6 +180,16 @@ def test_an_existing_run_name_is_refused_with_the_ways_on_and_replace_starts_it_
 
 ERRORS = [
     (
+        ["eval", "alibi", "--task", "multivalue", "--keys", "0"],
+        "--keys must be at least 1 for --task multivalue, got 0",
+    ),
+    (["eval", "alibi", "--task", "multivalue", "--trials", "0"], "--trials must be at least 1 for --task multivalue"),
+    (["extend", "alibi", "--method", "logn", "--target", "1k", "-M", "window"], "--method-option 'window': write KEY="),
+    (
+        ["extend", "alibi", "--method", "logn", "--target", "1k", "-M", "w=x"],
+        "give a number or comma-separated numbers",
+    ),
+    (
         ["eval", "alibi", "--task", "bogus"],
         "unknown evaluation task 'bogus'; choose one of: " + ", ".join(tasks.names()),  # a new task file joins
     ),

@@ -22,7 +22,15 @@ import typer
 
 from poscli import __version__
 from poscli.errors import PoscliError
-from poscli.training.options import EVAL_DECLARED, EVAL_OPTIONS, EXTEND_DECLARED, SHARED, TRAIN_DECLARED, Option
+from poscli.training.options import (
+    EVAL_DECLARED,
+    EVAL_OPTIONS,
+    EXTEND_DECLARED,
+    METHOD_FLAGS,
+    SHARED,
+    TRAIN_DECLARED,
+    Option,
+)
 
 app = typer.Typer(
     name="poscli",
@@ -400,7 +408,7 @@ def extend(ctx: typer.Context, run: str, **values: Any):
     method, target = values["method"], values["target"]
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
-    given = {key: values[key] for key in methods_flags() if values[key] is not None}
+    given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
     options = (
         given
         | method_options(values["method_option"] or [])
@@ -419,13 +427,6 @@ def extend(ctx: typer.Context, run: str, **values: Any):
     console.print(f"{result.summary()}. Evaluate with: poscli eval {result.run.name}")
     _record(results)
     print(result.run)
-
-
-def methods_flags() -> list[str]:
-    """The built-in methods' options that have a flag of their own on poscli extend (--beta-fast, ...)."""
-    from poscli.training.options import METHOD_FLAGS
-
-    return list(METHOD_FLAGS)
 
 
 def _resume_extension(ctx: typer.Context, run: str, results, quiet: bool) -> None:

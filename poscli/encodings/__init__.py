@@ -89,7 +89,9 @@ def describe(name: str) -> dict:
         "summary": cls.summary,
         "citation": cls.citation,
         "options": {f.name: f.default for f in dataclasses.fields(cls.Options)},
-        "extension": ", ".join(applicable) if extension_methods.rescaling(cls) else "needs no rescaling",
+        "extension": ", ".join(applicable)
+        if any(extension_methods.get(name).rescales for name in applicable)
+        else "needs no rescaling",
     }
 
 

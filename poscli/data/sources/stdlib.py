@@ -47,12 +47,7 @@ def stdlib_files() -> list[Path]:
     for folder, subfolders, names in os.walk(root):
         top = folder == str(root)
         subfolders[:] = [name for name in subfolders if not _left_out(name, top)]
-        for name in names:
-            path = Path(folder) / name
-            if name.endswith(".py") and not any(
-                _left_out(part, i == 0) for i, part in enumerate(path.relative_to(root).parts)
-            ):
-                files.append(path)
+        files += [Path(folder) / name for name in names if name.endswith(".py") and not _left_out(name, top)]
     return sorted(files)
 
 

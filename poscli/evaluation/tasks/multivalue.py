@@ -97,7 +97,12 @@ class MultiValue(Task):
         from poscli.core.device import select_device
         from poscli.model import runs
 
-        device, values, trials = select_device(options["device"]), options["keys"] or DEFAULT_VALUES, options["trials"]
+        values = DEFAULT_VALUES if options["keys"] is None else options["keys"]
+        trials = options["trials"]
+        if values < 1 or trials < 1:
+            flag, given = ("--keys", values) if values < 1 else ("--trials", trials)
+            raise PoscliError(f"{flag} must be at least 1 for --task multivalue, got {given}")
+        device = select_device(options["device"])
         rows = []
         for name in run_names:
             folder = runs.find_run(name, results)
@@ -125,9 +130,9 @@ class MultiValue(Task):
         from poscli.evaluation.stats import wilson_interval
 
         rng = random.Random(f"multivalue-{values}-{length}")
-        cell = [multivalue_prompt(length - len(f"{MAX_KEY}, ") * values, values, rng) for _ in range(trials)]
+        prompts = [multivalue_prompt(length - len(f"{MAX_KEY}, ") * values, values, rng) for _ in range(trials)]
         try:
-            exact, recall = score(model, [p for p, _ in cell], [a for _, a in cell], device)
+            exact, recall = score(model, [p for p, _ in prompts], [a for _, a in prompts], device)
         except NotApplicable as reason:
             nan = float("nan")
             return {"exact": 0, "accuracy": nan, "ci_low": nan, "ci_high": nan, "recall": nan, "note": f"n/a: {reason}"}
@@ -155,7 +160,7 @@ class MultiValue(Task):
         return {"values", "recall"} <= set(data.columns)
 
     def evaluated(self, rows, run: str, options: dict[str, Any]) -> bool:
-        values = options.get("keys") or DEFAULT_VALUES
+        values = DEFAULT_VALUES if options.get("keys") is None else options["keys"]
         mine = rows[(rows["run"] == run) & (rows["values"] == values)]
         wanted = parse_lengths(str(options["lengths"])) if options.get("lengths") else []
         return bool(wanted) and set(wanted) <= set(mine["length"])
