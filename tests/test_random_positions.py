@@ -5,8 +5,9 @@ import torch
 
 from poscli.config import TrainConfig
 from poscli.errors import PoscliError
+from poscli.extension.positions.randomized import sample_positions
 from poscli.model.gpt import GPT
-from poscli.training.train import sample_positions, train
+from poscli.training.train import train
 from tests.conftest import tiny_config
 
 
@@ -77,3 +78,29 @@ def test_the_range_must_cover_the_train_length_and_none_has_no_positions(tmp_pat
             show_progress=False,
         )
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("name", ["pose", "randomized"])
+def test_every_position_scheme_draws_increasing_positions_below_its_limit_from_the_seed(name):
+    """The protocol's promise, for each built-in scheme: (T,) or (B, T) int64, strictly increasing
+    along T (attention reads order from positions), every position below the configured limit, the
+    same draw from the same seed, and the configured limit reached for (its distances are the point)."""
+    from poscli.extension import positions
+
+    scheme = positions.get(name)
+    config = tiny_config("rope", train_length=16)
+    train_config = TrainConfig(**{scheme.field: 200, "pose_chunks": 3})
+    assert positions.chosen(train_config) is scheme
+
+    def draws(seed: int) -> list[torch.Tensor]:
+        drawing = positions.for_training(config, train_config)
+        generator = torch.Generator().manual_seed(seed)
+        return [drawing.draw(4, 16, generator, torch.device("cpu")) for _ in range(50)]
+
+    first = draws(0)
+    for drawn in first:
+        assert drawn.dtype == torch.int64 and drawn.shape in ((16,), (4, 16))
+        assert (drawn.diff(dim=-1) > 0).all() and drawn.min() >= 0 and drawn.max() < 200
+    assert max(int(d.max()) for d in first) > 150  # positions far past the window of 16
+    assert all(torch.equal(a, b) for a, b in zip(first, draws(0)))
+    assert positions.chosen(TrainConfig()) is None and positions.for_training(config, TrainConfig()) is None

@@ -170,7 +170,7 @@ def test_bad_options_are_one_line_errors(method, options, message):
 def test_pose_positions_skip_in_order_and_cover_distances_up_to_the_target():
     """Zhu et al. (2024): chunks of consecutive positions, skips non-decreasing, all below the
     target; over many draws the largest distance seen reaches the target's."""
-    from poscli.training.train import pose_positions
+    from poscli.extension.positions.pose import pose_positions
 
     generator = torch.Generator().manual_seed(0)
     farthest = 0

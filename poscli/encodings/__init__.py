@@ -13,13 +13,8 @@ length-generalisation properties without new test code.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from poscli.core.registry import Registry
 from poscli.errors import PoscliError
-
-if TYPE_CHECKING:
-    from poscli.config import ModelConfig, TrainConfig
 
 
 def _base() -> type:
@@ -93,21 +88,3 @@ def describe(name: str) -> dict:
         if any(extension_methods.get(name).rescales for name in applicable)
         else "needs no rescaling",
     }
-
-
-def check_random_positions(model_config: ModelConfig, train_config: TrainConfig) -> None:
-    """--random-positions MAX needs MAX >= the train length and an encoding that reads positions."""
-    maximum = train_config.random_positions
-    if not maximum:
-        return
-    if not get(model_config.pe).reads_positions:
-        raise PoscliError(
-            f"--pe {model_config.pe} reads no positions, so --random-positions changes nothing; drop it or choose "
-            "another --pe"
-        )
-    if maximum < model_config.train_length:
-        raise PoscliError(
-            f"--random-positions {maximum} is shorter than --train-length {model_config.train_length}; "
-            f"positions are drawn from [0, MAX), so use at least {model_config.train_length} (e.g. 16x: "
-            f"{16 * model_config.train_length})"
-        )

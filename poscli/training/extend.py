@@ -18,7 +18,7 @@ from poscli import encodings
 from poscli.config import ModelConfig, TrainConfig
 from poscli.core.lengths import format_length
 from poscli.errors import Answer, PoscliError
-from poscli.extension import methods
+from poscli.extension import methods, positions
 from poscli.model import runs
 
 DEFAULT_STEPS = 400
@@ -141,7 +141,7 @@ def training_steps(method, steps: int | None, pose: bool) -> int:
         if steps:
             raise PoscliError(f"--method {method.name} needs no training; drop --steps (or give --steps 0)")
         if pose:
-            raise PoscliError(f"--pose fine-tunes, and --method {method.name} needs no training; drop --pose")
+            positions.get("pose").check_steps(method, 0)
         return 0
     if method.training == "required" and not steps:
         raise PoscliError(
@@ -149,8 +149,8 @@ def training_steps(method, steps: int | None, pose: bool) -> int:
             "(e.g. 400)"
         )
     steps = DEFAULT_STEPS if steps is None else steps
-    if pose and not steps:
-        raise PoscliError("--pose fine-tunes with skipping positions; give --steps N (e.g. 400)")
+    if pose:
+        positions.get("pose").check_steps(method, steps)
     return steps
 
 
@@ -166,11 +166,11 @@ def _checked_factor(factor: float | None, target: int, original_length: int) -> 
 
 
 def _finetune_length(finetune_length: int | None, target: int, original_length: int, pose: bool) -> int:
-    """Default: the original window with PoSE (Zhu et al., 2024), else min(target, 4 x original)."""
-    if finetune_length is None:
-        finetune_length = original_length if pose else min(target, FINETUNE_LENGTH_MULTIPLE * original_length)
-    if pose and finetune_length >= target:
-        raise PoscliError(f"--pose needs a --finetune-length shorter than the target {target}, got {finetune_length}")
+    """Default: min(target, 4 x original); with PoSE, its own (``poscli.extension.positions.pose``)."""
+    if pose:
+        finetune_length = positions.get("pose").finetune_length(finetune_length, target, original_length)
+    elif finetune_length is None:
+        finetune_length = min(target, FINETUNE_LENGTH_MULTIPLE * original_length)
     if finetune_length < 2:
         raise PoscliError(f"--finetune-length must be at least 2, got {finetune_length}")
     return finetune_length

@@ -592,6 +592,7 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     training config. Every encoding's options are checked before any run starts."""
     from poscli import encodings
     from poscli.data.passkey import PasskeyTraining
+    from poscli.extension import positions
 
     names = [encodings.check_name(each) for each in values["pe"].split(",")]
     values = with_size(values)
@@ -606,6 +607,6 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     train_config.validate()
     configs = [encodings.resolve_options(ModelConfig(**model, pe=name, pe_options=options)) for name in names]
     for config in configs:
-        encodings.check_random_positions(config, train_config)
+        positions.configured(encodings.get(config.pe), config, train_config)  # --random-positions fits the encoding
     PasskeyTraining.plan(train_config, configs[0])  # a bad --mix, or a passkey format the train length cannot hold
     return names, configs[0], train_config

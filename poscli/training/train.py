@@ -36,6 +36,7 @@ from poscli.data.tokenizer import run_tokenizer
 from poscli.errors import Answer, PoscliError
 from poscli.evaluation.evalset import build_eval_set
 from poscli.evaluation.evaluate import perplexity
+from poscli.extension import positions as position_schemes
 from poscli.model import runs
 from poscli.model.gpt import GPT
 from poscli.training.distributed import Group, check_batch, data_parallel_loss, group_from_environment
@@ -121,39 +122,6 @@ def sample_batch(
         weights = weights.to(device)
     window = window.to(device=device, dtype=torch.long)
     return window[:, :-1], window[:, 1:], weights
-
-
-def sample_positions(
-    batch_size: int, length: int, max_position: int, generator: torch.Generator, device: torch.device
-) -> torch.Tensor:
-    """Randomized positional encodings (Ruoss et al., 2023): for each sequence, ``length`` distinct
-    positions drawn uniformly from [0, max_position) and sorted, used in place of 0..T-1, so a
-    model trained at T sees positions up to max_position. -> (B, T) int64."""
-    rows = [torch.randperm(max_position, generator=generator)[:length].sort().values for _ in range(batch_size)]
-    return torch.stack(rows).to(device)  # (B, T)
-
-
-def pose_positions(
-    length: int, target: int, chunks: int, generator: torch.Generator, device: torch.device
-) -> torch.Tensor:
-    """PoSE (Zhu et al., 2024, section 3): a window of ``length`` tokens cut at random into
-    ``chunks`` non-empty chunks of consecutive positions; chunk i starts where the text puts it
-    plus a skip u_i drawn uniformly from [u_(i-1), target - length] (u_0 = 0), so the positions
-    stay in order, never exceed target - 1, and relative distances up to target - 1 are seen.
-    The whole batch of a step shares one draw (one forward for the batch). -> (T,) int64."""
-    chunks = min(chunks, length)
-    cuts = (
-        (torch.randperm(length - 1, generator=generator)[: chunks - 1] + 1).sort().values.tolist() if chunks > 1 else []
-    )
-    starts = [0, *cuts]
-    ends = [*cuts, length]
-    room = target - length
-    positions, skip = [], 0
-    for index, (start, end) in enumerate(zip(starts, ends)):
-        if index:
-            skip = int(torch.randint(skip, room + 1, (1,), generator=generator))
-        positions.append(torch.arange(start, end) + skip)
-    return torch.cat(positions).to(device)  # (T,)
 
 
 @dataclass
@@ -365,11 +333,8 @@ def _data_and_configs(model_config: ModelConfig, train_config: TrainConfig, pare
     model_config = ModelConfig.from_dict({**model_config.to_dict(), "vocab_size": tokenizer.vocab_size})
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
     PasskeyTraining.plan(train_config, model_config, tokenizer)  # a bad --mix, a train length too short, merged digits
-    encodings.check_random_positions(model_config, train_config)
     model_config = encodings.resolve_options(model_config)  # config.json records every option
-    if train_config.random_positions:  # e.g. a learned table needs a row for every position it may draw
-        grown = encodings.get(model_config.pe).grown_for_positions(model_config, train_config.random_positions)
-        model_config = ModelConfig.from_dict({**model_config.to_dict(), **grown})
+    model_config = position_schemes.configured(encodings.get(model_config.pe), model_config, train_config)
     return corpus, tokenizer, model_config, train_config
 
 
@@ -556,21 +521,16 @@ def _progress_bar(console: Console, show_progress: bool) -> Progress:
     )
 
 
-def _batch(stream, train_config: TrainConfig, model_config: ModelConfig, generator, device, passkey, group: Group):
+def _batch(stream, train_config: TrainConfig, model_config: ModelConfig, generator, device, passkey, group, scheme):
     """One step's batch, this process's rows of it: tokens, targets (B, T), positions (T,) or (B, T)
-    or None, answer weights (B, T) or None. The generator draws the batch, then the positions."""
+    or None, answer weights (B, T) or None. The generator draws the batch, then the positions (from
+    the run's training position scheme, ``poscli.extension.positions``; None: 0..T-1)."""
     tokens, targets, weights = sample_batch(
         stream, train_config.batch_size, model_config.train_length, generator, device, passkey
     )
     positions = None
-    if train_config.random_positions:
-        positions = sample_positions(
-            train_config.batch_size, model_config.train_length, train_config.random_positions, generator, device
-        )
-    elif train_config.pose:
-        positions = pose_positions(
-            model_config.train_length, train_config.pose, train_config.pose_chunks, generator, device
-        )
+    if scheme is not None:
+        positions = scheme.draw(train_config.batch_size, model_config.train_length, generator, device)
     shared = positions if positions is not None and positions.dim() == 1 else None  # PoSE: one row for every sequence
     tokens, targets, positions, weights = group.shard(
         tokens, targets, None if shared is not None else positions, weights
@@ -669,6 +629,7 @@ def _train_loop(
     loss_fn = data_parallel_loss(model, group)
     model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
     passkey = PasskeyTraining.plan(train_config, model_config, tokenizer)
+    scheme = position_schemes.for_training(model_config, train_config)  # None: positions 0..T-1
     if train_config.compile:
         compile_model(model, device, model_config.train_length, report=console.print if main else lambda line: None)
     stream = _token_stream(corpus)
@@ -700,7 +661,7 @@ def _train_loop(
                     break
                 lr = _set_learning_rate(optimizer, step, elapsed, budget_seconds, train_config)
                 tokens, targets, positions, weights = _batch(
-                    stream, train_config, model_config, generator, device, passkey, group
+                    stream, train_config, model_config, generator, device, passkey, group, scheme
                 )
                 if step == start_step:
                     config["first_step_at"] = time.time()  # with the launch time, how long start-up took
