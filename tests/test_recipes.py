@@ -723,3 +723,36 @@ def test_a_run_that_cannot_score_the_longer_lengths_needs_no_truncation_null_the
     assert not tasks.get("perplexity").evaluated(scored, "r", options)
     with_null = pd.concat([scored, pd.DataFrame([{**base, "length": 512, "ppl": 3.0, "mode": "truncated-128"}])])
     assert tasks.get("perplexity").evaluated(with_null, "r", options)
+
+
+def test_steps_run_in_this_process_or_as_jobs_give_the_same_weights_and_tables(tmp_path_factory):
+    """One entry point, two ways to run it: `poscli run` calls each step in the recipe's own
+    process by default, and with --jobs 2 starts each training step as a process of its own (with half the
+    cores). Both read the recipe's keys as the flags are read, so with the same threads the runs
+    and the table agree bit for bit."""
+    import torch
+
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "recipe-modes")
+    one_seed = 'pe = ["rope", "alibi"]\nseed = 0'
+    text = TINY.format(corpus=corpus).replace('pe = ["rope", "alibi"]\nseed = [0, 1]', one_seed)
+    recipe = write(tmp_path_factory.mktemp("modes"), text)
+    folders = {jobs: results.parent / f"jobs{jobs}" for jobs in ("1", "2")}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))  # what each of two --jobs processes gets
+    try:
+        here = poscli("run", str(recipe), "--results", str(folders["1"]))
+    finally:
+        torch.set_num_threads(threads)
+    jobs = poscli("run", str(recipe), "--results", str(folders["2"]), "--jobs", "2")
+    assert here.returncode == 0 and jobs.returncode == 0, here.stderr + jobs.stderr
+    assert "started train-t-rope-s0" in jobs.stderr and (folders["2"] / "logs" / "train-t-rope-s0.log").exists()
+    for run in ("t-rope-s0", "t-alibi-s0", "t-rope-s0+yarn"):
+        weights = [(folders[jobs] / "runs" / run / "model.safetensors").read_bytes() for jobs in ("1", "2")]
+        assert weights[0] == weights[1], run
+    tables = [pd.read_csv(folders[jobs] / "tiny.csv").drop(columns=["evaluated"]) for jobs in ("1", "2")]
+    pd.testing.assert_frame_equal(*tables)
+    history = [json.loads(line)["command"] for line in (folders["1"] / "history.jsonl").read_text().splitlines()]
+    assert history[0].startswith("poscli train --layers 1")
+    assert history[0].endswith(f"--results {folders['1']} --quiet")

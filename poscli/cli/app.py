@@ -24,9 +24,7 @@ from poscli import __version__
 from poscli.errors import PoscliError
 from poscli.training.options import (
     EVAL_DECLARED,
-    EVAL_OPTIONS,
     EXTEND_DECLARED,
-    METHOD_FLAGS,
     SHARED,
     TRAIN_DECLARED,
     Option,
@@ -213,27 +211,6 @@ def _console():
     return Console(stderr=True, soft_wrap=True)
 
 
-def _progress(console, quiet: bool):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=quiet,
-    )
-
-
 def _print_table(table) -> None:
     from rich.console import Console
 
@@ -292,18 +269,10 @@ def train(ctx: typer.Context, **values: Any):
     if nproc != 1:  # everything is checked here first, so a bad option fails once, not once per process
         _launch_torchrun(nproc, train_config.batch_size)
 
-    from poscli.training.train import train as run_training
+    from poscli.study.steps import train_run
 
     console = _console()
-    result = run_training(
-        model_config,
-        train_config,
-        name=name,
-        results=results,
-        console=console,
-        show_progress=not quiet,
-        replace=values["replace"],
-    )
+    result = train_run(ctx.params, console, plan=(encodings_swept, model_config, train_config))
     if result is None:  # a data-parallel process other than rank 0: rank 0 reports
         return
     console.print(result.summary())
@@ -357,7 +326,6 @@ def _launch_torchrun(nproc: int, batch_size: int) -> None:
 
 
 def _resume(ctx: typer.Context, name: str, results, quiet: bool, options: set[str] | None = None) -> None:
-    from poscli.model.runs import find_run, read_config
     from poscli.training.options import TRAIN_OPTIONS
 
     for flag in ("name", "replace"):
@@ -366,30 +334,20 @@ def _resume(ctx: typer.Context, name: str, results, quiet: bool, options: set[st
                 f"--{flag} cannot be combined with --resume: the run keeps its name and its steps (poscli train "
                 "--resume NAME)"
             )
-    folder = find_run(name, results)  # a missing run fails before torch is imported
     given = {
         option: ctx.params[option]
         for option in (options or TRAIN_OPTIONS)
         if ctx.get_parameter_source(option).name in ("COMMANDLINE", "ENVIRONMENT")
     }
-    from poscli.training.train import resume as resume_training
+    from poscli.study.steps import resume_run
 
     console = _console()
-    result = resume_training(
-        name, results, console=console, show_progress=not quiet, given=_as_fields(read_config(folder), given)
-    )
+    result = resume_run(name, results, console, quiet, given)
     if result is None:
         return
     console.print(result.summary())
     _record(results)
     print(result.run)
-
-
-def _as_fields(config: dict, given: dict) -> dict:
-    """Options given with --resume, as the config fields (and values) they set."""
-    from poscli.training.options import TRAIN_OPTIONS, wanted_value
-
-    return {TRAIN_OPTIONS[option][0]: wanted_value(config, option, value) for option, value in given.items()}
 
 
 @app.command(
@@ -405,23 +363,10 @@ def extend(ctx: typer.Context, run: str, **values: Any):
     if values["resume"]:
         _resume_extension(ctx, run, results, quiet)
         return
-    method, target = values["method"], values["target"]
-    if method is None or target is None:
-        raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
-    given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
-    options = (
-        given
-        | method_options(values["method_option"] or [])
-        | _factors(values["factors"], run, target, results, values["device"], quiet)
-    )
-    from poscli.training.extend import extend as run_extend
+    from poscli.study.steps import extend_run
 
     console = _console()
-    settings = ("factor", "steps", "finetune_length", "name", "lr", "batch_size", "seed", "device", "replace", "pose")
-    result = run_extend(
-        run, method, target, options=options, results=results, console=console, show_progress=not quiet,
-        **{key: values[key] for key in settings},
-    )  # fmt: skip
+    result = extend_run(run, values, console)
     if result is None:
         return
     console.print(f"{result.summary()}. Evaluate with: poscli eval {result.run.name}")
@@ -437,73 +382,6 @@ def _resume_extension(ctx: typer.Context, run: str, results, quiet: bool) -> Non
         flags = ", ".join("--" + k.replace("_", "-") for k in extra)
         raise PoscliError(f"--resume continues {run!r} as it was configured; drop {flags}")
     _resume(ctx, run, results, quiet, options={"device"})
-
-
-def method_options(pairs: list[str]) -> dict[str, float | tuple[float, ...]]:
-    """``-M KEY=VALUE`` pairs as numbers (a comma-separated value: a tuple of numbers)."""
-    from poscli.encodings import parse_option_pairs
-
-    options = {}
-    for key, value in parse_option_pairs(pairs, flag="--method-option").items():
-        try:
-            numbers = tuple(float(part) for part in value.split(","))
-        except ValueError:
-            raise PoscliError(f"--method-option {key}={value}: give a number or comma-separated numbers") from None
-        options[key] = numbers if "," in value else numbers[0]
-    return options
-
-
-def _factors(factors: Path | None, run: str, target: int, results, device: str, quiet: bool) -> dict:
-    """``--factors FILE`` read, or ``--factors search`` run first; {} without it. A missing run
-    fails here, before torch is imported."""
-    from poscli.model.runs import find_run
-
-    find_run(run, results)
-    if factors is None:
-        return {}
-    from poscli.extension.scaling import read_factors
-
-    if str(factors) == "search" and not factors.exists():
-        factors = _search(run, target, results, device, quiet)
-    return read_factors(factors)
-
-
-def _with_sinks(run: str, sinks: int, window: int | None, lengths: list[int] | None, results, device: str) -> str:
-    """``poscli eval --sinks``: the run's StreamingLLM variant, RUN+sinksS[-wR], made (no training,
-    the weights copied) unless it exists; evaluated like any run, so its rows carry its own name."""
-    from poscli.model.runs import find_run, read_config, runs_dir
-
-    name = f"{run}+sinks{sinks}" + (f"-w{window}" if window is not None else "")
-    if (runs_dir(results) / name).is_dir():
-        return name
-    from poscli.training.extend import extend as run_extend
-
-    original = read_config(find_run(run, results))["model"]["train_length"]
-    target = max([*(lengths or []), 2 * original])  # recorded only: sinks run at any length
-    options = {"sinks": sinks, **({"window": window} if window is not None else {})}
-    run_extend(
-        run, "sinks", target, steps=0, options=options, name=name, results=results, device=device, show_progress=False
-    )
-    return name
-
-
-def _search(run: str, target: int, results, device: str, quiet: bool, out: Path | None = None, **settings) -> Path:
-    """LongRoPE's factor search for ``run`` at ``target``; returns the factors file."""
-    from poscli.model.runs import find_run, results_dir
-
-    folder = find_run(run, results)  # a missing run fails before torch is imported
-    from poscli.training.factor_search import SearchSettings, perplexity_of, search_factors
-
-    out = out or results_dir(results) / "searches" / f"{folder.name}-longrope-{target}.json"
-    console = _console()
-    with _progress(console, quiet) as progress:
-        state = search_factors(SearchSettings(folder.name, target, **settings), out, results, device, progress)
-    console.print(
-        f"LongRoPE factors for {folder.name} at {target}: perplexity {perplexity_of(state):.3f} on its training "
-        "windows "
-        f"after {state['generation']} generations; wrote {out} and its trajectory {out.name}.search.json"
-    )
-    return out
 
 
 @app.command(
@@ -540,11 +418,14 @@ def search_factors_command(
 ):
     """LongRoPE's evolutionary search for per-frequency RoPE rescale factors (Ding et al., 2024):
     minimises the loss at the target length; resumes where it stopped."""
-    written = _search(
+    from poscli.study.steps import search
+
+    written = search(
         run,
         target,
         results,
         device,
+        _console(),
         quiet,
         out,
         population=population,
@@ -565,28 +446,13 @@ def search_factors_command(
 def evaluate(run_names: list[str], **values: Any):
     """Perplexity (the same tokens at every length, non-overlapping or sliding windows, with 95%
     intervals and loss by position), passkey accuracy, or another task of each run at each length."""
-    from poscli.evaluation import tasks
-    from poscli.model.runs import check_table_name, find_run
+    from poscli.study.steps import evaluate_runs
 
-    options = {name: value for name, value in values.items() if name in EVAL_OPTIONS}
-    results, quiet, sinks, window = values["results"], values["quiet"], values["sinks"], values["window"]
-    evaluation = tasks.get(values["task"])
-    table = check_table_name(values["table"] or evaluation.default_table)
-    for run_name in run_names:  # a missing run fails before torch is imported
-        find_run(run_name, results)
-    if window is not None and sinks is None:
-        raise PoscliError("--window goes with --sinks S (StreamingLLM); add --sinks 4, or drop --window")
-    if sinks is not None:
-        run_names = [
-            _with_sinks(name, sinks, window, values["lengths"], results, values["device"]) for name in run_names
-        ]
     console = _console()
-    with _progress(console, quiet) as progress:
-        result = evaluation.evaluate(run_names, options, results, progress, table)
-    written, shown = evaluation.write(result, options, results, table)
+    written, shown, table = evaluate_runs(run_names, values, console)
     _print_table(shown)
     console.print("wrote " + ", ".join(str(p) for p in written))
-    _record(results, table)
+    _record(values["results"], table)
 
 
 plot_app = typer.Typer(help="Figures that need no trained model.", no_args_is_help=True)

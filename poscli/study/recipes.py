@@ -2,9 +2,11 @@
 
 A recipe lists runs to train (``[[train]]``; a list value is a sweep axis, every combination is
 a run), extensions of them (``[[extend]]``), evaluations (``[[eval]]``) and comparisons with
-published numbers (``[[compare]]``). It compiles to a plan of poscli commands, each run as its
-own process (``--jobs N`` at a time), in four phases: train, extend, evaluate, then summaries
-over seeds, comparisons and the report. Every step is checked against what the results folder
+published numbers (``[[compare]]``). It compiles to a plan of steps, each a library call through
+one entry point (``poscli.study.steps.run_step``, what ``poscli train``, ``extend`` and ``eval`` call
+too) with the recipe's keys as option values, in four phases: train, extend, evaluate, then
+summaries over seeds, comparisons and the report. Steps run one after another in this process, or
+``--jobs N`` at a time, each in a process of its own. Every step is checked against what the results folder
 already holds, so running a recipe again skips what is done, resumes what was interrupted
 (from the run's checkpoint) and refuses a run of the same name with a different config.
 """
@@ -22,6 +24,7 @@ from poscli.core.lengths import parse_length, parse_lengths
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.evaluation import tasks
 from poscli.model import runs
+from poscli.study.steps import command_line
 from poscli.training.options import (
     EVAL_OPTIONS,
     EXTEND_OPTIONS,
@@ -44,17 +47,33 @@ EXTEND_KEYS = {"runs", "name", "method_options"}
 
 @dataclass
 class Step:
-    """One poscli command of the plan. ``status``: "to do", "resume", "done"."""
+    """One step of the plan: a poscli command's work. ``status``: "to do", "resume", "done"."""
 
     kind: str  # train, extend, eval
     name: str  # the run's name, or the table's for an evaluation
-    argv: list[str]
     status: str = "to do"
     detail: str = ""
     group: str = ""  # the run's name with its seed replaced by *, for summaries over seeds
     runs: list[str] = field(default_factory=list)  # an evaluation's runs
     options: dict = field(default_factory=dict)  # the recipe's options for this step
     groups: dict = field(default_factory=dict)  # an evaluation's run -> group
+
+    @property
+    def positional(self) -> list[str]:
+        """The command's arguments: an extension's parent, an evaluation's runs."""
+        return [self.options["parent"]] if self.kind == "extend" else list(self.runs) if self.kind == "eval" else []
+
+    @property
+    def argv(self) -> list[str]:
+        """The poscli command that does this step (for --dry-run, the logs and the history)."""
+        return command_line(self.kind, self.name, self.positional, self.options, self.status == "resume")
+
+    def call(self, results) -> dict:
+        """The arguments of ``run_step`` for this step (JSON-ready: a --jobs process reads them)."""
+        resume = self.status == "resume"
+        folder = None if results is None else str(results)
+        return {"kind": self.kind, "name": self.name, "positional": self.positional, "options": self.options,
+                "results": folder, "resume": resume}  # fmt: skip
 
 
 @dataclass
@@ -107,19 +126,6 @@ def _axes(entry: dict) -> list[dict]:
     keys = list(entry)
     values = [entry[key] if isinstance(entry[key], list) else [entry[key]] for key in keys]
     return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
-
-
-def _argv(options: dict) -> list[str]:
-    argv = []
-    for key, value in options.items():
-        if isinstance(value, dict):  # pe_option = { base = 500000 }: one --pe-option KEY=VALUE each
-            for option, setting in value.items():
-                argv += [f"--{key.replace('_', '-')}", f"{option}={setting}"]
-        elif isinstance(value, bool):  # a switch: --reference / --no-reference
-            argv.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
-        else:
-            argv += [f"--{key.replace('_', '-')}", str(value)]
-    return argv
 
 
 def _render(template: str, values: dict, where: str, group: bool = False) -> str:
@@ -194,8 +200,7 @@ class _RecipeParser:
                 options = {**defaults, **values}
                 name = _render(entry["name"], options, where)
                 group = _render(entry["name"], {**options, "seed": "*"}, where, group=True)
-                argv = ["train", *_argv(options), "--name", name]
-                steps.append(Step("train", name, argv, group=group, detail=_describe(options), options=options))
+                steps.append(Step("train", name, group=group, detail=_describe(options), options=options))
         _check_unique([s.name for s in steps], self.path)
         return steps
 
@@ -215,10 +220,9 @@ class _RecipeParser:
                     options = {**values, **per_method.get(values["method"], {})}
                     name = _render(entry["name"], {"run": parent.name, **values}, where)
                     group = _render(entry["name"], {"run": parent.group, **values}, where, group=True)
-                    argv = ["extend", parent.name, *_argv(options), "--name", name]
                     lineage = {"parent": parent.name, "parent_options": parent.options}
                     detail = f"{parent.name}: {_describe(options)}"
-                    steps.append(Step("extend", name, argv, group=group, detail=detail, options={**options, **lineage}))
+                    steps.append(Step("extend", name, group=group, detail=detail, options={**options, **lineage}))
         _check_unique([s.name for s in [*train_steps, *steps]], self.path)
         return steps
 
@@ -238,11 +242,8 @@ class _RecipeParser:
             self.check_eval_values(options, index)
             names = [s.name for s in matched]
             groups = {s.name: s.group for s in matched}
-            argv = ["eval", *names, *_argv(options)]
             detail = f"{len(names)} runs"
-            steps.append(
-                Step("eval", str(entry["table"]), argv, runs=names, detail=detail, options=options, groups=groups)
-            )
+            steps.append(Step("eval", str(entry["table"]), runs=names, detail=detail, options=options, groups=groups))
         return steps
 
     def with_budgets(self, entry: dict, matched: list[Step], index: int) -> list[Step]:
@@ -302,7 +303,6 @@ def _snapshots(step: Step) -> list[Step]:
         Step(
             "snapshot",
             f"{step.name}{runs.SNAPSHOT_MARK}{n}",
-            [],
             group=f"{step.group}{runs.SNAPSHOT_MARK}{n}",
             options={**step.options, "budget_steps": n, "snapshot_of": step.name},
         )
@@ -369,7 +369,7 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
             continue
         config = runs.read_config(folder / step.name)
         _check_same_run(recipe, step, config, folder)
-        _set_status(step, config, ["train", "--resume", step.name, "--quiet"])
+        _set_status(step, config)
     for step in recipe.extend:
         if not (folder / step.name / runs.CONFIG_FILE).exists():
             if each and _all_evaluated(recipe, step, tables):
@@ -377,7 +377,7 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
             continue
         config = runs.read_config(folder / step.name)
         _check_same_extension(recipe, step, config, folder)
-        _set_status(step, config, ["extend", step.name, "--resume", "--quiet"])
+        _set_status(step, config)
     _check_evaluations(recipe, tables, results)
 
 
@@ -433,7 +433,6 @@ def _check_evaluations(recipe: Recipe, tables: dict, results) -> None:
         elif len(missing) < len(step.runs):
             step.detail = f"{len(missing)} of {len(step.runs)} runs still to evaluate"
             step.runs = missing
-            step.argv = ["eval", *missing, *_argv(step.options)]
 
 
 def _all_evaluated(recipe: Recipe, step: Step, tables: dict) -> bool:
@@ -447,12 +446,12 @@ def _all_evaluated(recipe: Recipe, step: Step, tables: dict) -> bool:
     return bool(mine) and all(e.name in tables and _evaluated(tables[e.name], name, e) for e, name in mine)
 
 
-def _set_status(step: Step, config: dict, resume_argv: list[str]) -> None:
+def _set_status(step: Step, config: dict) -> None:
     status = config.get("status")
     if status == "finished":
         step.status, step.detail = "done", f"finished {config.get('steps_done')} steps"
     else:
-        step.status, step.detail, step.argv = "resume", f"{status} at step {config.get('steps_done', 0)}", resume_argv
+        step.status, step.detail = "resume", f"{status} at step {config.get('steps_done', 0)}"
 
 
 def _evaluated(rows, name: str, step: Step) -> bool:
@@ -493,7 +492,6 @@ def run_recipe(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    results_args = ["--results", str(results)] if results is not None else []
     log_dir = runs.results_dir(results) / "logs"
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
@@ -507,10 +505,11 @@ def run_recipe(
             if line.startswith(("finished", "FAILED")):
                 progress.advance(overall)
 
+        runner = _Runner(recipe, results, log_dir, report)
         if each:
             for step in [s for s in todo if s.kind == "train"]:
-                for name, argv in _each_commands(recipe, step, [s for s in todo if s.kind == "extend"], results_args):
-                    _run_phase(recipe, [(name, argv)], 1, log_dir, report, name.split("-", 1)[0])
+                for name, each_step in _each_steps(recipe, step, [s for s in todo if s.kind == "extend"]):
+                    runner.phase([(name, each_step)], 1, name.split("-", 1)[0])
             check_state(recipe, results, each)  # what is left: extensions, and evaluations of runs trained before
             todo = [s for s in recipe.steps if s.status != "done"]
         for phase, parallel in (("train", jobs), ("extend", jobs), ("eval", 1)):
@@ -521,11 +520,7 @@ def run_recipe(
             names = [
                 name if names.count(name) == 1 else f"{name}-{i + 1}" for i, name in enumerate(names)
             ]  # two [[eval]] of one table
-            commands = [
-                (name, [*s.argv, *results_args, *(["--quiet"] if "--quiet" not in s.argv else [])])
-                for s, name in zip(steps, names)
-            ]
-            _run_phase(recipe, commands, parallel, log_dir, report, phase)
+            runner.phase(list(zip(names, steps)), parallel, phase)
         write_summaries(recipe, results)
         from poscli.study.report import write_report
 
@@ -534,47 +529,82 @@ def run_recipe(
     return recipe
 
 
-def _each_commands(
-    recipe: Recipe, step: Step, extensions: list[Step], results_args: list[str]
-) -> list[tuple[str, list[str]]]:
+def _each_steps(recipe: Recipe, step: Step, extensions: list[Step]) -> list[tuple[str, Step]]:
     """``--each``: a run, its evaluations (its snapshots' too), then each of its extensions still to
     do, each followed by its own evaluations: a base and everything made from it, in one go."""
 
-    def quiet(argv: list[str]) -> list[str]:
-        return [*argv, *results_args, *(["--quiet"] if "--quiet" not in argv else [])]
-
-    def evaluations(run: str) -> list[tuple[str, list[str]]]:
+    def evaluations(run: str) -> list[tuple[str, Step]]:
         found = []
         for evaluation in recipe.evals:
             names = [n for n in evaluation.runs if n == run or n.startswith(run + runs.SNAPSHOT_MARK)]
             if names:
-                found.append((f"eval-{evaluation.name}-{run}", quiet(["eval", *names, *_argv(evaluation.options)])))
+                narrowed = Step("eval", evaluation.name, runs=names, options=evaluation.options)
+                found.append((f"eval-{evaluation.name}-{run}", narrowed))
         return found
 
-    commands = [(f"train-{step.name}", quiet(step.argv)), *evaluations(step.name)]
+    found = [(f"train-{step.name}", step), *evaluations(step.name)]
     for extension in (e for e in extensions if e.options.get("parent") == step.name):
-        commands += [(f"extend-{extension.name}", quiet(extension.argv)), *evaluations(extension.name)]
-    return commands
+        found += [(f"extend-{extension.name}", extension), *evaluations(extension.name)]
+    return found
 
 
-def _run_phase(
-    recipe: Recipe, commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report, phase: str
-) -> None:
-    """Run a phase's commands; one line naming the failed steps and their logs if any fails."""
-    from poscli.study.sweep import run_commands
+class _Runner:
+    """Runs a phase's steps: one after another in this process (each step's output in
+    RESULTS/logs/NAME.log), or ``parallel`` at a time as processes of their own. One line names
+    the failed steps and their logs if any fails; Ctrl-C stops the recipe (runs in progress save
+    checkpoints) with the command that continues it."""
 
-    try:
-        failed = [o.job.name for o in run_commands(commands, parallel, log_dir, report=report) if not o.ok]
-    except KeyboardInterrupt:
-        raise RecipeInterrupted(
-            f"interrupted during the {phase} phase; the runs in progress saved checkpoints. "
-            f"Continue with: poscli run {recipe.path}"
-        ) from None
-    if failed:
-        raise EnvironmentFailure(
-            f"{len(failed)} {phase} steps failed ({', '.join(failed[:5])}); logs in {log_dir}. "
-            f"Fix the cause and run `poscli run {recipe.path}` again: finished steps are kept"
-        )
+    def __init__(self, recipe: Recipe, results, log_dir: Path, report):
+        self.recipe, self.results, self.log_dir, self.report = recipe, results, log_dir, report
+
+    def phase(self, named: list[tuple[str, Step]], parallel: int, phase: str) -> None:
+        from poscli.training.train import TrainingInterrupted
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            failed = (
+                self.in_processes(named, parallel) if parallel > 1 else [n for n, s in named if not self.here(n, s)]
+            )
+        except (KeyboardInterrupt, TrainingInterrupted):
+            raise RecipeInterrupted(
+                f"interrupted during the {phase} phase; the runs in progress saved checkpoints. "
+                f"Continue with: poscli run {self.recipe.path}"
+            ) from None
+        if failed:
+            raise EnvironmentFailure(
+                f"{len(failed)} {phase} steps failed ({', '.join(failed[:5])}); logs in {self.log_dir}. "
+                f"Fix the cause and run `poscli run {self.recipe.path}` again: finished steps are kept"
+            )
+
+    def here(self, name: str, step: Step) -> bool:
+        """One step in this process; whether it succeeded."""
+        import time
+
+        from poscli.study.steps import run_logged
+
+        log = self.log_dir / f"{name}.log"
+        self.report(f"started {name}")
+        started = time.perf_counter()
+        code, line = run_logged(step.call(self.results), log)
+        if code:
+            self.report(f"FAILED {name} (exit {code}): {line}  [log: {log}]")
+        else:
+            self.report(f"finished {name} in {(time.perf_counter() - started) / 60:.1f} min")
+        return code == 0
+
+    def in_processes(self, named: list[tuple[str, Step]], parallel: int) -> list[str]:
+        """The steps as processes (``python -m poscli.study.steps``), ``parallel`` at a time; the failed ones' names."""
+        import json
+        import sys
+
+        from poscli.study.sweep import Job, gpu_count, job_environments, run_jobs
+
+        envs = job_environments(len(named), min(parallel, len(named)), gpu_count())
+        jobs = [
+            Job(name, [sys.executable, "-m", "poscli.study.steps", json.dumps(step.call(self.results))], env)
+            for (name, step), env in zip(named, envs)
+        ]
+        return [o.job.name for o in run_jobs(jobs, parallel, self.log_dir, report=self.report) if not o.ok]
 
 
 def write_summaries(recipe: Recipe, results=None) -> list[Path]:
@@ -602,9 +632,7 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
         if not table.exists() or step.name in done_tables:
             continue
         done_tables.add(step.name)
-        step = Step(
-            step.kind, step.name, step.argv, runs=step.runs, options=step.options, groups=groups_of_table[step.name]
-        )
+        step = Step(step.kind, step.name, runs=step.runs, options=step.options, groups=groups_of_table[step.name])
         rows = pd.read_csv(table, keep_default_na=False, na_values=["nan", "NaN", ""])
         task = tasks.get(step.options.get("task", EVAL_OPTIONS["task"]))
         compared = any(entry.get("perplexity") == step.name for entry in recipe.compare)  # one seed is enough

@@ -545,6 +545,51 @@ EXTEND_OPTIONS: dict[str, Any] = {name: option.default for name, option in EXTEN
 EVAL_OPTIONS: dict[str, Any] = {name: option.default for name, option in EVAL_DECLARED.items() if not option.runner}
 
 
+def parsed(declared: dict[str, Option], given: dict[str, Any]) -> dict[str, Any]:
+    """Every declared option's value as the command line hands it to its command: the given ones
+    read as their flags read them (a length from "4k", a size from "200M", a choice checked, a
+    table {KEY = VALUE} as KEY=VALUE items), the others their defaults. What a recipe's step runs
+    with."""
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise PoscliError(f"no option {unknown[0]!r}; the options are {', '.join(declared)}")
+    values = {name: option.default for name, option in declared.items()}
+    for name, value in given.items():
+        values[name] = None if value is None else parsed_value(declared[name], value)
+    return values
+
+
+def parsed_value(option: Option, value: Any) -> Any:
+    """One option's value read as its flag reads it (see :func:`parsed`)."""
+    from poscli.core.lengths import parse_length, parse_lengths, parse_size
+
+    flag = "--" + option.name.replace("_", "-")
+    if isinstance(value, dict):
+        return [f"{key}={setting}" for key, setting in value.items()]
+    if option.parse == "lengths":
+        return value if isinstance(value, list) else parse_lengths(str(value), flag)
+    if option.parse in ("length", "length-or-zero") and not isinstance(value, int):
+        text = str(value).strip()
+        return 0 if option.parse == "length-or-zero" and text == "0" else parse_length(text, flag)
+    if option.parse == "bytes" and not isinstance(value, int):
+        try:
+            return parse_size(value)
+        except ValueError:
+            raise PoscliError(
+                f"{flag} {value!r} is not a size; use a number of bytes with K, M or G, e.g. 200M"
+            ) from None
+    if option.choices and str(value) not in option.choices:
+        raise PoscliError(f"{flag} {value!r}: choose one of {', '.join(option.choices)}")
+    if option.kind is list:
+        return value if isinstance(value, list) else [str(value)]
+    if option.kind is bool and not isinstance(value, bool):
+        raise PoscliError(f"{flag} takes true or false, got {value!r}")
+    try:
+        return option.kind(value)
+    except (TypeError, ValueError):
+        raise PoscliError(f"{flag} {value!r} is not a {option.kind.__name__}") from None
+
+
 def train_defaults() -> dict[str, Any]:
     return {option: default for option, (_, default) in TRAIN_OPTIONS.items()}
 

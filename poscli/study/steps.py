@@ -1,0 +1,287 @@
+"""One entry point for what ``poscli train``, ``poscli extend`` and ``poscli eval`` do, taking their
+declared option values (``poscli.training.options``): the CLI calls these functions after parsing
+its flags, and a recipe (``poscli run``) calls them with its keys through :func:`run_step`. Nothing
+here reads or rebuilds a command line to run a step; :func:`command_line` only writes the
+equivalent one for ``--dry-run``, the logs and ``RESULTS/history.jsonl``.
+
+A recipe's steps run in this process, one after another, each with its output in
+``RESULTS/logs/NAME.log``; with ``poscli run --jobs N`` (N > 1) each step is a fresh process
+(``python -m poscli.study.steps STEP_JSON``) that calls :func:`run_step` in the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from poscli.errors import PoscliError
+from poscli.training.options import EVAL_DECLARED, EVAL_OPTIONS, EXTEND_DECLARED, METHOD_FLAGS, TRAIN_DECLARED, parsed
+
+DECLARED = {"train": TRAIN_DECLARED, "extend": EXTEND_DECLARED, "eval": EVAL_DECLARED}
+LINEAGE_KEYS = ("parent", "parent_options")  # what a recipe's extension step carries beside its options
+
+
+def make_console(file=None):
+    """The console every command writes to: stderr, or ``file`` (a recipe step's log)."""
+    from rich.console import Console
+
+    return Console(stderr=file is None, file=file, soft_wrap=True)
+
+
+def progress_bar(console, quiet: bool):
+    """The progress bar of an evaluation or a search: description, bar, count, elapsed, left."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    return Progress(TextColumn("{task.description}"), *columns, console=console, disable=quiet)
+
+
+# --------------------------------------------------------------------------- train, extend, eval
+
+
+def train_run(values: dict[str, Any], console=None, plan=None):
+    """``poscli train`` for one run (``values``: every TRAIN_DECLARED option; ``plan``: what
+    ``train_plan(values)`` returned, when the caller has it). Returns the TrainResult (None on a
+    data-parallel process other than rank 0)."""
+    from poscli.training.options import train_plan
+    from poscli.training.train import train
+
+    _, model_config, train_config = plan or train_plan(values)
+    return train(
+        model_config,
+        train_config,
+        name=values["name"],
+        results=values["results"],
+        console=console,
+        show_progress=not values["quiet"],
+        replace=values["replace"],
+    )
+
+
+def resume_run(name: str, results=None, console=None, quiet: bool = False, given: dict | None = None):
+    """``poscli train --resume NAME`` (an extension too): ``given`` are options given again, by
+    name, which the run checks against its config (only what may change, changes)."""
+    from poscli.model.runs import find_run, read_config
+    from poscli.training.options import TRAIN_OPTIONS, wanted_value
+
+    folder = find_run(name, results)  # a missing run fails before torch is imported
+    config = read_config(folder)
+    fields = {TRAIN_OPTIONS[option][0]: wanted_value(config, option, value) for option, value in (given or {}).items()}
+    from poscli.training.train import resume
+
+    return resume(name, results, console=console, show_progress=not quiet, given=fields)
+
+
+def extend_run(run: str, values: dict[str, Any], console=None):
+    """``poscli extend RUN`` (``values``: every EXTEND_DECLARED option). Returns the TrainResult."""
+    method, target, results, quiet = values["method"], values["target"], values["results"], values["quiet"]
+    if method is None or target is None:
+        raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
+    given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
+    options = (
+        given
+        | method_options(values["method_option"] or [])
+        | _factors(values["factors"], run, target, results, values["device"], console, quiet)
+    )
+    from poscli.training.extend import extend
+
+    settings = ("factor", "steps", "finetune_length", "name", "lr", "batch_size", "seed", "device", "replace", "pose")
+    return extend(
+        run, method, target, options=options, results=results, console=console, show_progress=not quiet,
+        **{key: values[key] for key in settings},
+    )  # fmt: skip
+
+
+def method_options(pairs: list[str]) -> dict[str, float | tuple[float, ...]]:
+    """``-M KEY=VALUE`` pairs as numbers (a comma-separated value: a tuple of numbers)."""
+    from poscli.encodings import parse_option_pairs
+
+    options = {}
+    for key, value in parse_option_pairs(pairs, flag="--method-option").items():
+        try:
+            numbers = tuple(float(part) for part in value.split(","))
+        except ValueError:
+            raise PoscliError(f"--method-option {key}={value}: give a number or comma-separated numbers") from None
+        options[key] = numbers if "," in value else numbers[0]
+    return options
+
+
+def _factors(factors: Path | None, run: str, target: int, results, device: str, console, quiet: bool) -> dict:
+    """``--factors FILE`` read, or ``--factors search`` run first; {} without it. A missing run
+    fails here, before torch is imported."""
+    from poscli.model.runs import find_run
+
+    find_run(run, results)
+    if factors is None:
+        return {}
+    from poscli.extension.scaling import read_factors
+
+    if str(factors) == "search" and not Path(factors).exists():
+        factors = search(run, target, results, device, console, quiet)
+    return read_factors(Path(factors))
+
+
+def search(run: str, target: int, results, device: str, console, quiet: bool, out: Path | None = None, **settings):
+    """LongRoPE's factor search for ``run`` at ``target``; returns the factors file."""
+    from poscli.model.runs import find_run, results_dir
+
+    folder = find_run(run, results)  # a missing run fails before torch is imported
+    from poscli.training.factor_search import SearchSettings, perplexity_of, search_factors
+
+    out = out or results_dir(results) / "searches" / f"{folder.name}-longrope-{target}.json"
+    console = console or make_console()
+    with progress_bar(console, quiet) as progress:
+        state = search_factors(SearchSettings(folder.name, target, **settings), out, results, device, progress)
+    console.print(
+        f"LongRoPE factors for {folder.name} at {target}: perplexity {perplexity_of(state):.3f} on its training "
+        f"windows after {state['generation']} generations; wrote {out} and its trajectory {out.name}.search.json"
+    )
+    return out
+
+
+def evaluate_runs(run_names: list[str], values: dict[str, Any], console=None):
+    """``poscli eval RUN...`` (``values``: every EVAL_DECLARED option). Returns (the files written,
+    the table to show, the table's name)."""
+    from poscli.evaluation import tasks
+    from poscli.model.runs import check_table_name, find_run
+
+    options = {name: value for name, value in values.items() if name in EVAL_OPTIONS}
+    results, quiet, sinks, window = values["results"], values["quiet"], values["sinks"], values["window"]
+    evaluation = tasks.get(values["task"])
+    table = check_table_name(values["table"] or evaluation.default_table)
+    for run_name in run_names:  # a missing run fails before torch is imported
+        find_run(run_name, results)
+    if window is not None and sinks is None:
+        raise PoscliError("--window goes with --sinks S (StreamingLLM); add --sinks 4, or drop --window")
+    if sinks is not None:
+        run_names = [
+            _with_sinks(name, sinks, window, values["lengths"], results, values["device"]) for name in run_names
+        ]
+    with progress_bar(console, quiet) as progress:
+        result = evaluation.evaluate(run_names, options, results, progress, table)
+    written, shown = evaluation.write(result, options, results, table)
+    return written, shown, table
+
+
+def _with_sinks(run: str, sinks: int, window: int | None, lengths: list[int] | None, results, device: str) -> str:
+    """``poscli eval --sinks``: the run's StreamingLLM variant, RUN+sinksS[-wR], made (no training,
+    the weights copied) unless it exists; evaluated like any run, so its rows carry its own name."""
+    from poscli.model.runs import find_run, read_config, runs_dir
+
+    name = f"{run}+sinks{sinks}" + (f"-w{window}" if window is not None else "")
+    if (runs_dir(results) / name).is_dir():
+        return name
+    from poscli.training.extend import extend
+
+    original = read_config(find_run(run, results))["model"]["train_length"]
+    target = max([*(lengths or []), 2 * original])  # recorded only: sinks run at any length
+    options = {"sinks": sinks, **({"window": window} if window is not None else {})}
+    extend(
+        run, "sinks", target, steps=0, options=options, name=name, results=results, device=device, show_progress=False
+    )
+    return name
+
+
+# --------------------------------------------------------------------------- a recipe's step
+
+
+def command_line(kind: str, name: str, positional: list[str], options: dict, resume: bool = False) -> list[str]:
+    """The poscli command (after ``poscli``) that does what a step does: shown, logged and recorded."""
+    if resume:
+        return ["train", "--resume", name, "--quiet"] if kind == "train" else ["extend", name, "--resume", "--quiet"]
+    flags = _flags({key: value for key, value in options.items() if key not in LINEAGE_KEYS})
+    return {
+        "train": ["train", *flags, "--name", name],
+        "extend": ["extend", *positional, *flags, "--name", name],
+        "eval": ["eval", *positional, *flags],
+    }[kind]
+
+
+def _flags(options: dict) -> list[str]:
+    flags = []
+    for key, value in options.items():
+        flag = f"--{key.replace('_', '-')}"
+        if isinstance(value, dict):  # pe_option = { base = 500000 }: one --pe-option KEY=VALUE each
+            flags += [part for option, setting in value.items() for part in (flag, f"{option}={setting}")]
+        elif isinstance(value, bool):  # a switch: --reference / --no-reference
+            flags.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def run_step(kind: str, name: str, positional: list[str], options: dict, results=None, resume=False, out=None) -> None:
+    """One step of a recipe: ``poscli KIND`` with the recipe's ``options`` (option names as keys,
+    values as TOML gives them: read as the command line reads its flags). ``name``: the run to
+    train or extend, or the evaluation's table; ``positional``: the parent run, or the runs to
+    evaluate; ``out``: where its console output goes (default stderr). The step is recorded in
+    RESULTS/history.jsonl as the command it is."""
+    from poscli.study.report import record_command
+
+    where = make_console(out)
+    runner = {"results": results, "quiet": True}
+    if resume:
+        result = resume_run(name, results, where, quiet=True)
+    elif kind == "train":
+        result = train_run(parsed(TRAIN_DECLARED, {**options, "name": name, **runner}), where)
+    elif kind == "extend":
+        values = {key: value for key, value in options.items() if key not in LINEAGE_KEYS}
+        result = extend_run(positional[0], parsed(EXTEND_DECLARED, {**values, "name": name, **runner}), where)
+    else:
+        written, _, table = evaluate_runs(positional, parsed(EVAL_DECLARED, {**options, **runner}), where)
+        where.print("wrote " + ", ".join(str(p) for p in written))
+    if kind != "eval":
+        where.print(result.summary())
+    tables = [table] if kind == "eval" else []
+    command = command_line(kind, name, positional, options, resume)
+    runner_flags = [*(["--results", str(results)] if results is not None else []), "--quiet"]
+    record_command(results, ["poscli", *command, *(f for f in runner_flags if f not in command)], tables)
+
+
+def run_logged(step: dict, log: Path) -> tuple[int, str]:
+    """:func:`run_step` with its output in ``log``: (exit code, the line to report on failure).
+    Ctrl-C and a stopped training run propagate (the caller stops the recipe)."""
+    with (
+        open(log, "w", encoding="utf-8") as handle,
+        contextlib.redirect_stdout(handle),
+        contextlib.redirect_stderr(handle),
+    ):
+        try:
+            run_step(**step, out=handle)
+            return 0, ""
+        except PoscliError as error:
+            if error.exit_code in (130, 143):
+                raise
+            print(f"{error.prefix}{error}", file=handle)
+            return error.exit_code, f"{error.prefix}{error}"
+        except Exception as error:  # a bug: the traceback goes to the log, the recipe carries on
+            traceback.print_exc(file=handle)
+            return 1, f"{type(error).__name__}: {error}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m poscli.study.steps STEP_JSON``: one step in a fresh process (``poscli run --jobs N``)."""
+    step = json.loads((argv or sys.argv[1:])[0])
+    try:
+        run_step(**step)
+    except PoscliError as error:
+        print(f"{error.prefix}{error}", file=sys.stderr)
+        sys.exit(error.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
