@@ -40,7 +40,7 @@ demo: install
 	$(POSCLI) eval demo-rope --lengths 256,1k,4k --table demo
 
 # Two pytest workers (pytest-xdist), one thread each, so the suite fits in 10 minutes on 2 cores;
-# tests/test_smoke.py runs recipes/smoke.toml, so make smoke is part of it.
+# tests/study/test_smoke.py runs recipes/smoke.toml, so make smoke is part of it.
 test: lint
 	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
 

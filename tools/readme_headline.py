@@ -5,7 +5,7 @@
 
 The headline numbers are never typed by hand: each block between
 ``<!-- results/FILE -->`` and ``<!-- end -->`` is the file's content (for a -published.md file,
-only its sentences: the lines that start with "- "). tests/test_readme.py runs the check.
+only its sentences: the lines that start with "- "). tests/repository/test_readme.py runs the check.
 """
 
 from __future__ import annotations

@@ -487,7 +487,7 @@ def relative_causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: RelativeBia
     """Causal attention with a distance bias, memory linear in T. q, k, v: (B, H, T, hd) -> (B, H, T, hd).
 
     Equal to softmax(q k^T / sqrt(hd) + bias, causal) v to float tolerance, forward and backward
-    (tests/test_attention.py). CPU only; see ``fast_path_available``.
+    (tests/attention/test_attention.py). CPU only; see ``fast_path_available``.
     """
     if bias.slopes is not None:
         return _LinearBiasAttention.apply(q, k, v, bias.slopes, block)

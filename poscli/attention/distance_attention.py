@@ -266,7 +266,7 @@ class _DistanceBiasAttention(torch.autograd.Function):
 
 def distance_biased_attention(q: Tensor, k: Tensor, v: Tensor, form: Form) -> Tensor:
     """softmax(q k^T / sqrt(hd) + b, causal) v for a bias ``form`` over consecutive positions,
-    memory bounded at any length; exact forward and backward (tests/test_attention.py).
+    memory bounded at any length; exact forward and backward (tests/attention/test_attention.py).
     q, k, v: (B, H, T, hd) -> (B, H, T, hd). CPU only: see ``attention.fast_path_available``."""
     B, H, T, _ = q.shape
     tensors = form.tensors()

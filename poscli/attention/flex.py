@@ -13,7 +13,7 @@ Where the score_mod comes from:
 CPU fast paths do not run; "always" on every device (before the CPU fast paths); "never" (the
 CPU fast paths, else the portable blocked dense-mask path). Set it with ``set_flex_mode`` or the
 environment variable ``POSCLI_FLEX``. The dense ``score_bias`` stays the test oracle
-(tests/test_flex.py: forward and gradients against float64, across block boundaries).
+(tests/attention/test_flex.py: forward and gradients against float64, across block boundaries).
 
 Shape legend: B batch, H heads, T sequence length, hd head dimension, W band width.
 """

@@ -7,7 +7,7 @@ registers ``kerple-power``), so the list of names is known without importing any
 (argument errors answer before torch loads), and a module is imported the first time its
 encoding is asked for. The class declares its options, the extension methods that apply
 and how it grows (see the base class), so no other file changes. The registry-wide
-tests in ``tests/test_encodings.py`` then hold the new encoding to causality, save/load and
+tests in ``tests/encodings/test_encodings.py`` then hold the new encoding to causality, save/load and
 length-generalisation properties without new test code.
 """
 

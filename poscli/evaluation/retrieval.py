@@ -5,7 +5,7 @@ Wilson intervals, the effective length of each run (RULER, Hsieh et al., 2024), 
 Scoring is one teacher-forced forward pass over the prompt and the key's digits. Exact match
 is what greedy decoding would give: greedy decoding continues a prompt with the key's digits and
 then a non-digit exactly when, given the true prefix, each digit is the argmax and the token
-after the last digit is not a digit (``tests/test_retrieval.py`` checks the two agree).
+after the last digit is not a digit (``tests/evaluation/test_retrieval.py`` checks the two agree).
 """
 
 from __future__ import annotations

@@ -535,7 +535,7 @@ RUNNER_OPTIONS = {name for name, option in (TRAIN_DECLARED | EXTEND_DECLARED).it
 LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--random-positions"}
 
 # The built-in extension methods' options that poscli extend offers as flags of their own (a method
-# of your own takes -M KEY=VALUE); tests/test_methods.py checks them against the methods.
+# of your own takes -M KEY=VALUE); tests/extension/test_methods.py checks them against the methods.
 METHOD_FLAGS = ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor", "rope_base",
                 "window", "group", "leak", "sinks")  # fmt: skip
 

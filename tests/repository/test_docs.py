@@ -1,0 +1,76 @@
+"""Every code block of the README and docs/ that runs is run here, in the order it appears, in a
+scratch folder: ```sh blocks with bash (poscli on the PATH, results in the scratch folder),
+```python blocks with this Python; a ```python block after ``<!-- file: NAME -->`` is written to
+NAME instead (a module a later block imports). A block after ``<!-- not run ... -->`` says why it
+is not (the setup commands that CI itself runs); ```text blocks are output or templates."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "recipes" / "README.md"]
+BLOCK = re.compile(r"(?:<!-- (?P<marker>[^>]*?) -->\n)?```(?P<language>[\w-]*)\n(?P<code>.*?)```", re.S)
+
+
+def blocks(path: Path) -> list[tuple[str, str, str]]:
+    """(language, marker, code) of every fenced block; a block without a language is a defect."""
+    found = [(m["language"], m["marker"] or "", m["code"]) for m in BLOCK.finditer(path.read_text(encoding="utf-8"))]
+    unlabelled = [code.splitlines()[0] if code else "" for language, _, code in found if not language]
+    assert not unlabelled, f"{path.name}: label every block (sh, python: run; text: not run): {unlabelled}"
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "path",
+    [p for p in DOCS if any(lang in ("sh", "python") for lang, _, _ in blocks(p))],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_every_runnable_block_runs(path, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "recipes").symlink_to(ROOT / "recipes")
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "POSCLI_RESULTS": str(work / "results"),
+        "PYTHONPATH": str(work),
+    }
+    ran = 0
+    for language, marker, code in blocks(path):
+        if marker.startswith("not run"):
+            continue
+        if language == "python" and marker.startswith("file: "):
+            (work / marker.removeprefix("file: ").strip()).write_text(code)
+        elif language == "python":
+            done = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True)
+            assert done.returncode == 0, f"{path.name}:\n{code}\n{done.stderr[-2000:]}"
+            ran += 1
+        elif language == "sh":
+            done = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", code], cwd=work, env=env, capture_output=True, text=True
+            )
+            assert done.returncode == 0, f"{path.name}:\n{code}\n{done.stderr[-2000:]}"
+            ran += 1
+    assert ran
+
+
+def test_the_readme_is_one_screenful_per_idea_and_lists_every_encoding():
+    from poscli.encodings import builtin_names
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    for name in builtin_names():
+        assert f"| `{name}` |" in readme, f"the README's encodings table lacks {name}"
+
+
+def test_docs_cite_only_files_inside_the_project():
+    for path in [*DOCS, *sorted((ROOT / "poscli").rglob("*.py"))]:
+        text = path.read_text(encoding="utf-8")
+        for outside in ("PAPERS.md", "MEASURED.md", "shared/reference", "seeds/0"):
+            assert outside not in text, f"{path.relative_to(ROOT)} cites {outside}, which is not in the repository"

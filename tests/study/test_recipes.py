@@ -1,0 +1,758 @@
+"""`poscli run RECIPE`: parsing with errors that name the line, the plan, skip/resume, summaries,
+and the comparisons with published numbers."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from poscli.core.lengths import parse_length, parse_lengths
+from poscli.evaluation.seeds import seed_summary
+from poscli.study.published import extrapolation_class, peng2023, press2022
+from poscli.study.recipes import RecipeError, load_recipe
+from tests.conftest import poscli_in_process
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def poscli(*args):
+    return poscli_in_process(*args)
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "recipe.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+GOOD = """
+name = "mini"
+
+[defaults]
+train_length = 32
+steps = 3
+
+[[train]]
+name = "m-{pe}-s{seed}"
+pe = ["rope", "alibi"]
+seed = [0, 1]
+
+[[extend]]
+runs = "m-rope-s*"
+name = "{run}+{method}"
+method = ["yarn", "base"]
+target = 128
+steps = 0
+method_options = { base = { rope_base = 500000 } }
+
+[[eval]]
+runs = "m-*"
+table = "mini"
+lengths = "32,128"
+"""
+
+
+def test_sweep_axes_expand_to_every_combination_with_groups_over_seeds(tmp_path):
+    recipe = load_recipe(write(tmp_path, GOOD))
+    assert [s.name for s in recipe.train] == ["m-rope-s0", "m-rope-s1", "m-alibi-s0", "m-alibi-s1"]
+    assert {s.group for s in recipe.train} == {"m-rope-s*", "m-alibi-s*"}
+    assert [s.name for s in recipe.extend] == ["m-rope-s0+yarn", "m-rope-s0+base", "m-rope-s1+yarn", "m-rope-s1+base"]
+    assert recipe.extend[1].argv == [
+        "extend",
+        "m-rope-s0",
+        "--method",
+        "base",
+        "--target",
+        "128",
+        "--steps",
+        "0",
+        "--rope-base",
+        "500000",
+        "--name",
+        "m-rope-s0+base",
+    ]
+    assert "--rope-base" not in recipe.extend[0].argv  # method_options apply to their method only
+    assert recipe.train[0].argv[:4] == ["train", "--train-length", "32", "--steps"]
+    assert recipe.evals[0].runs == [*(s.name for s in recipe.train), *(s.name for s in recipe.extend)]
+
+
+# (recipe text, a piece of the offending line or None where no single line is at fault, phrase)
+MALFORMED = [
+    (GOOD.replace("steps = 3", "stepz = 3"), "stepz = 3", "'stepz'"),
+    (GOOD.replace('name = "mini"', 'name = "mini"\ncolour = "red"'), "colour", "'colour'"),
+    (GOOD.replace('runs = "m-rope-s*"', 'runs = "q-*"'), 'runs = "q-*"', "matches none"),
+    (GOOD.replace('lengths = "32,128"', 'lengths = "32,12x"'), "12x", "is not a length"),
+    (GOOD.replace('pe = ["rope", "alibi"]', 'pe = ["rope", "alibi"'), None, "not valid TOML"),
+    (GOOD.replace('name = "m-{pe}-s{seed}"', 'name = "m-{pe}"'), None, "run names repeat"),
+    (GOOD.replace('name = "m-{pe}-s{seed}"', 'name = "m-{pe}-{colour}"'), None, "'colour'"),
+    (GOOD + '\n[[compare]]\ntable = "mini"\npublished = "vaswani2017"\n', "vaswani2017", "published must be one of"),
+    (GOOD.replace('table = "mini"\n', ""), None, "needs 'table'"),
+    (GOOD.replace("steps = 0\n", 'steps = 0\nresults = "elsewhere"\n'), "elsewhere", "'results'"),
+]
+
+
+@pytest.mark.parametrize("text, marker, phrase", MALFORMED)
+def test_a_malformed_recipe_is_one_line_naming_the_key_and_its_line(tmp_path, text, marker, phrase):
+    with pytest.raises(RecipeError) as error:
+        load_recipe(write(tmp_path, text))
+    assert phrase in str(error.value), str(error.value)
+    if marker is not None:
+        line = next(number for number, content in enumerate(text.splitlines(), 1) if marker in content)
+        assert f"line {line}:" in str(error.value), str(error.value)
+
+
+def test_a_malformed_recipe_through_the_cli_is_exit_2_one_line_and_writes_nothing(tmp_path):
+    recipe = write(tmp_path, GOOD.replace("steps = 3", "stepz = 3"))
+    done = poscli("run", str(recipe), "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "line 6:" in done.stderr
+    assert not (tmp_path / "results").exists()
+    missing = poscli("run", "recipes/nope.toml", "--results", str(tmp_path / "results"))
+    assert missing.returncode == 2 and "no recipe at recipes/nope.toml" in missing.stderr
+
+
+TINY = """
+name = "tiny"
+
+[defaults]
+layers = 1
+width = 32
+heads = 4
+train_length = 32
+batch_size = 4
+steps = 4
+warmup = 1
+data = "{corpus}"
+
+[[train]]
+name = "t-{{pe}}-s{{seed}}"
+pe = ["rope", "alibi"]
+seed = [0, 1]
+
+[[extend]]
+runs = "t-rope-s*"
+name = "{{run}}+yarn"
+method = "yarn"
+target = 128
+steps = 0
+
+[[eval]]
+runs = ["t-*"]
+table = "tiny"
+lengths = "32,128"
+max_tokens = "512"
+
+[[compare]]
+table = "tiny"
+published = "press2022"
+"""
+
+
+@pytest.mark.slow
+def test_a_recipe_runs_then_skips_what_is_done_resumes_what_was_interrupted_and_refuses_a_changed_run(tmp_path_factory):
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "recipes")
+    recipe = write(tmp_path_factory.mktemp("recipe"), TINY.format(corpus=corpus))
+    dry = poscli("run", str(recipe), "--results", str(results), "--dry-run")
+    assert dry.returncode == 0 and "7 steps to do, 0 already done" in dry.stderr and not (results / "runs").exists()
+
+    first = poscli("run", str(recipe), "--results", str(results))
+    assert first.returncode == 0, first.stderr
+    for name in ("t-rope-s0", "t-rope-s1", "t-alibi-s0", "t-alibi-s1", "t-rope-s0+yarn", "t-rope-s1+yarn"):
+        assert json.loads((results / "runs" / name / "config.json").read_text())["status"] == "finished"
+    table = pd.read_csv(results / "tiny.csv")
+    assert len(table) == (6 + 1) * 2 and set(table["length"]) == {
+        32,
+        128,
+    }  # six runs and the 3-gram reference (no null unless asked)
+    seeds = pd.read_csv(results / "tiny-seeds.csv")
+    groups = {"t-rope-s*", "t-alibi-s*", "t-rope-s*+yarn"}
+    assert (
+        set(seeds["group"]) == groups | {"3-gram (no positions)"}
+        and (seeds[seeds["group"].isin(groups)]["seeds"] == 2).all()
+    )
+    assert (seeds["ci_low"] <= seeds["mean"]).all() and (seeds["mean"] <= seeds["ci_high"]).all()
+    assert (
+        "Beside Press et al. (2022)" in (results / "tiny-published.md").read_text()
+        and (results / "tiny-seeds.png").exists()
+    )
+    report = (results / "REPORT.md").read_text()
+    assert (
+        "tiny-seeds" not in report.split("## ")[0]
+        and "mean over seeds, with its 95% interval" in report
+        and "Beside Press" in report
+    )
+
+    weights = results / "runs" / "t-alibi-s0" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    config_path = results / "runs" / "t-rope-s1" / "config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "status": "interrupted"}))  # as a Ctrl-C leaves it
+    again = poscli("run", str(recipe), "--results", str(results), "--dry-run")
+    # the resumed run's rows in the table are from before: it is evaluated again, the others are not
+    assert "2 steps to do, 5 already done" in again.stderr and "poscli train --resume t-rope-s1" in again.stderr
+    assert "1 of 6 runs still to evaluate" in again.stderr
+    second = poscli("run", str(recipe), "--results", str(results))
+    assert second.returncode == 0, second.stderr
+    assert "started train-t-rope-s1" in second.stderr and "started train-t-alibi" not in second.stderr
+    assert "started eval-tiny" in second.stderr
+    assert json.loads(config_path.read_text())["status"] == "finished"
+    assert weights.stat().st_mtime_ns == written, "a finished run is not retrained"
+
+    # a run removed and trained again (a changed recipe: the old one is refused, so it was removed) is
+    # evaluated again, though the table still holds rows of the old run under its name
+    shutil.rmtree(results / "runs" / "t-alibi-s1")
+    plan = poscli("run", str(recipe), "--results", str(results), "--dry-run")
+    assert "2 steps to do, 5 already done" in plan.stderr and "1 of 6 runs still to evaluate" in plan.stderr
+
+    changed = write(tmp_path_factory.mktemp("changed"), TINY.format(corpus=corpus).replace("steps = 4", "steps = 5"))
+    refused = poscli("run", str(changed), "--results", str(results))
+    assert refused.returncode == 2 and "exists with steps = 4 but the recipe asks for 5" in refused.stderr
+
+
+def summary_from(
+    per_group: dict[str, dict[int, list[float]]],
+    pe_of: dict[str, str],
+    train_length: int,
+    spread: float = 0.0,
+    min_runs: int = 2,
+):
+    """A seed summary from given perplexities: each run scores 16 spans of 100 tokens, span s with
+    loss log(value) * 100 * (1 + spread * (s - 7.5) / 7.5), so ``spread`` 0 leaves only the seeds' variation."""
+    rows, spans, groups = [], [], {}
+    for group, by_length in per_group.items():
+        for length, values in by_length.items():
+            for seed, value in enumerate(values):
+                run = f"{group}-s{seed}"
+                groups[run] = group
+                key = {"run": run, "corpus": "c", "protocol": "stream", "mode": "nonoverlapping", "length": length}
+                rows.append(
+                    {
+                        **key,
+                        "pe": pe_of[group],
+                        "train_length": train_length,
+                        "ppl": value,
+                        "spans": 16,
+                        "documents": 9,
+                        "tokens": 1600,
+                        "eval_set": "e",
+                        "note": "",
+                    }
+                )
+                if not math.isnan(value):
+                    spans += [
+                        {
+                            **key,
+                            "span": s,
+                            "unit": s,
+                            "loss": math.log(value) * 100 * (1 + spread * (s - 7.5) / 7.5),
+                            "tokens": 100,
+                        }
+                        for s in range(16)
+                    ]
+    return seed_summary(pd.DataFrame(rows), pd.DataFrame(spans), groups, min_runs=min_runs), groups
+
+
+def test_the_summary_over_seeds_is_the_mean_sd_and_range_of_each_group():
+    values = {
+        "a": {128: [4.0, 5.0, 6.0], 512: [4.0, float("nan"), 8.0]},
+        "b": {128: [3.0, 3.5, 4.0], 512: [9.0, 9.0, 9.0]},
+    }
+    summary, _ = summary_from(values, {"a": "alibi", "b": "rope"}, 128)
+    row = summary[(summary["group"] == "a") & (summary["length"] == 128)].iloc[0]
+    assert (
+        row["mean"] == 5.0
+        and row["sd"] == pytest.approx(np.std([4, 5, 6], ddof=1))
+        and (row["min"], row["max"]) == (4.0, 6.0)
+    )
+    assert 4.0 <= row["ci_low"] < 5.0 < row["ci_high"] <= 6.0  # the seeds' variation, within their range
+    missing = summary[(summary["group"] == "a") & (summary["length"] == 512)].iloc[0]
+    assert missing["seeds"] == 2 and missing["mean"] == 6.0  # an n/a seed is left out, and counted out
+    flat = summary[(summary["group"] == "b") & (summary["length"] == 512)].iloc[0]
+    assert flat["ci_low"] == pytest.approx(9.0) and flat["ci_high"] == pytest.approx(9.0)
+    assert flat["ratio"] == pytest.approx(9.0 / 3.5) and flat["ratio_low"] < flat["ratio"] < flat["ratio_high"]
+    assert summary_from({"a": {128: [4.0]}}, {"a": "alibi"}, 128)[0] is None  # one seed: nothing to summarise
+
+
+def test_the_sample_adds_to_the_seeds_in_the_interval():
+    values = {"a": {128: [5.0, 5.0, 5.0]}, "b": {128: [5.0, 5.0]}}
+    quiet, _ = summary_from(values, {"a": "alibi", "b": "rope"}, 128)
+    noisy, _ = summary_from(values, {"a": "alibi", "b": "rope"}, 128, spread=0.5)
+    width = lambda summary: (summary["ci_high"] - summary["ci_low"]).iloc[0]
+    assert width(quiet) < 1e-9 < width(noisy)
+
+
+def test_extrapolation_classes_put_the_paper_where_the_brief_says():
+    """The brief: ALiBi keeps its perplexity, T5 degrades gracefully, sinusoidal and RoPE blow up.
+    Press et al.'s own ratios (longest lengths) must land in those classes."""
+    assert extrapolation_class(18.31 / 19.73) == "keeps"
+    assert extrapolation_class(22.91 / 19.65) == "degrades gracefully"
+    assert extrapolation_class(79.25 / 20.07) == "blows up" and extrapolation_class(406.01 / 20.05) == "blows up"
+    assert extrapolation_class(float("nan")) == "n/a"
+
+
+def five(value: float, wobble: float = 0.01) -> list[float]:
+    """Five seeds around ``value``, the same small pattern for every group (so pairs are consistent)."""
+    return [value * (1 + wobble * k) for k in (0, 1, -1, 2, -2)]
+
+
+def test_press2022_claims_a_class_where_intervals_and_an_order_where_paired_tests_decide():
+    paper_like = {
+        "alibi": {128: five(5.0), 512: five(4.9), 2048: five(4.9)},
+        "t5": {128: five(5.0), 512: five(5.5), 2048: five(6.0)},
+        "rope": {128: five(4.8), 512: five(9.0), 2048: five(20.0)},
+        "sinusoidal": {128: five(5.5), 512: five(30.0), 2048: five(1.0)},
+    }  # sinusoidal made to fail
+    meta = {pe: {"pe": pe} for pe in paper_like}
+    summary, groups = summary_from(paper_like, {pe: pe for pe in paper_like}, 128)
+    text = press2022(summary, meta)
+    assert "- ALiBi: paper keeps" in text and "poscli keeps" in text
+    assert "T5 bias: paper degrades gracefully (1.17x at 7x); poscli degrades gracefully" in text
+    assert "Rotary: paper blows up (3.95x at 30x); poscli blows up" in text and "**agrees**" in text
+    assert "Sinusoidal: paper blows up (20.25x at 30x); poscli keeps" in text and "**differs**" in text
+    assert "poscli at 512 (4x): ALiBi < T5 bias < Rotary < Sinusoidal: **same order**" in text
+    assert (
+        "poscli at 2048 (16x): Sinusoidal < ALiBi < T5 bias < Rotary: **a reversal of the paper's order**: Sinusoidal "
+        "below ALiBi" in text
+    )
+    assert "Holm's correction across the 12 decisions of this file" in text  # 6 pairs x 2 lengths, no null rows here
+
+
+def test_press2022_ties_what_the_seeds_or_the_minimum_effect_do_not_separate():
+    # alibi and t5 disagree in sign from seed to seed; rope is 0.5% above sinusoidal in every seed
+    tied = {
+        "alibi": {128: five(5.0), 512: [5.3, 5.8, 5.4, 5.9, 5.5]},
+        "t5": {128: five(5.0), 512: [5.8, 5.3, 5.9, 5.4, 5.6]},
+        "rope": {128: five(5.0), 512: five(8.04)},
+        "sinusoidal": {128: five(5.0), 512: five(8.0)},
+    }
+    summary, _ = summary_from(tied, {pe: pe for pe in tied}, 128)
+    text = press2022(summary, {pe: {"pe": pe} for pe in tied})
+    assert "ALiBi ≈ T5 bias" in text and "Sinusoidal ≈ Rotary" in text
+    assert "ALiBi < " not in text.split("poscli at 512")[1].split("T5 bias")[0]
+
+
+def null_summary_from(per_group, null_per_group, pe_of, train_length):
+    """A seed summary whose attrs carry the truncation null's, as ``write_summaries`` makes them."""
+    summary, groups = summary_from(per_group, pe_of, train_length)
+    null, _ = summary_from(null_per_group, pe_of, train_length, min_runs=1)
+    null.attrs["run_losses"] = {key: value for key, value in null.attrs["run_losses"].items() if key[1] > train_length}
+    summary.attrs["null"] = [null]
+    return summary, groups
+
+
+def test_keeps_and_uses_the_longer_context_are_decided_against_the_truncation_null():
+    values = {
+        "alibi": {128: five(5.0), 1024: five(4.6)},
+        "t5": {128: five(5.0), 1024: five(5.0)},
+        "rope": {128: five(5.0), 1024: five(9.0)},
+    }
+    nulls = {
+        "alibi": {128: five(5.0), 1024: five(4.9)},
+        "t5": {128: five(5.0), 1024: five(5.01)},
+        "rope": {128: five(5.0), 1024: five(5.0)},
+    }
+    summary, _ = null_summary_from(values, nulls, {pe: pe for pe in values}, 128)
+    text = press2022(summary, {pe: {"pe": pe} for pe in values})
+    assert "- alibi: 8x: 0.939" in text and "uses the longer context" in text.split("- alibi: 8x")[1].split("\n")[0]
+    assert "keeps" in text.split("- t5: 8x")[1].split("\n")[0]
+    assert "loses to its own context cut" in text.split("- rope: 8x")[1].split("\n")[0]
+
+
+def test_a_verdict_is_settled_only_where_the_last_two_budgets_agree():
+    # perplexity at 128 and at 16x: rope keeps (1.05x), degrades (1.6x), blows up (2.5x) as it trains; alibi keeps
+    # throughout
+    values = {
+        "rope@100": {128: five(6.0), 2048: five(6.3)},
+        "rope@200": {128: five(5.5), 2048: five(8.8)},
+        "rope": {128: five(5.0), 2048: five(12.5)},
+        "alibi@100": {128: five(6.0), 2048: five(6.0)},
+        "alibi@200": {128: five(5.5), 2048: five(5.55)},
+        "alibi": {128: five(5.0), 2048: five(5.0)},
+    }
+    pe_of = {group: group.split("@")[0] for group in values}
+    summary, _ = summary_from(values, pe_of, 128)
+    meta = {
+        group: {"pe": pe_of[group], **({"budget_steps": int(group.split("@")[1])} if "@" in group else {})}
+        for group in values
+    }
+    text = press2022(summary, meta)
+    assert "- rope at 16x:" in text and "**still moving**" in text.split("- rope at 16x:")[1].split("\n")[0]
+    rope = text.split("- rope at 16x:")[1].split("\n")[0]
+    assert rope.index("keeps") < rope.index("degrades gracefully") < rope.index("blows up"), "budgets smallest first"
+    assert "**settled**" in text.split("- alibi at 16x:")[1].split("\n")[0]
+
+
+def test_peng2023_names_a_best_method_only_where_a_paired_corrected_test_decides():
+    values = {
+        "x+pi": {1024: five(6.0)},
+        "x+yarn": {1024: five(5.0)},
+        "x+ntk": {1024: five(7.0)},
+        "x": {1024: five(40.0)},
+    }
+    summary, _ = summary_from(values, {g: "rope" for g in values}, 128)
+    meta = {f"x+{m}": {"method": m, "target": "1k", "steps": 400} for m in ("pi", "yarn", "ntk")}
+    meta["x"] = {"pe": "rope"}
+    text = peng2023(summary, meta)
+    assert "target 1k, 400 fine-tuning steps, at 1024: yarn < pi < ntk" in text
+    assert "YaRN is best, as in the paper" in text and "unextended base x: 1024: 40." in text
+    close = {**values, "x+pi": {1024: [4.9, 5.2, 4.95, 5.15, 5.0]}}  # below YaRN in some seeds, above in others
+    summary, _ = summary_from(close, {g: "rope" for g in close}, 128)
+    assert "YaRN is tied for best with pi: the data do not decide" in peng2023(summary, meta)
+    tiny = {**values, "x+pi": {1024: five(5.02)}}  # lower in every seed, but by 0.4%: under the minimum effect
+    summary, _ = summary_from(tiny, {g: "rope" for g in tiny}, 128)
+    assert "YaRN is tied for best with pi" in peng2023(summary, meta)
+    # overlapping unpaired intervals, but 3% lower in every seed on the same spans: the paired test decides
+    shifted = {**values, "x+yarn": {1024: [5.0, 5.6, 4.6, 6.0, 5.3]}, "x+pi": {1024: [5.15, 5.77, 4.74, 6.18, 5.46]}}
+    summary, _ = summary_from(shifted, {g: "rope" for g in shifted}, 128)
+    assert (
+        summary[summary["group"] == "x+pi"]["ci_low"].iloc[0] < summary[summary["group"] == "x+yarn"]["ci_high"].iloc[0]
+    )
+    assert "at 1024: yarn < pi" in peng2023(summary, meta) and "YaRN is best, as in the paper" in peng2023(
+        summary, meta
+    )
+    worse = {**values, "x+yarn": {1024: five(9.0)}}
+    summary, _ = summary_from(worse, {g: "rope" for g in worse}, 128)
+    assert "pi is best and YaRN lies above it: **differs from the paper**" in peng2023(summary, meta)
+
+
+def test_a_fine_tuned_method_is_measured_over_the_continued_training_control():
+    values = {"x+yarn": {1024: five(5.0)}, "x+pi": {1024: five(5.95)}, "x+continue": {1024: five(6.0)}}
+    summary, _ = summary_from(values, {g: "rope" for g in values}, 128)
+    meta = {
+        "x+yarn": {"method": "yarn", "target": "1k", "steps": 100},
+        "x+pi": {"method": "pi", "target": "1k", "steps": 100},
+        "x+continue": {"method": "continue", "target": "1k", "steps": 100, "finetune_length": 512},
+    }
+    text = peng2023(summary, meta)
+    line = next(row for row in text.splitlines() if "over the control (continue@512" in row)
+    assert "yarn 0.833" in line and "yarn 0.833" in line.split(";")[0] and line.split(";")[0].strip().endswith("<")
+    assert "pi 0.992" in line and line.rstrip(".").endswith("≈"), (
+        "0.8% better in every seed: under the minimum effect, tied"
+    )
+
+
+def test_beyond_yarn_ranks_every_method_and_checks_the_newer_claims_by_their_intervals():
+    """A claim that perplexity stays flat holds where the whole ratio interval is <= 1.10, fails
+    where all of it is above, and is undecided otherwise; PoSE is named apart from plain YaRN."""
+    from poscli.study.published import beyond_yarn
+
+    values = {
+        "x+self-extend": {128: [5.0, 5.1, 5.2], 8192: [5.1, 5.2, 5.3]},  # ratio ~1.02: holds
+        "x+rerope": {128: [5.0, 5.1, 5.2], 8192: [9.0, 9.2, 9.4]},  # ratio ~1.8: fails
+        "x+yarn": {128: [5.0, 5.1, 5.2], 8192: [7.0, 7.1, 7.2]},
+        "x+yarn-pose": {128: [5.0, 5.1, 5.2], 8192: [5.0, 5.6, 6.2]},
+    }  # ratio interval across 1.10: undecided
+    summary, _ = summary_from(values, {g: "rope" for g in values}, 128)
+    meta = {
+        "x+self-extend": {"method": "self-extend", "target": "8k"},
+        "x+rerope": {"method": "rerope", "target": "8k"},
+        "x+yarn": {"method": "yarn", "target": "8k", "steps": 0},
+        "x+yarn-pose": {"method": "yarn", "target": "8k", "steps": 400, "pose": True},
+    }
+    text = beyond_yarn(summary, meta)
+    assert "target 8k, no fine-tuning, at 8192: self-extend < yarn < rerope" in text
+    assert "target 8k, 400 fine-tuning steps, at 8192: yarn + PoSE" in text
+    claims = {line[2:].split(" (")[0]: line for line in text.splitlines() if "Published:" in line}
+    assert claims["self-extend"].endswith("Here: holds.") and claims["rerope"].endswith("Here: **does not hold**.")
+    assert "undecided" in claims["yarn + PoSE"] and "yarn" not in claims  # YaRN itself makes no flatness claim here
+
+
+def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
+    tstl = load_recipe(REPO / "recipes" / "train-short-test-long.toml")
+    from poscli import encodings
+
+    trained = {s.options["pe"] for s in tstl.train if s.name.startswith("tstl-")}
+    assert trained == set(encodings.builtin_names())  # every registered encoding
+    assert {s.options["seed"] for s in tstl.train if s.name.startswith("tstl-")} == {0, 1, 2}
+    lengths = tstl.evals[0].options["lengths"].split(",")
+    assert lengths[0] == "128" and lengths[-1] == "8k"  # from the train length to 64x it
+    rope = load_recipe(REPO / "recipes" / "extend-rope.toml")
+    methods = {
+        (s.options["method"], str(s.options["target"]), s.options.get("steps", 0), s.options.get("pose", False))
+        for s in rope.extend
+    }
+    every = ("pi", "ntk", "dynamic-ntk", "yarn", "llama3", "base")
+    newer = ("ntk-by-parts", "longrope")
+    remapped = ("self-extend", "rerope", "leaky-rerope", "sinks")
+    assert methods == (
+        {(m, "1k", n, False) for m in every + newer for n in (0, 400)}
+        | {(m, "4k", 0, False) for m in every}
+        | {(m, t, 0, False) for m in remapped for t in ("1k", "8k", "32k")}
+        | {("yarn", t, 400, True) for t in ("1k", "8k")}
+        | {(m, "8k", 0, False) for m in every + newer}
+        | {(m, "32k", 0, False) for m in every + ("ntk-by-parts",)}
+    )
+    assert len(rope.extend) == 3 * len(methods) and len(rope.train) == 3
+    assert all(s.options.get("factors") == "search" for s in rope.extend if s.options["method"] == "longrope")
+    # passkey: a retrieving RoPE model (3 seeds) extended by every method to 4x and 8x, with and without
+    # fine-tuning at the target; >= 50 prompts per cell; five encodings at 1x-16x
+    retrieval, extension, across = (
+        load_recipe(REPO / "recipes" / f"passkey-{n}.toml") for n in ("retrieval", "extension", "encodings")
+    )
+    assert {
+        (
+            s.options["method"],
+            str(s.options["target"]),
+            str(s.options.get("finetune_length")),
+            s.options.get("steps", 0),
+            s.options.get("pose", False),
+        )
+        for s in extension.extend
+    } == (
+        {(m, t, t, n, False) for m in every + newer for t in ("1k", "2k") for n in (0, 100)}
+        | {("yarn", t, "None", 100, True) for t in ("1k", "2k")}
+        | {(m, t, "None", 0, False) for m in remapped for t in ("1k", "2k")}
+    )
+    assert {s.options["seed"] for s in extension.train} == {0, 1, 2} and len(extension.extend) == 3 * (24 + 8 + 2 + 8)
+    assert {s.options["pe"] for s in across.train} >= {"rope", "alibi", "t5", "kerple", "fire"}
+    recipes = (tstl, rope, retrieval, extension, across)
+    for step in [e for r in recipes for e in r.evals]:
+        longest = max(parse_lengths(step.options["lengths"]))
+        if step.options.get("task", "perplexity") == "perplexity":  # at least 16 spans of its longest length
+            spans = (
+                4 if step.name == "extend-rope-256x" else 16
+            )  # 32k windows on 2 cores: 4 spans x 3 seeds, said in the recipe
+            assert parse_length(str(step.options.get("max_tokens", 131072)), "max_tokens") >= spans * longest, step.name
+        else:
+            assert int(step.options["trials"]) >= 50, step.name
+    assert not any(
+        s.options.get("task") == "passkey" for s in [*tstl.evals, *rope.evals]
+    )  # passkey has its own studies
+    shared = {}  # a run named in several recipes is the same run in each, so one recipe finds it done for the next
+    for step in [t for r in recipes for t in r.train]:
+        assert shared.setdefault(step.name, step.options) == step.options, step.name
+    assert sum(step.name == "pk256-rope-s0" for r in recipes for step in r.train) == 3
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_recipe_with_checkpoints_and_the_next_run_resumes(tmp_path_factory):
+    """SIGINT to `poscli run` (not its children) is passed on: the running training saves its
+    checkpoint, the recipe exits 130 naming the command to continue, and the plan then resumes it."""
+    import contextlib
+    import signal
+    import time
+
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "recipe-interrupt")
+    text = (
+        TINY.format(corpus=corpus)
+        .replace("steps = 4", "steps = 100000")
+        .replace('pe = ["rope", "alibi"]\nseed = [0, 1]', 'pe = "rope"\nseed = 0')
+    )
+    recipe = write(tmp_path_factory.mktemp("long"), text)
+    # Its own session (so nothing outlives the test) and SIGINT at its default even where this
+    # test runs as a background job, which starts with SIGINT ignored (as a shell's `cmd &` does).
+    process = subprocess.Popen(
+        [sys.executable, "-m", "poscli", "run", str(recipe), "--results", str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        metrics = results / "runs" / "t-rope-s0" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the recipe and its training, if anything is left
+    assert process.returncode == 130, stderr
+    assert "interrupted during the train phase" in stderr and f"poscli run {recipe}" in stderr
+    config = json.loads((results / "runs" / "t-rope-s0" / "config.json").read_text())
+    assert config["status"] == "interrupted" and config["steps_done"] >= 30
+    plan = poscli("run", str(recipe), "--results", str(results), "--dry-run")
+    assert (
+        "poscli train --resume t-rope-s0" in plan.stderr
+        and f"interrupted at step {config['steps_done']}" in plan.stderr
+    )
+
+
+def test_the_extension_tables_hold_exactly_the_bases_and_their_own_targets():
+    rope = load_recipe(REPO / "recipes" / "extend-rope.toml")
+    bases = {"xr-rope-s0", "xr-rope-s1", "xr-rope-s2"}
+    sizes = {
+        "8x": ("1k", 3 * 21),
+        "32x": ("4k", 18),
+        "64x": ("8k", 3 * 13),
+        "256x": ("32k", 3 * 11),
+    }  # methods x 3 seeds
+    for step in rope.evals:
+        target, count = sizes[step.name.rsplit("-", 1)[1]]
+        extensions = {name for name in step.runs if name not in bases}
+        assert extensions and all(f"-{target}-" in name for name in extensions), step.name
+        assert set(step.runs) - extensions == bases and len(extensions) == count, step.name
+
+
+BUDGETS = """
+name = "budgets"
+
+[defaults]
+train_length = 32
+steps = 8
+batch_size = 4
+layers = 1
+width = 32
+heads = 4
+warmup = 2
+data = "{corpus}"
+snapshots = "0.5"
+
+[[train]]
+name = "b-{{pe}}-s{{seed}}"
+pe = "rope"
+seed = [0, 1]
+
+[[extend]]
+runs = "b-rope-s*"
+name = "{{run}}+{{method}}"
+method = "continue"
+target = 64
+steps = 2
+
+[[eval]]
+runs = ["b-*"]
+budgets = true
+table = "budgets"
+lengths = "32,128"
+max_tokens = "512"
+null = true
+
+[[compare]]
+table = "budgets"
+published = "press2022"
+"""
+
+
+@pytest.mark.slow
+def test_each_run_and_its_snapshots_are_evaluated_as_trained_and_count_as_done_without_their_weights(tmp_path_factory):
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "budget-recipe")
+    recipe = write(tmp_path_factory.mktemp("budget-recipe"), BUDGETS.format(corpus=corpus))
+    plan = load_recipe(recipe)
+    assert sorted(plan.evals[0].runs) == [
+        "b-rope-s0",
+        "b-rope-s0+continue",
+        "b-rope-s0@4",
+        "b-rope-s1",
+        "b-rope-s1+continue",
+        "b-rope-s1@4",
+    ]
+    done = poscli("run", str(recipe), "--results", str(results), "--each")
+    assert done.returncode == 0, done.stderr
+    log = done.stderr
+    # each run is evaluated right after it is trained, before the next one starts
+    assert (
+        log.index("started train-b-rope-s0")
+        < log.index("started eval-budgets-b-rope-s0")
+        < log.index("started extend-b-rope-s0+continue")
+        < log.index("started eval-budgets-b-rope-s0+continue")
+        < log.index("started train-b-rope-s1")
+    ), "a base and all made from it, in one go"
+    table = pd.read_csv(results / "budgets.csv")
+    assert {"b-rope-s0@4", "b-rope-s1@4", "b-rope-s0", "b-rope-s1"} <= set(table["run"])
+    nulls = table[table["mode"] == "truncated-32"]
+    assert set(nulls["run"]) == {f"b-rope-s{seed}{suffix}" for seed in (0, 1) for suffix in ("", "@4", "+continue")}
+    assert set(nulls["length"]) == {128}
+    seen = table.drop_duplicates("run").set_index("run")["tokens_seen"]
+    assert seen["b-rope-s0@4"] == 4 * 4 * 32 and seen["b-rope-s0"] == 8 * 4 * 32
+    published = (results / "budgets-published.md").read_text()
+    assert "Verdicts against the training budget" in published and "Against the truncation null" in published
+    assert "Holm's correction" in published
+    assert (results / "budgets-budgets.png").exists()
+
+    shutil.rmtree(results / "runs")  # a fresh clone: the tables, not the weights
+    again = poscli("run", str(recipe), "--results", str(results), "--dry-run", "--each")
+    assert again.returncode == 0 and "0 steps to do" in again.stderr, again.stderr
+    assert "every table has its rows" in again.stderr
+    plain = poscli(
+        "run", str(recipe), "--results", str(results), "--dry-run"
+    )  # without --each a missing run is trained again
+    assert plain.returncode == 0 and "5 steps to do" in plain.stderr  # 2 runs, 2 extensions, the table's missing runs
+
+
+def test_budgets_need_runs_that_keep_snapshots(tmp_path):
+    text = GOOD + '\n[[eval]]\nruns = "m-*"\ntable = "b"\nlengths = "32"\nbudgets = true\n'
+    with pytest.raises(RecipeError, match="keeps snapshots"):
+        load_recipe(write(tmp_path, text))
+
+
+def test_every_boolean_option_a_recipe_may_set_can_be_switched_off():
+    """A recipe writes `compile = false`; the runner passes --no-compile, which the command must accept."""
+    import typer.main
+
+    from poscli.cli import app as cli
+    from poscli.study.recipes import EVAL_KEYS
+    from poscli.training.options import EVAL_OPTIONS, EXTEND_OPTIONS, TRAIN_OPTIONS
+
+    commands = typer.main.get_command(cli.app).commands
+    assert {*EVAL_OPTIONS, "runs", "budgets"} == EVAL_KEYS
+    for command, declared in (("eval", EVAL_OPTIONS), ("train", TRAIN_OPTIONS), ("extend", EXTEND_OPTIONS)):
+        for param in commands[command].params:
+            if param.name in declared and param.is_flag:
+                switches = {*param.opts, *param.secondary_opts}
+                assert "--no-" + param.name.replace("_", "-") in switches, (command, param.name)
+
+
+def test_a_run_that_cannot_score_the_longer_lengths_needs_no_truncation_null_there():
+    """A learned table with 128 rows is n/a at 512 and the evaluation writes no null row there: its
+    rows are complete, so a recipe must not evaluate (or train) it again. Past a length it can score,
+    the null is still required."""
+    import pandas as pd
+
+    from poscli.evaluation import tasks
+
+    base = {"run": "r", "train_length": 128, "protocol": "stream", "mode": "nonoverlapping"}
+    rows = pd.DataFrame([{**base, "length": 128, "ppl": 3.1}, {**base, "length": 512, "ppl": float("nan")}])
+    options = {"lengths": "128,512", "null": True}
+    assert tasks.get("perplexity").evaluated(rows, "r", options)
+    scored = rows.assign(ppl=[3.1, 6.0])  # a model that can score 512 still needs its null there
+    assert not tasks.get("perplexity").evaluated(scored, "r", options)
+    with_null = pd.concat([scored, pd.DataFrame([{**base, "length": 512, "ppl": 3.0, "mode": "truncated-128"}])])
+    assert tasks.get("perplexity").evaluated(with_null, "r", options)
+
+
+def test_steps_run_in_this_process_or_as_jobs_give_the_same_weights_and_tables(tmp_path_factory):
+    """One entry point, two ways to run it: `poscli run` calls each step in the recipe's own
+    process by default, and with --jobs 2 starts each training step as a process of its own (with half the
+    cores). Both read the recipe's keys as the flags are read, so with the same threads the runs
+    and the table agree bit for bit."""
+    import torch
+
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "recipe-modes")
+    one_seed = 'pe = ["rope", "alibi"]\nseed = 0'
+    text = TINY.format(corpus=corpus).replace('pe = ["rope", "alibi"]\nseed = [0, 1]', one_seed)
+    recipe = write(tmp_path_factory.mktemp("modes"), text)
+    folders = {jobs: results.parent / f"jobs{jobs}" for jobs in ("1", "2")}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))  # what each of two --jobs processes gets
+    try:
+        here = poscli("run", str(recipe), "--results", str(folders["1"]))
+    finally:
+        torch.set_num_threads(threads)
+    jobs = poscli("run", str(recipe), "--results", str(folders["2"]), "--jobs", "2")
+    assert here.returncode == 0 and jobs.returncode == 0, here.stderr + jobs.stderr
+    assert "started train-t-rope-s0" in jobs.stderr and (folders["2"] / "logs" / "train-t-rope-s0.log").exists()
+    for run in ("t-rope-s0", "t-alibi-s0", "t-rope-s0+yarn"):
+        weights = [(folders[jobs] / "runs" / run / "model.safetensors").read_bytes() for jobs in ("1", "2")]
+        assert weights[0] == weights[1], run
+    tables = [pd.read_csv(folders[jobs] / "tiny.csv").drop(columns=["evaluated"]) for jobs in ("1", "2")]
+    pd.testing.assert_frame_equal(*tables)
+    history = [json.loads(line)["command"] for line in (folders["1"] / "history.jsonl").read_text().splitlines()]
+    assert history[0].startswith("poscli train --layers 1")
+    assert history[0].endswith(f"--results {folders['1']} --quiet")

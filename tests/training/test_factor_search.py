@@ -1,0 +1,57 @@
+"""LongRoPE's factor search (Ding et al., 2024): constraints, never worse than its seeds, resumable."""
+
+import json
+
+import numpy as np
+import pytest
+
+from poscli.training import factor_search
+from poscli.training.factor_search import Fitness, SearchSettings, constrain, search_factors, seed_factors
+from tests.cli.test_cli import TINY, poscli
+from tests.conftest import cli_workspace
+
+
+@pytest.fixture(scope="module")
+def rope_run(tmp_path_factory):
+    corpus, results = cli_workspace(tmp_path_factory, "search")
+    done = poscli(
+        "train", "--pe", "rope", "--data", str(corpus), "--steps", "4", "--name", "r", "--results", str(results), *TINY
+    )
+    assert done.returncode == 0, done.stderr
+    return results
+
+
+def test_seeds_are_pi_ntk_and_yarn_as_factors_and_constraints_hold():
+    pi, ntk, parts = seed_factors(8, 10000.0, 4.0, 32)
+    np.testing.assert_allclose(pi, 4.0)  # PI divides every frequency by s
+    assert ntk[0] == pytest.approx(1.0) and ntk[-1] == pytest.approx(
+        4.0 ** (6 / 8 * 8 / 6), rel=1e-5
+    )  # NTK: (b s^(d/(d-2)))^(2i/d) / b^(2i/d)
+    assert parts[0] == pytest.approx(1.0) and parts[-1] == pytest.approx(
+        4.0
+    )  # by-parts: high frequencies kept, low ones interpolated
+    raw = np.array([0.5, 3.0, 2.0, 9.0])
+    np.testing.assert_allclose(constrain(raw, 4.0), [1.0, 3.0, 3.0, 5.0])  # clipped to [1, 1.25 s], non-decreasing
+
+
+@pytest.mark.slow
+def test_search_is_never_worse_than_its_seeds_and_resumes_to_the_same_result(rope_run, tmp_path):
+    settings = SearchSettings("r", 128, population=5, generations=2, parents=2, windows=1, seed=3)
+    whole = search_factors(settings, tmp_path / "whole.json", rope_run, "cpu")
+    half = search_factors(
+        SearchSettings(**{**settings.__dict__, "generations": 1}), tmp_path / "half.json", rope_run, "cpu"
+    )
+    assert half["generation"] == 1
+    resumed = search_factors(settings, tmp_path / "half.json", rope_run, "cpu")  # continues from the saved generation
+    assert resumed["best"] == whole["best"] and resumed["trajectory"] == whole["trajectory"]
+    best = [step["best_so_far"] for step in whole["trajectory"]]
+    assert best == sorted(best, reverse=True)  # the best so far never gets worse
+    fitness = Fitness(rope_run / "runs" / "r", 128, 1, 3, "cpu")
+    seeds = [fitness(constrain(s, 4.0)) for s in seed_factors(8, 10000.0, 4.0, 32)]
+    assert whole["best"]["loss"] <= min(seeds) + 1e-9
+    written = json.loads((tmp_path / "whole.json").read_text())
+    factors = np.array(written["long_factor"])
+    assert len(factors) == 4 and written["short_factor"] == [1.0] * 4
+    assert (np.diff(factors) >= 0).all() and factors.min() >= 1 and factors.max() <= 1.25 * 4
+    with pytest.raises(factor_search.PoscliError, match="other settings"):
+        search_factors(SearchSettings(**{**settings.__dict__, "windows": 2}), tmp_path / "whole.json", rope_run, "cpu")
