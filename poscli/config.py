@@ -112,6 +112,7 @@ DTYPES = ("fp32", "bf16")
 # local window cannot look like retrieval (`poscli eval --depths`, recipes' `depths`).
 DEFAULT_DEPTHS = "0,10,20,30,40,50,60,70,80,90,100"
 OPTIMIZERS = ("adamw", "muon")  # poscli.training.optim
+TASK_LOSSES = ("answer", "all")  # --task-loss: the answer tokens only, or every token of the instance
 
 
 @dataclass
@@ -163,6 +164,11 @@ class TrainConfig(FlatConfig):
     # length (0: plain positions); set by `poscli extend --pose`.
     pose: int = 0
     pose_chunks: int = 2
+    # An algorithmic task trained on instead of text (poscli.training.tasks): one instance a sequence,
+    # its size drawn from task_sizes ("": the task's own), the loss on the answer or on every token.
+    task: str = ""
+    task_sizes: str = ""
+    task_loss: str = "answer"
     # --- bookkeeping ---
     seed: int = 0
     device: str = "auto"
@@ -218,6 +224,8 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--random-positions must be 0 (off) or a length, got {self.random_positions}")
         if self.pose and self.random_positions:
             raise PoscliError("--pose and --random-positions both choose the training positions; use one")
+        if self.task_loss not in TASK_LOSSES:
+            raise PoscliError(f"--task-loss {self.task_loss!r} is not one of {', '.join(TASK_LOSSES)}")
         if self.pose_chunks < 1:
             raise PoscliError(f"--pose-chunks must be at least 1, got {self.pose_chunks}")
         if not (0 < self.heldout_fraction < 0.5):

@@ -193,6 +193,23 @@ TRAIN_DECLARED: dict[str, Option] = declare(
     ),
     Option("mix", None, "Mix whole passkey examples into training, e.g. passkey:0.2.", metavar="passkey:F"),
     Option(
+        "task",
+        "",
+        "Train on an algorithmic task instead of text, one instance a sequence (copy, reverse, addition, ...; "
+        "poscli eval --task NAME --sizes scores it), e.g. --task copy --sizes 1-16.",
+        metavar="NAME",
+    ),
+    Option(
+        "sizes",
+        "",
+        "with --task: the instance sizes trained on, a range or a list (default: the task's, 1-16).",
+        metavar="N-M",
+        field="task_sizes",
+    ),
+    Option(
+        "task_loss", "answer", "with --task: the loss on the answer tokens only, or on all.", choices=("answer", "all")
+    ),
+    Option(
         "passkey_template",
         "compact",
         "Passkey prompt format, trained on and evaluated on.",
@@ -491,7 +508,16 @@ EVAL_DECLARED: dict[str, Option] = declare(
         "passkey: key depths in percent of the filler (default 0 to 100 by 10).",
         metavar="D,D...",
     ),
-    Option("trials", 50, "passkey: prompts per (length, depth) cell.", kind=int, metavar="N"),
+    Option(
+        "trials", 50, "passkey: prompts per (length, depth) cell; algorithmic tasks: per size.", kind=int, metavar="N"
+    ),
+    Option(
+        "sizes",
+        None,
+        "algorithmic tasks (copy, reverse, addition, ...): instance sizes, a range or a list, e.g. 1-64 or 1,2,4,8 "
+        "(default: the task's, 1-16).",
+        metavar="N-M",
+    ),
     Option(
         "keys",
         None,
@@ -653,5 +679,8 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     configs = [encodings.resolve_options(ModelConfig(**model, pe=name, pe_options=options)) for name in names]
     for config in configs:
         positions.configured(encodings.get(config.pe), config, train_config)  # --random-positions fits the encoding
+    from poscli.training.tasks import TaskTraining
+
+    TaskTraining.plan(train_config, configs[0])  # a task that cannot be trained on, sizes too long for the train length
     PasskeyTraining.plan(train_config, configs[0])  # a bad --mix, or a passkey format the train length cannot hold
     return names, configs[0], train_config

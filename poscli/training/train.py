@@ -42,6 +42,7 @@ from poscli.model.gpt import GPT
 from poscli.training.distributed import Group, check_batch, data_parallel_loss, group_from_environment
 from poscli.training.distributed import start as start_group
 from poscli.training.optim import make_optimizer
+from poscli.training.tasks import TaskTraining
 
 
 class TrainingInterrupted(PoscliError):
@@ -133,9 +134,17 @@ class TrainResult:
     seconds: float
     heldout_length: int = 0
     heldout_bpb: float | None = None  # bits per UTF-8 byte of the scored text (None: loss / ln 2, byte tokens)
+    task_accuracy: dict | None = None  # a task run: exact match at its training sizes (TaskTraining.accuracy)
 
     def summary(self) -> str:
-        """One line for the console: steps, time and held-out perplexity at the train length."""
+        """One line for the console: steps, time and held-out perplexity at the train length (a task
+        run: exact match at its training sizes)."""
+        if self.task_accuracy:
+            a = self.task_accuracy
+            return (
+                f"finished {self.steps} steps in {self.seconds / 60:.1f} min; exact match on {a['task']} at its "
+                f"training sizes: {a['exact']:.3f} [{a['ci_low']:.3f}, {a['ci_high']:.3f}] ({a['instances']} instances)"
+            )
         return (
             f"finished {self.steps} steps in {self.seconds / 60:.1f} min; held-out loss at length "
             f"{self.heldout_length}: "
@@ -332,6 +341,7 @@ def _data_and_configs(model_config: ModelConfig, train_config: TrainConfig, pare
     train_config = TrainConfig.from_dict({**train_config.to_dict(), "tokenizer": tokenizer.spec})
     model_config = ModelConfig.from_dict({**model_config.to_dict(), "vocab_size": tokenizer.vocab_size})
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
+    TaskTraining.plan(train_config, model_config)  # a task that cannot be trained on, or does not fit
     PasskeyTraining.plan(train_config, model_config, tokenizer)  # a bad --mix, a train length too short, merged digits
     model_config = encodings.resolve_options(model_config)  # config.json records every option
     model_config = position_schemes.configured(encodings.get(model_config.pe), model_config, train_config)
@@ -521,13 +531,17 @@ def _progress_bar(console: Console, show_progress: bool) -> Progress:
     )
 
 
-def _batch(stream, train_config: TrainConfig, model_config: ModelConfig, generator, device, passkey, group, scheme):
+def _batch(stream, train_config: TrainConfig, model_config: ModelConfig, generator, device, mix, group, scheme):
     """One step's batch, this process's rows of it: tokens, targets (B, T), positions (T,) or (B, T)
-    or None, answer weights (B, T) or None. The generator draws the batch, then the positions (from
-    the run's training position scheme, ``poscli.extension.positions``; None: 0..T-1)."""
-    tokens, targets, weights = sample_batch(
-        stream, train_config.batch_size, model_config.train_length, generator, device, passkey
-    )
+    or None, answer weights (B, T) or None. The generator draws the batch (text with passkey
+    examples mixed in, or a task's instances), then the positions (from the run's training position
+    scheme, ``poscli.extension.positions``; None: 0..T-1)."""
+    if isinstance(mix, TaskTraining):
+        tokens, targets, weights = mix.batch(train_config.batch_size, model_config.train_length, generator, device)
+    else:
+        tokens, targets, weights = sample_batch(
+            stream, train_config.batch_size, model_config.train_length, generator, device, mix
+        )
     positions = None
     if scheme is not None:
         positions = scheme.draw(train_config.batch_size, model_config.train_length, generator, device)
@@ -628,7 +642,7 @@ def _train_loop(
     main = group.is_main
     loss_fn = data_parallel_loss(model, group)
     model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
-    passkey = PasskeyTraining.plan(train_config, model_config, tokenizer)
+    mix = TaskTraining.plan(train_config, model_config) or PasskeyTraining.plan(train_config, model_config, tokenizer)
     scheme = position_schemes.for_training(model_config, train_config)  # None: positions 0..T-1
     if train_config.compile:
         compile_model(model, device, model_config.train_length, report=console.print if main else lambda line: None)
@@ -661,7 +675,7 @@ def _train_loop(
                     break
                 lr = _set_learning_rate(optimizer, step, elapsed, budget_seconds, train_config)
                 tokens, targets, positions, weights = _batch(
-                    stream, train_config, model_config, generator, device, passkey, group, scheme
+                    stream, train_config, model_config, generator, device, mix, group, scheme
                 )
                 if step == start_step:
                     config["first_step_at"] = time.time()  # with the launch time, how long start-up took
@@ -690,26 +704,26 @@ def _train_loop(
 
 
 def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, steps, seconds, elapsed_before):
-    """After the last step: the held-out perplexity at the train length, the finished config.json,
-    the TrainResult. ``steps``: (first step of this process, last step)."""
+    """After the last step: the held-out perplexity at the train length (a task run: exact match
+    at its training sizes), the finished config.json, the TrainResult. ``steps``: (first step of
+    this process, last step)."""
     start_step, step = steps
     model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
     model.eval()
-    token_bytes = None if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.token_bytes()
-    eval_set = build_eval_set(corpus, model_config.train_length, train_config.eval_tokens, token_bytes=token_bytes)
-    heldout = perplexity(model, eval_set, model_config.train_length, device)
-    heldout = {
-        key: heldout[key]
-        for key in ("loss", "ppl", "ci_low", "ci_high", "bpb", "windows", "spans", "documents", "tokens")
-    }
+    task = TaskTraining.plan(train_config, model_config)
+    nan = float("nan")
+    heldout = {"loss": nan, "ppl": nan, "bpb": None} if task else _heldout(model, corpus, config, device, tokenizer)
     tokens_per_step = train_config.batch_size * model_config.train_length
     config.update(
         status="finished",
         steps_done=step,
         train_seconds=round(seconds, 1),
         tokens_per_s=round((step - start_step) * tokens_per_step / max(seconds - elapsed_before, 1e-9)),
-        heldout={"length": model_config.train_length, **heldout},
     )
+    if task:
+        config["task_accuracy"] = task.accuracy(model, device)
+    else:
+        config["heldout"] = {"length": model_config.train_length, **heldout}
     if step == start_step:
         config.pop("tokens_per_s")
     if device.type == "cuda":
@@ -723,4 +737,15 @@ def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, s
         seconds=seconds,
         heldout_length=model_config.train_length,
         heldout_bpb=heldout["bpb"],
+        task_accuracy=config.get("task_accuracy"),
     )
+
+
+def _heldout(model, corpus: Corpus, config: dict, device, tokenizer) -> dict:
+    """Perplexity at the train length on the corpus' held-out text (``eval_tokens`` of it)."""
+    model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
+    token_bytes = None if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.token_bytes()
+    eval_set = build_eval_set(corpus, model_config.train_length, train_config.eval_tokens, token_bytes=token_bytes)
+    heldout = perplexity(model, eval_set, model_config.train_length, device)
+    keys = ("loss", "ppl", "ci_low", "ci_high", "bpb", "windows", "spans", "documents", "tokens")
+    return {key: heldout[key] for key in keys}

@@ -1,0 +1,220 @@
+"""Algorithmic tasks with an instance size: what the length-generalization studies train a small
+model to master at small sizes and then test at larger ones (Kazemnejad et al., 2023: copy,
+reverse, addition, sorting, parity, ...; Ruoss et al., 2023: the Chomsky-hierarchy tasks).
+
+A task of this kind is one file in ``poscli/evaluation/tasks/``, a subclass of
+:class:`AlgorithmicTask` that defines ``instance(size, rng) -> (question, answer)``: printable
+ASCII strings, one byte a token. The prompt is ``question=`` and the answer ``answer.``: the model
+reads the question and ``=``, and must write the answer and the full stop. Scoring is
+teacher-forced, as passkey's: an instance is *exact* when every answer token (the full stop
+included) is the argmax given the true answer before it, which is what greedy decoding would
+return; ``token_accuracy`` is the share of answer tokens that are. ``--sizes 1-64`` (or ``1,2,4,8``)
+are the sizes evaluated, ``--trials`` the instances per size; the instances are the same for every
+run (seeded by task, size and trial). Byte-level runs only. Shape legend: B instances, T tokens.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from poscli.errors import PoscliError
+from poscli.evaluation.tasks.base import Task
+
+PROMPT_END, ANSWER_END = "=", "."
+COLUMNS = ["run", "label", "pe", "task", "trained_sizes", "size", "in_distribution", "tokens", "trials", "exact",
+           "accuracy", "ci_low", "ci_high", "token_accuracy", "note"]  # fmt: skip
+MASTERY = 0.95  # exact match at the training sizes under which a run is "not mastered"
+SIZES = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+LETTERS = "abcdefghij"  # the alphabet of the string tasks (copy, reverse, duplicate, sort)
+
+
+def letters(size: int, rng: random.Random) -> str:
+    """A string of ``size`` letters drawn from LETTERS."""
+    return "".join(rng.choice(LETTERS) for _ in range(size))
+
+
+def parse_sizes(text: str, flag: str = "--sizes") -> list[int]:
+    """``1-16`` (every size from 1 to 16) or ``1,2,4,8``: positive sizes, ascending, no repeats."""
+    text = str(text)
+    span = SIZES.match(text)
+    try:
+        sizes = list(range(int(span[1]), int(span[2]) + 1)) if span else [int(part) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        raise PoscliError(f"{flag} {text!r}: give a range of positive sizes such as 1-16, or a list such as 1,2,4,8")
+    return sorted(sizes)
+
+
+class AlgorithmicTask(Task):
+    """Base class. A member sets ``summary``, ``citation`` and ``default_sizes`` and defines
+    ``instance``; everything else (evaluation, tables, plots, the done-check) is shared."""
+
+    reads = ("sizes", "trials")
+    default_sizes: ClassVar[str] = "1-16"
+
+    @property
+    def default_table(self) -> str:  # type: ignore[override]
+        return self.name
+
+    def instance(self, size: int, rng: random.Random) -> tuple[str, str]:
+        """One instance of ``size``: (question, answer), printable ASCII without ``=``."""
+        raise NotImplementedError
+
+    def example(self, size: int, rng: random.Random) -> tuple[str, str]:
+        """(prompt, answer) as the model reads and writes them: ``question=`` and ``answer.``."""
+        question, answer = self.instance(size, rng)
+        return question + PROMPT_END, answer + ANSWER_END
+
+    def examples(self, size: int, trials: int) -> list[tuple[str, str]]:
+        """The instances of one cell, the same for every run and every call."""
+        return [self.example(size, random.Random(f"{self.name}-{size}-{trial}")) for trial in range(trials)]
+
+    # ----------------------------------------------------------------------- the Task protocol
+
+    def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
+        from poscli.core.device import select_device
+        from poscli.model import runs
+
+        sizes = parse_sizes(options.get("sizes") or self.default_sizes)
+        trials = options["trials"]
+        if trials < 1:
+            raise PoscliError(f"--trials must be at least 1 for --task {self.name}, got {trials}")
+        device = select_device(options["device"])
+        rows = []
+        for name in run_names:
+            model, config = runs.load_model(runs.find_run(name, results), str(device))
+            if config["train"].get("tokenizer", "bytes") != "bytes":
+                raise PoscliError(
+                    f"--task {self.name} scores byte-level runs; {name} uses {config['train']['tokenizer']}"
+                )
+            own = config["train"].get("task") == self.name  # trained on this task: its sizes are in distribution
+            trained = (config["train"].get("task_sizes") or self.default_sizes) if own else None
+            bar = progress.add_task(f"{self.name} {name}", total=len(sizes)) if progress else None
+            for size in sizes:
+                row = {"run": config["name"], "label": runs.run_label(config), "pe": config["model"]["pe"],
+                       "task": self.name, "trained_sizes": trained or "", "size": size,
+                       "in_distribution": bool(trained) and size in parse_sizes(trained), "trials": trials}  # fmt: skip
+                rows.append(row | self.cell(model, size, trials, device))
+                if progress:
+                    progress.advance(bar)
+        return rows
+
+    def cell(self, model, size: int, trials: int, device) -> dict[str, Any]:
+        """One size: exact match with its Wilson interval, token accuracy; n/a where the run has no
+        positions that far (a learned table)."""
+        from poscli.errors import NotApplicable
+        from poscli.evaluation.stats import wilson_interval
+
+        examples = self.examples(size, trials)
+        tokens = max(len(prompt) + len(answer) for prompt, answer in examples)
+        try:
+            exact, token_accuracy = score(model, examples, device)
+        except NotApplicable as reason:
+            nan = float("nan")
+            return {"tokens": tokens, "exact": 0, "accuracy": nan, "ci_low": nan, "ci_high": nan,
+                    "token_accuracy": nan, "note": f"n/a: {reason}"}  # fmt: skip
+        low, high = wilson_interval(int(exact.sum()), trials)
+        return {"tokens": tokens, "exact": int(exact.sum()), "accuracy": round(float(exact.mean()), 4),
+                "ci_low": round(low, 4), "ci_high": round(high, 4),
+                "token_accuracy": round(float(token_accuracy.mean()), 4), "note": ""}  # fmt: skip
+
+    def write(self, result, options: dict[str, Any], results, table: str):
+        from poscli.core.io import atomic_write, locked
+        from poscli.evaluation.tables import merge_rows
+        from poscli.model import runs
+
+        folder = runs.results_dir(results)
+        folder.mkdir(parents=True, exist_ok=True)
+        with locked(folder / table):  # concurrent evaluations take turns
+            merged = merge_rows(folder / f"{table}.csv", result, COLUMNS, ["run", "task", "size"])
+            text = size_markdown(merged)
+            with atomic_write(folder / f"{table}.md") as handle:
+                handle.write(text)
+            written = [folder / f"{table}.csv", folder / f"{table}.md", *self.plots(merged, folder, table)]
+        return written, text
+
+    def owns(self, data) -> bool:
+        return {"task", "size", "token_accuracy"} <= set(data.columns)
+
+    def evaluated(self, rows, run: str, options: dict[str, Any]) -> bool:
+        mine = rows[(rows["run"] == run) & (rows["task"] == self.name)]
+        return set(parse_sizes(options.get("sizes") or self.default_sizes)) <= set(mine["size"])
+
+    def seed_summary(self, rows, groups, options: dict[str, Any], folder: Path, table: str, min_runs: int):
+        return None, ""  # per run for now; the study's summary over seeds comes with its recipe
+
+    def plots(self, data, folder: Path, table: str) -> list[Path]:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, axis = plt.subplots(figsize=(6, 4))
+        for run, part in data.sort_values("size").groupby("run"):
+            axis.errorbar(part["size"], part["accuracy"], yerr=[part["accuracy"] - part["ci_low"],
+                          part["ci_high"] - part["accuracy"]], marker="o", capsize=3, label=run)  # fmt: skip
+        axis.set(xlabel="instance size", ylabel="exact match (95% Wilson)", ylim=(-0.05, 1.05),
+                 title=", ".join(sorted(set(data["task"]))))  # fmt: skip
+        axis.legend(fontsize=7)
+        path = Path(folder) / f"{table}.png"
+        figure.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(figure)
+        return [path]
+
+
+def score(model, examples: list[tuple[str, str]], device) -> tuple[np.ndarray, np.ndarray]:
+    """Teacher-forced scores of (prompt, answer) pairs in one padded batch: per instance, exact (every
+    answer token is the argmax given the true ones before it) and the share of answer tokens that
+    are. Right padding changes nothing before it (causal attention). -> (B,) bool, (B,) float."""
+    import torch
+
+    from poscli.data.tokens import encode
+
+    texts = [encode(prompt + answer).astype(np.int64) for prompt, answer in examples]
+    tokens = torch.zeros(len(texts), max(map(len, texts)), dtype=torch.long)  # (B, T), padded with byte 0
+    for row, text in enumerate(texts):
+        tokens[row, : len(text)] = torch.from_numpy(text)
+    with torch.inference_mode():
+        best = model(tokens.to(device)).argmax(-1).cpu().numpy()  # (B, T): the prediction of each next token
+    exact, share = np.zeros(len(texts), bool), np.zeros(len(texts))
+    for row, ((prompt, _), text) in enumerate(zip(examples, texts)):
+        hits = best[row, len(prompt) - 1 : len(text) - 1] == text[len(prompt) :]  # (A,)
+        exact[row], share[row] = bool(hits.all()), float(hits.mean())
+    return exact, share
+
+
+def size_markdown(table) -> str:
+    """Exact match by size, one row per run, with each run's in-distribution accuracy (pooled over
+    its training sizes) and whether it mastered the task (at least 0.95 there)."""
+    from poscli.evaluation.stats import wilson_interval
+
+    sizes = sorted(set(table["size"]))
+    lines = ["Exact match [95% Wilson] by instance size (`--task`); in distribution: pooled over the run's "
+             f"training sizes, 'not mastered' under {MASTERY}.", "",
+             "| run | task | in distribution | " + " | ".join(map(str, sizes)) + " |",
+             "|---|---|---|" + "---|" * len(sizes)]  # fmt: skip
+    for (run, task), part in table.groupby(["run", "task"], sort=True):
+        inside = part[part["in_distribution"].astype(bool)]
+        if len(inside):
+            accuracy = inside["exact"].sum() / inside["trials"].sum()
+            low, high = wilson_interval(int(inside["exact"].sum()), int(inside["trials"].sum()))
+            mastered = "" if accuracy >= MASTERY else ", not mastered"
+            pooled = f"{accuracy:.2f} [{low:.2f}, {high:.2f}]{mastered}"
+        else:
+            pooled = "not trained on it"
+        by_size = part.set_index("size")
+        cells = [_cell(by_size.loc[size]) if size in by_size.index else "" for size in sizes]
+        lines.append(f"| {run} | {task} | {pooled} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(row) -> str:
+    if row["note"]:
+        return "n/a"
+    return f"{row['accuracy']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
