@@ -61,6 +61,7 @@ class Passkey(Task):
 
     def plots(self, data, folder: Path, table: str) -> list[Path]:
         from poscli.evaluation.plots import heatmap_parts, plot_passkey_heatmap
+        from poscli.evaluation.retrieval import EFFECTIVE_THRESHOLD, run_effective_lengths
 
         written = []
         for name, part in heatmap_parts(data, table):
@@ -68,6 +69,10 @@ class Passkey(Task):
                 keys = int(part["keys"].iloc[0]) if "keys" in part else 1
                 several = f", {keys} keys" if keys > 1 else ""
                 trials = int(part["trials"].iloc[0])
-                title = f"passkey accuracy: {part['label'].iloc[0]}{several} ({trials} trials per cell)"
+                effective = next(iter(run_effective_lengths(part).values()))
+                title = (
+                    f"passkey accuracy: {part['label'].iloc[0]}{several} ({trials} trials per cell)\n"
+                    f"effective length {effective} (RULER: every length up to it at >= {EFFECTIVE_THRESHOLD:g})"
+                )
                 written.append(plot_passkey_heatmap(part, folder / name, title))
         return written
