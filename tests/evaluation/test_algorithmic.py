@@ -126,6 +126,7 @@ def test_bad_sizes_are_one_line(text):
         parse_sizes(text)
 
 
+@pytest.mark.slow
 def test_a_text_run_is_scored_by_size_through_the_cli(tmp_path, text_corpus):
     results = tmp_path / "results"
     trained = poscli(
