@@ -206,9 +206,9 @@ Replace = typer_annotation(SHARED["replace"])
 
 
 def _console():
-    from rich.console import Console
+    from poscli.study.steps import make_console
 
-    return Console(stderr=True, soft_wrap=True)
+    return make_console()
 
 
 def _print_table(table) -> None:

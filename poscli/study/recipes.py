@@ -595,16 +595,12 @@ class _Runner:
     def in_processes(self, named: list[tuple[str, Step]], parallel: int) -> list[str]:
         """The steps as processes (``python -m poscli.study.steps``), ``parallel`` at a time; the failed ones' names."""
         import json
-        import sys
 
-        from poscli.study.sweep import Job, gpu_count, job_environments, run_jobs
+        from poscli.study.sweep import run_commands
 
-        envs = job_environments(len(named), min(parallel, len(named)), gpu_count())
-        jobs = [
-            Job(name, [sys.executable, "-m", "poscli.study.steps", json.dumps(step.call(self.results))], env)
-            for (name, step), env in zip(named, envs)
-        ]
-        return [o.job.name for o in run_jobs(jobs, parallel, self.log_dir, report=self.report) if not o.ok]
+        commands = [(name, [json.dumps(step.call(self.results))]) for name, step in named]
+        outcomes = run_commands(commands, parallel, self.log_dir, report=self.report, module="poscli.study.steps")
+        return [o.job.name for o in outcomes if not o.ok]
 
 
 def write_summaries(recipe: Recipe, results=None) -> list[Path]:

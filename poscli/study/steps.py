@@ -21,7 +21,6 @@ from typing import Any
 from poscli.errors import PoscliError
 from poscli.training.options import EVAL_DECLARED, EVAL_OPTIONS, EXTEND_DECLARED, METHOD_FLAGS, TRAIN_DECLARED, parsed
 
-DECLARED = {"train": TRAIN_DECLARED, "extend": EXTEND_DECLARED, "eval": EVAL_DECLARED}
 LINEAGE_KEYS = ("parent", "parent_options")  # what a recipe's extension step carries beside its options
 
 

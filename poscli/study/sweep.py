@@ -111,16 +111,18 @@ def gpu_count() -> int:
         return 0
 
 
-def run_commands(commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report=print) -> list[Outcome]:
-    """Run poscli commands (job name, argv after ``poscli``) as processes, ``parallel`` at a time,
-    each with its share of cores (or its own GPU); the one way both ``train --seeds`` sweeps and
-    recipes run their steps."""
+def run_commands(
+    commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report=print, module: str = "poscli"
+) -> list[Outcome]:
+    """Run commands (job name, argv after ``python -m MODULE``) as processes, ``parallel`` at a time,
+    each with its share of cores (or its own GPU); the one way both ``train --seeds`` sweeps (poscli
+    commands) and recipes with ``--jobs N`` (``poscli.study.steps``) run their processes."""
     if parallel < 1:
         from poscli.errors import PoscliError
 
         raise PoscliError(f"--jobs must be at least 1, got {parallel}")
     envs = job_environments(len(commands), min(parallel, len(commands)), gpu_count())
-    jobs = [Job(name, [sys.executable, "-m", "poscli", *argv], env) for (name, argv), env in zip(commands, envs)]
+    jobs = [Job(name, [sys.executable, "-m", module, *argv], env) for (name, argv), env in zip(commands, envs)]
     return run_jobs(jobs, parallel, log_dir, report=report)
 
 
