@@ -8,7 +8,7 @@ REFERENCE := results/reference
 # override with e.g. `make install TORCH="torch==2.13.0"`.
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 
-.PHONY: help install demo test test-fast lint smoke reproduce trained passkey tokenizers bench bench-data gpu-check clean
+.PHONY: help install demo test test-fast lint smoke reproduce trained passkey tasks tokenizers bench bench-data gpu-check clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
@@ -20,6 +20,7 @@ help:
 	@echo "make reproduce   the reference study in $(REFERENCE): recipes/train-short-test-long.toml and extend-rope.toml"
 	@echo "make trained     issue 30's rerun on trained models, both corpora, run by run (--each; ~19 h on 2 cores, resumable)"
 	@echo "make passkey     the passkey studies in $(REFERENCE): retrieval at the train length, after extension, across encodings"
+	@echo "make tasks       the length-generalization study in $(REFERENCE): nine encodings, five algorithmic tasks, 3 seeds"
 	@echo "make bench       speed and memory benchmarks -> $(REFERENCE)/bench/ (~50 min on 2 cores; NANOGPT=path adds nanoGPT)"
 	@echo "make gpu-check   on a CUDA machine: flex attention against the reference, small bf16 --compile training, ALiBi at 16k (minutes)"
 	@echo "make bench-data  a 2 GB corpus prepared on disk and trained on: time and peak memory (docs/data.md)"
@@ -83,6 +84,12 @@ passkey: install
 	$(POSCLI) run recipes/passkey-retrieval.toml --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/passkey-extension.toml --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/passkey-encodings.toml --jobs $(JOBS) --results $(REFERENCE)
+
+# Issue 32's length-generalization study (recipes/length-generalization.toml, about 3 hours on 2
+# cores): nine encodings trained on small instances of five algorithmic tasks, exact match to 4x, 3
+# seeds; each run evaluated as soon as it is trained (--each), so it resumes like trained.
+tasks: install
+	$(POSCLI) run recipes/length-generalization.toml --each --results $(REFERENCE)
 
 # Bytes against a trained BPE on the built-in corpus, compared in bits per byte (docs/data.md).
 tokenizers: install

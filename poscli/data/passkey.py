@@ -248,10 +248,12 @@ class PasskeyTraining:
         """How a run (its TrainConfig and ModelConfig) trains on passkey examples (fraction 0: not
         at all), after checking that the format fits the train length and that --answer-loss has
         answers to weigh."""
-        fraction = 1.0 if train_config.data == "passkey" else parse_mix(train_config.mix)
+        name, fraction = ("passkey", 1.0) if train_config.data == "passkey" else parse_mix(train_config.mix)
+        fraction = fraction if name == "passkey" else 0.0  # a task mixed in: poscli.training.tasks.TaskMix
         if train_config.answer_loss and not fraction:
             raise PoscliError(
-                "--answer-loss weighs the answers of passkey examples; add them with --mix passkey:F or --data passkey"
+                "--answer-loss weighs the answers of mixed-in examples; add them with --mix passkey:F (or a task: "
+                "--mix copy:F) or --data passkey"
             )
         if fraction:
             check_tokenizer(tokenizer)
@@ -303,17 +305,17 @@ def is_correct(generated: str, key: int) -> bool:
     return first_number(generated) == str(key)
 
 
-def parse_mix(text: str | None) -> float:
-    """``passkey:F`` -> F, the fraction of training sequences that are passkey examples."""
+def parse_mix(text: str | None) -> tuple[str, float]:
+    """``NAME:F`` -> (NAME, F): what ``--mix`` adds to the text (``passkey``, or an algorithmic task,
+    ``poscli.training.tasks.TaskMix``) and the fraction of training sequences that end in one.
+    None -> ("", 0.0)."""
     if text is None:
-        return 0.0
+        return "", 0.0
     name, _, fraction = text.partition(":")
-    if name != "passkey":
-        raise PoscliError(f"--mix {text!r}: only passkey can be mixed in; use e.g. --mix passkey:0.2")
     try:
         value = float(fraction)
     except ValueError:
-        raise PoscliError(f"--mix {text!r}: the fraction must be a number in (0, 1], e.g. --mix passkey:0.2") from None
-    if not 0 < value <= 1:
-        raise PoscliError(f"--mix {text!r}: the fraction must be in (0, 1], e.g. --mix passkey:0.2")
-    return value
+        raise PoscliError(f"--mix {text!r}: give NAME:F with F a number in (0, 1], e.g. --mix passkey:0.2") from None
+    if not name or not 0 < value <= 1:
+        raise PoscliError(f"--mix {text!r}: give NAME:F with F in (0, 1], e.g. --mix passkey:0.2")
+    return name, value

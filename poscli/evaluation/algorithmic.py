@@ -23,12 +23,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from poscli.errors import PoscliError
+from poscli.evaluation.generalization import MASTERY
 from poscli.evaluation.tasks.base import Task
 
 PROMPT_END, ANSWER_END = "=", "."
-COLUMNS = ["run", "label", "pe", "task", "trained_sizes", "size", "in_distribution", "tokens", "trials", "exact",
-           "accuracy", "ci_low", "ci_high", "token_accuracy", "note"]  # fmt: skip
-MASTERY = 0.95  # exact match at the training sizes under which a run is "not mastered"
+COLUMNS = ["run", "label", "pe", "seed", "task", "trained_sizes", "size", "in_distribution", "tokens", "trials",
+           "exact", "accuracy", "ci_low", "ci_high", "token_accuracy", "note"]  # fmt: skip
 SIZES = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 LETTERS = "abcdefghij"  # the alphabet of the string tasks (copy, reverse, duplicate, sort)
 
@@ -75,6 +75,12 @@ class AlgorithmicTask(Task):
         """The instances of one cell, the same for every run and every call."""
         return [self.example(size, random.Random(f"{self.name}-{size}-{trial}")) for trial in range(trials)]
 
+    def scored(self, answer: str) -> np.ndarray:
+        """Which of the answer's tokens (full stop included) the model must write: all of them,
+        unless the task gives some, as multi-query recall gives each query before its value.
+        -> (A,) bool."""
+        return np.ones(len(answer), bool)
+
     # ----------------------------------------------------------------------- the Task protocol
 
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
@@ -98,7 +104,8 @@ class AlgorithmicTask(Task):
             bar = progress.add_task(f"{self.name} {name}", total=len(sizes)) if progress else None
             for size in sizes:
                 row = {"run": config["name"], "label": runs.run_label(config), "pe": config["model"]["pe"],
-                       "task": self.name, "trained_sizes": trained or "", "size": size,
+                       "seed": config["train"].get("seed", 0), "task": self.name, "trained_sizes": trained or "",
+                       "size": size,
                        "in_distribution": bool(trained) and size in parse_sizes(trained), "trials": trials}  # fmt: skip
                 rows.append(row | self.cell(model, size, trials, device))
                 if progress:
@@ -114,7 +121,7 @@ class AlgorithmicTask(Task):
         examples = self.examples(size, trials)
         tokens = max(len(prompt) + len(answer) for prompt, answer in examples)
         try:
-            exact, token_accuracy = score(model, examples, device)
+            exact, token_accuracy = score(model, examples, device, [self.scored(answer) for _, answer in examples])
         except NotApplicable as reason:
             nan = float("nan")
             return {"tokens": tokens, "exact": 0, "accuracy": nan, "ci_low": nan, "ci_high": nan,
@@ -147,7 +154,15 @@ class AlgorithmicTask(Task):
         return set(parse_sizes(options.get("sizes") or self.default_sizes)) <= set(mine["size"])
 
     def seed_summary(self, rows, groups, options: dict[str, Any], folder: Path, table: str, min_runs: int):
-        return None, ""  # per run for now; the study's summary over seeds comes with its recipe
+        from poscli.evaluation.generalization import seed_markdown, seed_summary
+
+        summary = seed_summary(rows, groups, min_runs)
+        return (None, "") if summary is None else (summary, seed_markdown(summary))
+
+    def seed_plots(self, summary, folder: Path, table: str) -> list[Path]:
+        from poscli.evaluation.generalization import heatmaps
+
+        return heatmaps(summary, folder, table)
 
     def plots(self, data, folder: Path, table: str) -> list[Path]:
         import matplotlib
@@ -168,10 +183,11 @@ class AlgorithmicTask(Task):
         return [path]
 
 
-def score(model, examples: list[tuple[str, str]], device) -> tuple[np.ndarray, np.ndarray]:
+def score(model, examples: list[tuple[str, str]], device, scored: list[np.ndarray] | None = None):
     """Teacher-forced scores of (prompt, answer) pairs in one padded batch: per instance, exact (every
-    answer token is the argmax given the true ones before it) and the share of answer tokens that
-    are. Right padding changes nothing before it (causal attention). -> (B,) bool, (B,) float."""
+    scored answer token is the argmax given the true tokens before it) and the share of scored
+    answer tokens that are. ``scored``: per instance, which answer tokens count ((A,) bool; None:
+    all). Right padding changes nothing before it (causal attention). -> (B,) bool, (B,) float."""
     import torch
 
     from poscli.data.tokens import encode
@@ -185,6 +201,7 @@ def score(model, examples: list[tuple[str, str]], device) -> tuple[np.ndarray, n
     exact, share = np.zeros(len(texts), bool), np.zeros(len(texts))
     for row, ((prompt, _), text) in enumerate(zip(examples, texts)):
         hits = best[row, len(prompt) - 1 : len(text) - 1] == text[len(prompt) :]  # (A,)
+        hits = hits if scored is None else hits[scored[row]]
         exact[row], share[row] = bool(hits.all()), float(hits.mean())
     return exact, share
 

@@ -113,21 +113,29 @@ def t_two_sided_p(t: float, df: int) -> float:
     return max(0.0, min(1.0, 1 - a))
 
 
+def paired_t(differences: np.ndarray) -> tuple[float, float, float, float]:
+    """The paired t-test of per-seed differences (seed s of A minus seed s of B, on the same
+    sample). differences: (R,) -> (mean, low, high, p): the mean difference with its 95% t interval
+    and the two-sided p-value of "no difference". R < 2: no test (interval and p nan); every
+    difference equal: a zero-width interval, p 0 (or 1 where they are all 0)."""
+    values = np.asarray(differences, dtype=float)
+    mean = float(values.mean())
+    if len(values) < 2:
+        return mean, float("nan"), float("nan"), float("nan")
+    sd = float(values.std(ddof=1))
+    if sd == 0:
+        return mean, mean, mean, 0.0 if mean else 1.0
+    df = len(values) - 1
+    half = t_quantile(df) * sd / math.sqrt(len(values))
+    return mean, mean - half, mean + half, t_two_sided_p(mean / (sd / math.sqrt(len(values))), df)
+
+
 def paired_seed_test(log_ratios: np.ndarray) -> tuple[float, float, float, float]:
     """The paired t-test over seeds of a log perplexity ratio (seed s of A against seed s of B, on
     the same spans). log_ratios: (R,) -> (ratio, low, high, p): the geometric-mean ratio with its
     95% t interval and the two-sided p-value of "no difference". R < 2: no test (p nan)."""
-    values = np.asarray(log_ratios, dtype=float)
-    mean = float(values.mean())
-    if len(values) < 2:
-        return math.exp(mean), float("nan"), float("nan"), float("nan")
-    sd = float(values.std(ddof=1))
-    df = len(values) - 1
-    if sd == 0:
-        return math.exp(mean), math.exp(mean), math.exp(mean), 0.0 if mean else 1.0
-    t = mean / (sd / math.sqrt(len(values)))
-    half = t_quantile(df) * sd / math.sqrt(len(values))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), t_two_sided_p(t, df)
+    mean, low, high, p = paired_t(log_ratios)
+    return math.exp(mean), math.exp(low), math.exp(high), p
 
 
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:

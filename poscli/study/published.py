@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from poscli.study.published_tasks import kazemnejad2023
+
 # Press, Smith and Lewis (ICLR 2022), WikiText-103 validation perplexity, 16-layer d=1024 model
 # trained at L = 512 (T5 bias ran out of memory at 15512).
 PRESS_TRAIN_LENGTH = 512
@@ -839,3 +841,4 @@ def retrieval_vs_perplexity(summary, meta: dict, perplexity=None) -> str:
 
 
 PUBLISHED.update({"yarn2023-passkey": yarn2023_passkey, "retrieval-vs-perplexity": retrieval_vs_perplexity})
+PUBLISHED["kazemnejad2023"] = kazemnejad2023  # poscli.study.published_tasks

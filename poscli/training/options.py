@@ -191,7 +191,13 @@ TRAIN_DECLARED: dict[str, Option] = declare(
         metavar="BYTES",
         parse="bytes",
     ),
-    Option("mix", None, "Mix whole passkey examples into training, e.g. passkey:0.2.", metavar="passkey:F"),
+    Option(
+        "mix",
+        None,
+        "End a fraction of training sequences in a passkey example or a task's instance (its --sizes), e.g. "
+        "passkey:0.2 or copy:0.2.",
+        metavar="NAME:F",
+    ),
     Option(
         "task",
         "",
@@ -662,7 +668,6 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     encodings asked for (a sweep when more than one), the model config of the first, and the
     training config. Every encoding's options are checked before any run starts."""
     from poscli import encodings
-    from poscli.data.passkey import PasskeyTraining
     from poscli.extension import positions
 
     names = [encodings.check_name(each) for each in values["pe"].split(",")]
@@ -679,8 +684,7 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     configs = [encodings.resolve_options(ModelConfig(**model, pe=name, pe_options=options)) for name in names]
     for config in configs:
         positions.configured(encodings.get(config.pe), config, train_config)  # --random-positions fits the encoding
-    from poscli.training.tasks import TaskTraining
+    from poscli.training.tasks import training_mix
 
-    TaskTraining.plan(train_config, configs[0])  # a task that cannot be trained on, sizes too long for the train length
-    PasskeyTraining.plan(train_config, configs[0])  # a bad --mix, or a passkey format the train length cannot hold
+    training_mix(train_config, configs[0])  # a bad --task or --mix, or instances the train length cannot hold
     return names, configs[0], train_config

@@ -42,7 +42,7 @@ from poscli.model.gpt import GPT
 from poscli.training.distributed import Group, check_batch, data_parallel_loss, group_from_environment
 from poscli.training.distributed import start as start_group
 from poscli.training.optim import make_optimizer
-from poscli.training.tasks import TaskTraining
+from poscli.training.tasks import TaskMix, TaskTraining, task_accuracy, training_mix
 
 
 class TrainingInterrupted(PoscliError):
@@ -134,23 +134,25 @@ class TrainResult:
     seconds: float
     heldout_length: int = 0
     heldout_bpb: float | None = None  # bits per UTF-8 byte of the scored text (None: loss / ln 2, byte tokens)
-    task_accuracy: dict | None = None  # a task run: exact match at its training sizes (TaskTraining.accuracy)
+    task_accuracy: dict | None = None  # a task run or mix: exact match at its training sizes (tasks.task_accuracy)
 
     def summary(self) -> str:
-        """One line for the console: steps, time and held-out perplexity at the train length (a task
-        run: exact match at its training sizes)."""
+        """One line for the console: steps, time, and the held-out perplexity at the train length
+        and/or (a task run, or a task mixed in) exact match at the task's training sizes."""
+        parts = []
+        if not math.isnan(self.heldout_loss):
+            bpb = self.heldout_bpb if self.heldout_bpb is not None else self.heldout_loss / math.log(2)
+            parts.append(
+                f"held-out loss at length {self.heldout_length}: {self.heldout_loss:.4f} nats/token (perplexity "
+                f"{self.heldout_perplexity:.3f}, {bpb:.3f} bits/byte)"
+            )
         if self.task_accuracy:
             a = self.task_accuracy
-            return (
-                f"finished {self.steps} steps in {self.seconds / 60:.1f} min; exact match on {a['task']} at its "
-                f"training sizes: {a['exact']:.3f} [{a['ci_low']:.3f}, {a['ci_high']:.3f}] ({a['instances']} instances)"
+            parts.append(
+                f"exact match on {a['task']} at its training sizes: {a['exact']:.3f} [{a['ci_low']:.3f}, "
+                f"{a['ci_high']:.3f}] ({a['instances']} instances)"
             )
-        return (
-            f"finished {self.steps} steps in {self.seconds / 60:.1f} min; held-out loss at length "
-            f"{self.heldout_length}: "
-            f"{self.heldout_loss:.4f} nats/token (perplexity {self.heldout_perplexity:.3f}, "
-            f"{self.heldout_bpb if self.heldout_bpb is not None else self.heldout_loss / math.log(2):.3f} bits/byte)"
-        )
+        return f"finished {self.steps} steps in {self.seconds / 60:.1f} min; " + "; ".join(parts)
 
 
 def training_step(
@@ -341,8 +343,7 @@ def _data_and_configs(model_config: ModelConfig, train_config: TrainConfig, pare
     train_config = TrainConfig.from_dict({**train_config.to_dict(), "tokenizer": tokenizer.spec})
     model_config = ModelConfig.from_dict({**model_config.to_dict(), "vocab_size": tokenizer.vocab_size})
     check_corpus_fits(corpus, model_config.train_length, train_config.batch_size)
-    TaskTraining.plan(train_config, model_config)  # a task that cannot be trained on, or does not fit
-    PasskeyTraining.plan(train_config, model_config, tokenizer)  # a bad --mix, a train length too short, merged digits
+    training_mix(train_config, model_config, tokenizer)  # a task or --mix that cannot be trained on or does not fit
     model_config = encodings.resolve_options(model_config)  # config.json records every option
     model_config = position_schemes.configured(encodings.get(model_config.pe), model_config, train_config)
     return corpus, tokenizer, model_config, train_config
@@ -642,7 +643,7 @@ def _train_loop(
     main = group.is_main
     loss_fn = data_parallel_loss(model, group)
     model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
-    mix = TaskTraining.plan(train_config, model_config) or PasskeyTraining.plan(train_config, model_config, tokenizer)
+    mix = training_mix(train_config, model_config, tokenizer)
     scheme = position_schemes.for_training(model_config, train_config)  # None: positions 0..T-1
     if train_config.compile:
         compile_model(model, device, model_config.train_length, report=console.print if main else lambda line: None)
@@ -704,15 +705,16 @@ def _train_loop(
 
 
 def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, steps, seconds, elapsed_before):
-    """After the last step: the held-out perplexity at the train length (a task run: exact match
-    at its training sizes), the finished config.json, the TrainResult. ``steps``: (first step of
-    this process, last step)."""
+    """After the last step: the held-out perplexity at the train length and/or (a task run, or a
+    task mixed in) exact match at the task's training sizes, the finished config.json, the
+    TrainResult. ``steps``: (first step of this process, last step)."""
     start_step, step = steps
     model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
     model.eval()
-    task = TaskTraining.plan(train_config, model_config)
+    task = TaskTraining.plan(train_config, model_config) or TaskMix.plan(train_config, model_config)
     nan = float("nan")
-    heldout = {"loss": nan, "ppl": nan, "bpb": None} if task else _heldout(model, corpus, config, device, tokenizer)
+    text = not isinstance(task, TaskTraining)  # a text run, perhaps with a task mixed in
+    heldout = _heldout(model, corpus, config, device, tokenizer) if text else {"loss": nan, "ppl": nan, "bpb": None}
     tokens_per_step = train_config.batch_size * model_config.train_length
     config.update(
         status="finished",
@@ -721,8 +723,8 @@ def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, s
         tokens_per_s=round((step - start_step) * tokens_per_step / max(seconds - elapsed_before, 1e-9)),
     )
     if task:
-        config["task_accuracy"] = task.accuracy(model, device)
-    else:
+        config["task_accuracy"] = task_accuracy(task.task, task.sizes, model, device)
+    if text:
         config["heldout"] = {"length": model_config.train_length, **heldout}
     if step == start_step:
         config.pop("tokens_per_s")

@@ -40,10 +40,11 @@ def tracked(question: str) -> str:
     return target
 
 
-def recalled(question: str) -> str:
-    pairs, queries = question.split("|")
-    values = {pairs[i]: pairs[i + 1] for i in range(0, len(pairs), 2)}
-    return "".join(values[q] for q in queries)
+def recalled(question: str, queries: str) -> str:
+    """Multi-query recall: each key of the pairs queried once, in any order, each followed by its value."""
+    values = {question[i]: question[i + 1] for i in range(0, len(question), 2)}
+    assert sorted(queries) == sorted(values)
+    return "".join(key + values[key] for key in queries)
 
 
 EXPECTED = {  # task -> the answer computed from the question alone
@@ -56,7 +57,7 @@ EXPECTED = {  # task -> the answer computed from the question alone
     "addition-reversed": lambda q: str(sum(int(p[::-1]) for p in q.split("+")))[::-1],
     "binary-addition": lambda q: format(sum(int(p, 2) for p in q.split("+")), "b"),
     "modular-arithmetic": lambda q: str(left_to_right_mod5(q)),
-    "associative-recall": recalled,
+    "associative-recall": lambda q, a: recalled(q, a[::2]),  # the queries are given in the answer
     "flip-flop": lambda q: flip_flop(q[:-1]),
     "variable-tracking": tracked,
 }
@@ -76,7 +77,9 @@ def test_every_answer_follows_from_its_question_and_the_instances_are_fixed(name
         for prompt, answer in examples:
             question = prompt[:-1]
             assert prompt.endswith("=") and "=" not in question and answer.endswith(".") and "." not in answer[:-1]
-            assert answer[:-1] == EXPECTED[name](question), (question, answer)
+            expected = EXPECTED[name]
+            truth = expected(question, answer[:-1]) if expected.__code__.co_argcount == 2 else expected(question)
+            assert answer[:-1] == truth, (question, answer)
             assert prompt.isascii() and answer.isascii()
         lengths.append(max(len(p) + len(a) for p, a in examples))
         assert len({p for p, _ in examples}) > 1 or size == 1 or name == "flip-flop" and size < 2
@@ -111,6 +114,29 @@ def test_scoring_is_exact_for_a_model_that_knows_the_answers_and_counts_a_missed
     assert share[2] == pytest.approx((len(answer) - 1) / len(answer))
     missed_prompt = (2, len(prompt) - 3)  # inside the prompt: not scored
     assert score(Oracle([missed_prompt]), examples, "cpu")[0].all()
+
+
+def test_only_the_answer_tokens_a_task_scores_count_and_training_weighs_only_them():
+    from poscli.config import TrainConfig
+    from poscli.training.tasks import TaskTraining
+    from tests.conftest import tiny_config
+
+    recall = tasks.get("associative-recall")
+    examples = recall.examples(3, 4)  # pairs "a1b2c3=", answer "b2a1c3.": the queried keys are given
+    masks = [recall.scored(answer) for _, answer in examples]
+    assert all(list(m) == [False, True] * 3 + [True] for m in masks)
+    prompt, _ = examples[1]
+    key, value = (1, len(prompt) - 1), (1, len(prompt))  # the predictions of the first key, then its value
+    assert score(Oracle([key]), examples, "cpu", masks)[0].all()  # a given key missed: still exact
+    exact, share = score(Oracle([value]), examples, "cpu", masks)
+    assert not exact[1] and share[1] == pytest.approx(3 / 4)
+    assert not score(Oracle([key]), examples, "cpu")[0][1]  # scored everywhere, the key would count
+    config = TrainConfig(task="associative-recall", task_sizes="2-4")
+    plan = TaskTraining.plan(config, tiny_config("rope", train_length=20))
+    tokens, targets, weights = plan.batch(16, 20, torch.Generator().manual_seed(0), "cpu")
+    for row in range(16):
+        text = bytes(targets[row][weights[row] > 0].tolist()).decode()
+        assert text[-1] == "." and text[:-1].isdigit()  # the values and the stop, no key
 
 
 @pytest.mark.parametrize(
@@ -176,6 +202,36 @@ def test_a_task_batch_is_one_instance_a_row_with_the_loss_on_its_answer():
     assert ((weights > 0) == (targets != 0)).all()  # every instance token, no padding
     with pytest.raises(PoscliError, match="--task-loss"):
         TrainConfig(task="copy", task_loss="some").validate()
+
+
+def test_a_task_mixed_into_text_ends_a_fraction_of_the_windows_in_a_whole_instance():
+    from poscli.config import TrainConfig
+    from poscli.data.tokens import decode
+    from poscli.training.tasks import TaskMix, training_mix
+    from poscli.training.train import sample_batch
+    from tests.conftest import tiny_config
+
+    config = TrainConfig(mix="reverse:0.5", task_sizes="2-5", answer_loss=2.0)
+    plan = training_mix(config, tiny_config("rope", train_length=32))
+    assert isinstance(plan, TaskMix) and plan.sizes == (2, 3, 4, 5)
+    stream = torch.from_numpy(encode("plain text without the marks " * 100))
+    tokens, targets, weights = sample_batch(stream, 64, 32, torch.Generator().manual_seed(0), "cpu", plan)
+    ended = 0
+    for row in range(64):
+        text = decode(torch.cat([tokens[row], targets[row, -1:]]))
+        if "=" not in text:
+            assert (weights[row] == weights.min()).all()  # text alone: no answer weight
+            continue
+        ended += 1
+        question, answer = text.rsplit("=", 1)
+        letters = question[-(len(answer) - 1) :]
+        assert answer == letters[::-1] + "." and 2 <= len(letters) <= 5  # a whole instance, at the end
+        assert decode(targets[row][weights[row] > weights.min()]) == answer  # its answer carries the weight
+    assert 16 < ended < 48  # about half of 64
+    with pytest.raises(PoscliError, match="mix in passkey or an algorithmic task"):
+        training_mix(TrainConfig(mix="other:0.2"), tiny_config("rope", train_length=32))
+    with pytest.raises(PoscliError, match="use --train-length"):
+        training_mix(TrainConfig(mix="copy:0.2", task_sizes="1-40"), tiny_config("rope", train_length=32))
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,7 @@ def test_wilson_interval_brackets_the_rate_and_narrows_with_trials():
     assert stats.wilson_interval(0, 20)[0] == 0 and stats.wilson_interval(20, 20)[1] == 1
 
 
-@pytest.mark.parametrize("text", ["passkey", "passkey:0", "passkey:1.5", "other:0.2", "passkey:x"])
+@pytest.mark.parametrize("text", ["passkey", "passkey:0", "passkey:1.5", ":0.2", "passkey:x"])
 def test_bad_mix_is_a_clear_error(text):
     with pytest.raises(PoscliError, match="--mix"):
         passkey.parse_mix(text)
@@ -186,7 +186,7 @@ def test_the_whole_suite_writes_every_table_and_plot(passkey_run):
         ),
         (["eval", "alibi", "--task", "passkey", "--lengths", "256", "--keys", "13"], "holds 1 to 12 keys"),
         (["train", "--mix", "passkey:0.5", "--passkey-template", "paper", "--passkey-keys", "2"], "holds 1 to 1 keys"),
-        (["train", "--answer-loss", "1"], "--answer-loss weighs the answers of passkey examples"),
+        (["train", "--answer-loss", "1"], "--answer-loss weighs the answers of mixed-in examples"),
         (
             ["train", "--mix", "passkey:0.5", "--passkey-keys", "4", "--train-length", "128"],
             "needs a train length of at least",

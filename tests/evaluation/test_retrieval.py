@@ -250,7 +250,7 @@ def test_the_answer_loss_adds_w_times_the_mean_loss_of_the_answer_tokens():
 
 
 def test_answer_loss_without_passkey_examples_is_refused():
-    with pytest.raises(PoscliError, match="--answer-loss weighs the answers of passkey examples"):
+    with pytest.raises(PoscliError, match="--answer-loss weighs the answers of mixed-in examples"):
         PasskeyTraining.plan(TrainConfig(answer_loss=1.0), ModelConfig())
     with pytest.raises(PoscliError, match="needs a train length of at least"):
         PasskeyTraining.plan(TrainConfig(mix="passkey:0.5", passkey_keys=4), ModelConfig(train_length=128))

@@ -465,6 +465,28 @@ def test_beyond_yarn_ranks_every_method_and_checks_the_newer_claims_by_their_int
     assert "undecided" in claims["yarn + PoSE"] and "yarn" not in claims  # YaRN itself makes no flatness claim here
 
 
+def test_the_length_generalization_recipe_plans_the_study_issue_32_names():
+    from poscli.evaluation import tasks
+    from poscli.evaluation.algorithmic import AlgorithmicTask, parse_sizes
+
+    recipe = load_recipe(REPO / "recipes" / "length-generalization.toml")
+    plain = {(s.options["task"], s.options["pe"], s.options["seed"]) for s in recipe.train if "random" not in s.name}
+    randomized = [s for s in recipe.train if "random" in s.name]
+    studied = {"copy", "reverse", "duplicate", "addition-reversed", "associative-recall"}  # duplicate: Ruoss et al.'s
+    pes = {"none", "learned", "sinusoidal", "rope", "alibi", "t5", "fire", "kerple"}
+    assert plain == {(t, pe, seed) for t in studied for pe in pes for seed in (0, 1, 2)}
+    assert {(s.options["task"], s.options["pe"], s.options["seed"]) for s in randomized} == {
+        (t, "rope", seed) for t in studied for seed in (0, 1, 2)
+    }
+    assert all(s.options["random_positions"] >= 4 * s.options["train_length"] for s in randomized)
+    assert all(isinstance(tasks.get(t), AlgorithmicTask) for t in studied)
+    largest = {s.options["task"]: max(parse_sizes(s.options["sizes"])) for s in recipe.train}
+    for step in recipe.evals:  # each task tested to 4x its largest training size, every run of the task
+        assert max(parse_sizes(step.options["sizes"])) == 4 * largest[step.options["task"]]
+        assert len(step.runs) == 27 and all(r.startswith(f"lg-{step.options['task']}-") for r in step.runs)
+    assert recipe.compare == [{"table": "length-generalization", "published": "kazemnejad2023"}]
+
+
 def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
     tstl = load_recipe(REPO / "recipes" / "train-short-test-long.toml")
     from poscli import encodings

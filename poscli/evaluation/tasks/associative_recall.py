@@ -1,19 +1,23 @@
 """``--task associative-recall``: multi-query associative recall (Arora et al., 2023, Zoology's
-MQAR): `size` key-value pairs (distinct letter keys, digit values), then `size` queries of those
-keys in a random order; the answer is each queried key's value, in query order."""
+MQAR): `size` key-value pairs (distinct letter keys, either case; digit values), then `size`
+queries of those keys in a random order, each followed by its value. As in Zoology, the queries are
+given and the values are the model's to write: the answer is ``query value query value ... .``,
+teacher-forced, and only the values and the full stop are scored (``scored``)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from poscli.errors import PoscliError
 from poscli.evaluation.algorithmic import AlgorithmicTask
 from poscli.evaluation.tasks import register
 
-KEYS = "abcdefghijklmnopqrstuvwxyz"
+KEYS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # 52: trained to 8 pairs, tested to 4x and more
 
 
 @register("associative-recall")
 class AssociativeRecall(AlgorithmicTask):
-    summary = "`size` key-value pairs, then the values of `size` queried keys"
+    summary = "`size` key-value pairs, then `size` queried keys, each followed by its value (the values scored)"
     citation = "Arora et al., 2023 (Zoology, multi-query associative recall)"
 
     def instance(self, size, rng):
@@ -21,6 +25,11 @@ class AssociativeRecall(AlgorithmicTask):
             raise PoscliError(f"--task associative-recall has {len(KEYS)} keys; use --sizes up to {len(KEYS)}")
         keys = rng.sample(KEYS, size)
         values = {key: str(rng.randrange(10)) for key in keys}
-        queries = rng.sample(keys, size)
         pairs = "".join(key + values[key] for key in keys)
-        return f"{pairs}|{''.join(queries)}", "".join(values[key] for key in queries)
+        return pairs, "".join(key + values[key] for key in rng.sample(keys, size))
+
+    def scored(self, answer: str) -> np.ndarray:
+        """The values (every second token) and the full stop; the queried keys are given."""
+        mask = np.arange(len(answer)) % 2 == 1  # (A,): key value key value ... .
+        mask[-1] = True
+        return mask
