@@ -41,9 +41,9 @@ def tracked(question: str) -> str:
 
 
 def recalled(question: str, queries: str) -> str:
-    """Multi-query recall: each key of the pairs queried once, in any order, each followed by its value."""
+    """Multi-query recall: as many queries as pairs, each a key of the pairs, each followed by its value."""
     values = {question[i]: question[i + 1] for i in range(0, len(question), 2)}
-    assert sorted(queries) == sorted(values)
+    assert len(queries) == len(values) and set(queries) <= set(values)
     return "".join(key + values[key] for key in queries)
 
 

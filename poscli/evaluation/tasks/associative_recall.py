@@ -1,8 +1,10 @@
 """``--task associative-recall``: multi-query associative recall (Arora et al., 2023, Zoology's
 MQAR): `size` key-value pairs (distinct letter keys, either case; digit values), then `size`
-queries of those keys in a random order, each followed by its value. As in Zoology, the queries are
-given and the values are the model's to write: the answer is ``query value query value ... .``,
-teacher-forced, and only the values and the full stop are scored (``scored``)."""
+queries of those keys, each followed by its value. As in Zoology, the queries are given and the
+values are the model's to write: the answer is ``query value query value ... .``, teacher-forced,
+and only the values and the full stop are scored (``scored``). The queries are drawn with
+replacement, so no value follows by elimination (a model that has not learned to recall can
+otherwise answer the last query as the one pair not yet asked for)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ class AssociativeRecall(AlgorithmicTask):
         keys = rng.sample(KEYS, size)
         values = {key: str(rng.randrange(10)) for key in keys}
         pairs = "".join(key + values[key] for key in keys)
-        return pairs, "".join(key + values[key] for key in rng.sample(keys, size))
+        queries = [rng.choice(keys) for _ in range(size)]  # with replacement: no answer follows by elimination
+        return pairs, "".join(key + values[key] for key in queries)
 
     def scored(self, answer: str) -> np.ndarray:
         """The values (every second token) and the full stop; the queried keys are given."""
