@@ -221,7 +221,7 @@ ERRORS = [
     (["train", "--pe", "shaw", "-O", "clip=many"], "shaw's clip is a int"),
     (["train", "--pe", "alibi", "-O", "slope=1"], "--pe alibi has no option 'slope'"),
     (["train", "-O", "base"], "write KEY=VALUE"),
-    (["train", "--mix", "passkey:2"], "the fraction must be in (0, 1]"),
+    (["train", "--mix", "passkey:2"], "F in (0, 1]"),
     (["train", "--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
     (["train", "-O", "rotary_fraction=0"], "rotary_fraction must be in (0, 1]"),
     (["train", "-O", "keep=2"], "keep must be between 0 and 1"),
