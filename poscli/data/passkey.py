@@ -100,16 +100,17 @@ def draw_needles(rng: random.Random, depth: float, keys: int = 1) -> list[Needle
     ]
 
 
-def make_prompt(length: int, needles: list[Needle], template: str = "compact") -> str:
-    """A prompt of exactly ``length`` bytes ending in the question for ``needles[0]``, each needle's
-    sentence at its depth (0: right after the introduction, 100: just before the question) of the
-    filler, moved back to the nearest sentence boundary."""
+def make_prompt(length: int, needles: list[Needle], template: str = "compact", asked: bool = True) -> str:
+    """A prompt of exactly ``length`` bytes ending in the question for ``needles[0]`` (``asked``
+    False: in the filler, the questions are the caller's), each needle's sentence at its depth (0:
+    right after the introduction, 100: just before the question) of the filler, moved back to the
+    nearest sentence boundary."""
     chosen = check_format(template, len(needles))
     for needle in needles:
         if not 0 <= needle.depth <= 100:
             raise PoscliError(f"passkey depth must be between 0 and 100, got {needle.depth:g}")
     sentences = [chosen.key_sentence.format(name=n.name, key=n.key) for n in needles]
-    question = chosen.question.format(name=needles[0].name)
+    question = chosen.question.format(name=needles[0].name) if asked else ""
     filler_length = length - len(chosen.introduction) - sum(map(len, sentences)) - len(question)
     if filler_length < 0:
         raise PoscliError(

@@ -94,11 +94,7 @@ class AlgorithmicTask(Task):
         device = select_device(options["device"])
         rows = []
         for name in run_names:
-            model, config = runs.load_model(runs.find_run(name, results), str(device))
-            if config["train"].get("tokenizer", "bytes") != "bytes":
-                raise PoscliError(
-                    f"--task {self.name} scores byte-level runs; {name} uses {config['train']['tokenizer']}"
-                )
+            model, config = self.load_byte_run(name, results, device)
             own = config["train"].get("task") == self.name  # trained on this task: its sizes are in distribution
             trained = (config["train"].get("task_sizes") or self.default_sizes) if own else None
             bar = progress.add_task(f"{self.name} {name}", total=len(sizes)) if progress else None
@@ -132,19 +128,7 @@ class AlgorithmicTask(Task):
                 "token_accuracy": round(float(token_accuracy.mean()), 4), "note": ""}  # fmt: skip
 
     def write(self, result, options: dict[str, Any], results, table: str):
-        from poscli.core.io import atomic_write, locked
-        from poscli.evaluation.tables import merge_rows
-        from poscli.model import runs
-
-        folder = runs.results_dir(results)
-        folder.mkdir(parents=True, exist_ok=True)
-        with locked(folder / table):  # concurrent evaluations take turns
-            merged = merge_rows(folder / f"{table}.csv", result, COLUMNS, ["run", "task", "size"])
-            text = size_markdown(merged)
-            with atomic_write(folder / f"{table}.md") as handle:
-                handle.write(text)
-            written = [folder / f"{table}.csv", folder / f"{table}.md", *self.plots(merged, folder, table)]
-        return written, text
+        return self.write_rows(result, results, table, COLUMNS, ["run", "task", "size"], size_markdown)
 
     def owns(self, data) -> bool:
         return {"task", "size", "token_accuracy"} <= set(data.columns)

@@ -511,11 +511,15 @@ EVAL_DECLARED: dict[str, Option] = declare(
     Option(
         "depths",
         DEFAULT_DEPTHS,
-        "passkey: key depths in percent of the filler (default 0 to 100 by 10).",
+        "passkey, multiquery: key depths in percent of the filler (default 0 to 100 by 10).",
         metavar="D,D...",
     ),
     Option(
-        "trials", 50, "passkey: prompts per (length, depth) cell; algorithmic tasks: per size.", kind=int, metavar="N"
+        "trials",
+        50,
+        "passkey: prompts per (length, depth) cell; multivalue, multiquery: per length; algorithmic tasks: per size.",
+        kind=int,
+        metavar="N",
     ),
     Option(
         "sizes",
@@ -528,7 +532,7 @@ EVAL_DECLARED: dict[str, Option] = declare(
         "keys",
         None,
         "passkey: keys per prompt (default: the run's training format; K > 1: distractors); multivalue: values "
-        "under the one key (default 4).",
+        "under the one key (default 4); multiquery: keys, every one asked for (default 4).",
         kind=int,
         metavar="K",
     ),

@@ -56,3 +56,40 @@ class Task:
     def plots(self, data, folder: Path, table: str) -> list[Path]:
         """Figures drawn from the table's CSV files in ``folder`` (after each evaluation, and by ``poscli report``)."""
         return []
+
+    def load_byte_run(self, name: str, results, device):
+        """The run ``name``'s model and config, for a task scored byte by byte (a BPE may merge the
+        tokens it scores): a clear error for a run with another tokenizer. -> (model, config)."""
+        from poscli.errors import PoscliError
+        from poscli.model import runs
+
+        model, config = runs.load_model(runs.find_run(name, results), str(device))
+        tokenizer = config["train"].get("tokenizer", "bytes")
+        if tokenizer != "bytes":
+            raise PoscliError(f"--task {self.name} scores byte-level runs; {name} uses {tokenizer}")
+        return model, config
+
+    def write_rows(self, rows, results, table: str, columns: list[str], key: list[str], markdown) -> tuple[list, str]:
+        """What most tasks' ``write`` does: merge ``rows`` into RESULTS/TABLE.csv (a new row replaces
+        the one with its ``key``), write ``markdown(merged)`` to TABLE.md and draw the plots, the
+        table locked so that concurrent evaluations take turns. -> (files written, the markdown)."""
+        from poscli.core.io import atomic_write, locked
+        from poscli.evaluation.tables import merge_rows
+        from poscli.model import runs
+
+        folder = runs.results_dir(results)
+        folder.mkdir(parents=True, exist_ok=True)
+        with locked(folder / table):
+            merged = merge_rows(folder / f"{table}.csv", rows, columns, key)
+            text = markdown(merged)
+            with atomic_write(folder / f"{table}.md") as handle:
+                handle.write(text)
+            return [folder / f"{table}.csv", folder / f"{table}.md", *self.plots(merged, folder, table)], text
+
+
+def lengths_done(rows, options: dict[str, Any]) -> bool:
+    """Whether ``rows`` (one run's, of one format) hold every length ``options["lengths"]`` asks for."""
+    from poscli.core.lengths import parse_lengths
+
+    wanted = parse_lengths(str(options["lengths"])) if options.get("lengths") else []
+    return bool(wanted) and set(wanted) <= set(rows["length"])

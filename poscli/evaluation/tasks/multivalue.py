@@ -21,11 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from poscli.core.lengths import parse_lengths
 from poscli.data.passkey import FILLER, MAX_KEY, NAMES
 from poscli.errors import PoscliError
 from poscli.evaluation.tasks import register
-from poscli.evaluation.tasks.base import Task
+from poscli.evaluation.tasks.base import Task, lengths_done
 
 DEFAULT_VALUES = 4  # RULER's num_values for niah_multivalue
 COLUMNS = ["run", "label", "pe", "train_length", "values", "length", "trials", "exact", "accuracy", "ci_low",
@@ -80,6 +79,14 @@ def score(model, prompts: list[str], answers: list[str], device) -> tuple[np.nda
     return exact, recall
 
 
+def multivalue_markdown(table) -> str:
+    """Per run and V, at each length: exact match [95% Wilson] and recall."""
+    from poscli.evaluation.tables import pivot_markdown
+
+    lines = pivot_markdown(table, "run", {"run": lambda r: r["run"], "values": lambda r: r["values"]}, _cell)
+    return "Exact match [95% Wilson], recall: share of values (`--task multivalue`).\n\n" + "\n".join(lines) + "\n"
+
+
 def _cell(part) -> str:
     """A markdown cell: exact match [95% Wilson], recall."""
     row = part.iloc[0]
@@ -105,12 +112,7 @@ class MultiValue(Task):
         device = select_device(options["device"])
         rows = []
         for name in run_names:
-            folder = runs.find_run(name, results)
-            model, config = runs.load_model(folder, str(device))
-            if config["train"].get("tokenizer", "bytes") != "bytes":
-                raise PoscliError(
-                    f"--task multivalue scores byte-level runs; {name} uses {config['train']['tokenizer']}"
-                )
+            model, config = self.load_byte_run(name, results, device)
             train_length = config["model"]["train_length"]
             lengths = options["lengths"] or [train_length, 4 * train_length]
             task = progress.add_task(f"multivalue {name}", total=len(lengths)) if progress else None
@@ -141,29 +143,14 @@ class MultiValue(Task):
                 "ci_high": round(high, 4), "recall": round(float(recall.mean()), 4), "note": ""}  # fmt: skip
 
     def write(self, result, options: dict[str, Any], results, table: str):
-        from poscli.core.io import atomic_write, locked
-        from poscli.evaluation.tables import merge_rows, pivot_markdown
-        from poscli.model import runs
-
-        folder = runs.results_dir(results)
-        folder.mkdir(parents=True, exist_ok=True)
-        with locked(folder / table):  # concurrent evaluations take turns
-            merged = merge_rows(folder / f"{table}.csv", result, COLUMNS, ["run", "values", "length"])
-            lines = pivot_markdown(merged, "run", {"run": lambda r: r["run"], "values": lambda r: r["values"]}, _cell)
-            with atomic_write(folder / f"{table}.md") as handle:
-                handle.write("Exact match [95% Wilson], recall: share of values (`--task multivalue`).\n\n")
-                handle.write("\n".join(lines) + "\n")
-            written = [folder / f"{table}.csv", folder / f"{table}.md", *self.plots(merged, folder, table)]
-        return written, "\n".join(lines)
+        return self.write_rows(result, results, table, COLUMNS, ["run", "values", "length"], multivalue_markdown)
 
     def owns(self, data) -> bool:
         return {"values", "recall"} <= set(data.columns)
 
     def evaluated(self, rows, run: str, options: dict[str, Any]) -> bool:
         values = DEFAULT_VALUES if options.get("keys") is None else options["keys"]
-        mine = rows[(rows["run"] == run) & (rows["values"] == values)]
-        wanted = parse_lengths(str(options["lengths"])) if options.get("lengths") else []
-        return bool(wanted) and set(wanted) <= set(mine["length"])
+        return lengths_done(rows[(rows["run"] == run) & (rows["values"] == values)], options)
 
     def seed_summary(self, rows, groups, options: dict[str, Any], folder: Path, table: str, min_runs: int):
         return None, ""  # one table per run; a summary over seeds is not written yet

@@ -40,7 +40,7 @@ class Passkey(Task):
         return write_passkey_tables(result, results, table), console_table(result, options["trials"])
 
     def owns(self, data) -> bool:
-        return "accuracy" in data.columns and "depth" in data.columns
+        return {"accuracy", "depth", "digit_accuracy"} <= set(data.columns)
 
     def evaluated(self, rows, run: str, options: dict[str, Any]) -> bool:
         from poscli.config import DEFAULT_DEPTHS
