@@ -106,27 +106,34 @@ def make_prompt(length: int, needles: list[Needle], template: str = "compact", a
     right after the introduction, 100: just before the question) of the filler, moved back to the
     nearest sentence boundary."""
     chosen = check_format(template, len(needles))
-    for needle in needles:
-        if not 0 <= needle.depth <= 100:
-            raise PoscliError(f"passkey depth must be between 0 and 100, got {needle.depth:g}")
-    sentences = [chosen.key_sentence.format(name=n.name, key=n.key) for n in needles]
+    sentences = [(n.depth, chosen.key_sentence.format(name=n.name, key=n.key)) for n in needles]
     question = chosen.question.format(name=needles[0].name) if asked else ""
-    filler_length = length - len(chosen.introduction) - sum(map(len, sentences)) - len(question)
-    if filler_length < 0:
+    if length - len(chosen.introduction) - sum(len(text) for _, text in sentences) - len(question) < 0:
         raise PoscliError(
             f"a {template} passkey prompt with {len(needles)} key(s) needs at least "
             f"{shortest_prompt(template, len(needles)) + ANSWER_BUDGET} "
             f"tokens; got length {length + ANSWER_BUDGET}"
         )
+    return fill(length, sentences, chosen.introduction, question)
+
+
+def fill(length: int, sentences: list[tuple[float, str]], introduction: str = "", question: str = "") -> str:
+    """Exactly ``length`` bytes: the introduction, the filler with each (depth, sentence) at its depth
+    (percent of the filler, moved back to the nearest sentence boundary; at a tie, in the order
+    given), then the question."""
+    for depth, _ in sentences:
+        if not 0 <= depth <= 100:
+            raise PoscliError(f"passkey depth must be between 0 and 100, got {depth:g}")
+    filler_length = length - len(introduction) - sum(len(text) for _, text in sentences) - len(question)
     filler = (FILLER * (filler_length // len(FILLER) + 1))[:filler_length]
     cuts = []
-    for needle in needles:
-        cut = round(filler_length * needle.depth / 100)
+    for depth, _ in sentences:
+        cut = round(filler_length * depth / 100)
         boundary = filler.rfind(". ", 0, cut + 1)
         cuts.append(0 if boundary < 0 or cut == 0 else boundary + 2)
-    prompt, previous = chosen.introduction, 0
-    for index in sorted(range(len(needles)), key=lambda i: (cuts[i], i)):  # the asked needle first at a tie
-        prompt += filler[previous : cuts[index]] + sentences[index]
+    prompt, previous = introduction, 0
+    for index in sorted(range(len(sentences)), key=lambda i: (cuts[i], i)):  # the first given first at a tie
+        prompt += filler[previous : cuts[index]] + sentences[index][1]
         previous = cuts[index]
     prompt += filler[previous:] + question
     assert len(prompt) == length, (len(prompt), length)

@@ -41,7 +41,7 @@ def test_a_query_counts_only_when_its_digits_and_stop_are_right():
 
 
 def test_a_cell_counts_each_query_at_its_keys_depth_and_each_prompt_once():
-    rows = MultiQuery.cells(Oracle(), 800, 4, DEPTHS, 6, "cpu")
+    rows = MultiQuery().cells(Oracle(), 800, 4, DEPTHS, 6, "cpu")
     by_depth = {row["depth"]: row for row in rows}
     assert set(by_depth) == {*DEPTHS, ALL_DEPTHS}
     assert sum(by_depth[d]["trials"] for d in DEPTHS) == 6 * 4 and by_depth[ALL_DEPTHS]["trials"] == 6
@@ -68,3 +68,34 @@ def test_multiquery_runs_through_poscli_eval_with_a_heatmap_of_counts(tmp_path_f
     bad = poscli("eval", "mq", "--task", "multiquery", "--lengths", "100", "--keys", "8", "--results", str(results))
     assert bad.returncode == 2 and "use longer --lengths" in bad.stderr and "Traceback" not in bad.stderr
     assert (np.isfinite(table["accuracy"]) == (table["trials"] > 0)).all()  # a depth no key was drawn at: no rate
+    done = poscli("eval", "mq", "--task", "variables", "--lengths", "600", "--depths", "0,50,100", "--trials", "2",
+                  "--keys", "3", "--results", str(results), "--quiet")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    chains = pd.read_csv(results / "variables.csv")
+    assert chains.loc[chains["depth"] != ALL_DEPTHS, "trials"].sum() == 2 * 3
+    assert tasks.owner(chains).name == "variables" and not tasks.get("multiquery").owns(chains)
+    assert (results / "variables-mq-3keys.png").exists()
+
+
+@pytest.mark.parametrize("length, keys", [(500, 2), (1500, 4)])
+def test_variables_hide_a_chain_in_order_beside_a_distractor_and_ask_for_its_names(length, keys):
+    from poscli.evaluation.tasks.variables import variables_context
+
+    prompt, answer, mask, depths = variables_context(length, keys, DEPTHS, random.Random(length))
+    assert len(prompt) + len(answer) == length and len(depths) == keys and depths == sorted(depths)
+    assignments = re.findall(r"VAR ([A-Z]+) = (VAR [A-Z]+|\d+)\. ", prompt)
+    assert len(assignments) == 2 * keys
+    value = re.search(r"Which variables hold (\d+)\? They are $", prompt)[1]
+    chain, source = [], value
+    assert len({name for name, _ in assignments}) == 2 * keys  # two chains, no name in both
+    for _ in range(keys):  # follow the value from assignment to assignment
+        follows = [name for name, src in assignments if src == source]
+        assert len(follows) == 1
+        chain.append(follows[0])
+        source = f"VAR {follows[0]}"
+    assert not [name for name, src in assignments if src == source]  # the chain ends there
+    assert answer == " ".join(chain) + "." and len(chain) == keys
+    positions = [prompt.index(f"VAR {name} =") for name in chain]
+    assert positions == sorted(positions)  # each assignment after the one it copies
+    assert "".join(c for c, scored in zip(answer, mask) if scored) == "".join(chain) + "."
+    assert list(recalled(Oracle(wrong=(2,)), prompt, answer, mask, "cpu")) == [True] * (keys - 1) + [False]

@@ -157,8 +157,8 @@ def test_a_recipe_with_an_unknown_task_fails_before_anything_runs(tmp_path):
 def test_every_built_in_task_owns_the_tables_it_writes_and_no_other():
     perplexity = pd.DataFrame({"run": ["a"], "length": [32], "ppl": [3.0], "mode": ["nonoverlapping"]})
     passkey = pd.DataFrame({"run": ["a"], "length": [32], "depth": [0.0], "accuracy": [1.0], "digit_accuracy": [1.0]})
-    multiquery = pd.DataFrame({"run": ["a"], "keys": [4], "length": [32], "depth": [0.0], "correct": [1],
-                               "accuracy": [1.0]})  # fmt: skip
+    multiquery = pd.DataFrame({"run": ["a"], "task": ["multiquery"], "keys": [4], "length": [32], "depth": [0.0],
+                               "correct": [1], "accuracy": [1.0]})  # fmt: skip
     assert tasks.owner(perplexity).name == "perplexity" and tasks.owner(passkey).name == "passkey"
     assert tasks.owner(multiquery).name == "multiquery"
     with pytest.raises(PoscliError, match="unknown evaluation task"):

@@ -32,7 +32,7 @@ DEFAULT_QUERIES = 4  # RULER's niah_multiquery asks for 4 keys
 ALL_DEPTHS = -1.0  # the depth of the rows that count whole prompts (exact: every query recalled)
 QUESTION = TEMPLATES["compact"].question  # "What is the {name} pass key? The {name} pass key is "
 KEY_SENTENCE = TEMPLATES["compact"].key_sentence
-COLUMNS = ["run", "label", "pe", "train_length", "keys", "length", "depth", "trials", "correct", "accuracy",
+COLUMNS = ["run", "label", "pe", "train_length", "task", "keys", "length", "depth", "trials", "correct", "accuracy",
            "ci_low", "ci_high", "note"]  # fmt: skip
 
 
@@ -71,7 +71,8 @@ def recalled(model, prompt: str, answer: str, mask: np.ndarray, device) -> np.nd
     with torch.inference_mode():
         best = model(tokens.to(device))[0, len(prompt) - 1 : -1].argmax(-1).cpu().numpy()  # (A,)
     hits = best == encode(answer)  # (A,)
-    groups = np.cumsum(np.r_[False, mask[1:] & ~mask[:-1]]) - 1  # (A,): the query each scored token belongs to
+    starts = mask & ~np.r_[False, mask[:-1]]  # (A,): where each run of scored tokens begins
+    groups = np.cumsum(starts) - 1  # (A,): the query each scored token belongs to
     return np.array([hits[mask & (groups == query)].all() for query in range(int(groups[mask].max()) + 1)])
 
 
@@ -81,6 +82,7 @@ class MultiQuery(Task):
     citation = "Hsieh et al., 2024"
     default_table = "multiquery"
     reads = ("depths", "trials", "keys")
+    scored = "each query's key"  # what one query is, in the table's and the figure's words
 
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
         from poscli.core.device import select_device
@@ -91,31 +93,35 @@ class MultiQuery(Task):
         trials, depths = options["trials"], parse_depths(options["depths"])
         if not 1 <= keys <= len(NAMES) or trials < 1:
             flag, given = ("--trials", trials) if trials < 1 else ("--keys", keys)
-            raise PoscliError(f"--task multiquery takes --keys 1 to {len(NAMES)}, --trials from 1; got {flag} {given}")
+            raise PoscliError(f"--task {self.name} takes --keys 1 to {len(NAMES)}, --trials from 1; got {flag} {given}")
         device = select_device(options["device"])
         rows = []
         for name in run_names:
             model, config = self.load_byte_run(name, results, device)
             lengths = options["lengths"] or [config["model"]["train_length"], 4 * config["model"]["train_length"]]
-            bar = progress.add_task(f"multiquery {name}", total=len(lengths)) if progress else None
+            bar = progress.add_task(f"{self.name} {name}", total=len(lengths)) if progress else None
             for length in lengths:
                 lead = {"run": config["name"], "label": runs.run_label(config), "pe": config["model"]["pe"],
-                        "train_length": config["model"]["train_length"], "keys": keys, "length": length}  # fmt: skip
+                        "train_length": config["model"]["train_length"], "task": self.name, "keys": keys,
+                        "length": length}  # fmt: skip
                 rows += [lead | cell for cell in self.cells(model, length, keys, depths, trials, device)]
                 if progress:
                     progress.advance(bar)
         return rows
 
-    @staticmethod
-    def cells(model, length: int, keys: int, depths: list[float], trials: int, device) -> list[dict]:
+    def context(self, length: int, keys: int, depths: list[float], rng: random.Random):
+        """One prompt of the task: (prompt, answer, mask, depths), as ``multiquery_prompt`` makes them."""
+        return multiquery_prompt(length, keys, depths, rng)
+
+    def cells(self, model, length: int, keys: int, depths: list[float], trials: int, device) -> list[dict]:
         """One length: a row per depth (queries whose key sat there) and one for whole prompts
         (depth ALL_DEPTHS), each with its Wilson interval; n/a where the run has no positions that
         far (a learned table)."""
         from poscli.errors import NotApplicable
         from poscli.evaluation.stats import wilson_interval
 
-        rng = random.Random(f"multiquery-{keys}-{length}")
-        prompts = [multiquery_prompt(length, keys, depths, rng) for _ in range(trials)]
+        rng = random.Random(f"{self.name}-{keys}-{length}")
+        prompts = [self.context(length, keys, depths, rng) for _ in range(trials)]
         try:
             scored = [recalled(model, prompt, answer, mask, device) for prompt, answer, mask, _ in prompts]
         except NotApplicable as reason:
@@ -136,10 +142,11 @@ class MultiQuery(Task):
         return rows
 
     def write(self, result, options: dict[str, Any], results, table: str):
-        return self.write_rows(result, results, table, COLUMNS, ["run", "keys", "length", "depth"], multiquery_markdown)
+        key = ["run", "keys", "length", "depth"]
+        return self.write_rows(result, results, table, COLUMNS, key, lambda t: multiquery_markdown(t, self))
 
     def owns(self, data) -> bool:
-        return {"keys", "depth", "correct"} <= set(data.columns) and "digit_accuracy" not in data.columns
+        return {"task", "keys", "depth", "correct"} <= set(data.columns) and (data["task"] == self.name).all()
 
     def evaluated(self, rows, run: str, options: dict[str, Any]) -> bool:
         keys = DEFAULT_QUERIES if options.get("keys") is None else options["keys"]
@@ -171,7 +178,7 @@ class MultiQuery(Task):
             axis.set_yticks(range(recall.shape[0]), [f"{d:g}%" for d in recall.index])
             effective = run_effective_lengths(part.assign(run=run))[run]
             axis.set(xlabel="context length (tokens)", ylabel="key depth")
-            title = f"multi-query recall: {run}, {int(keys)} keys\neffective length {effective} (RULER, >= 0.85)"
+            title = f"{self.name}: {run}, {int(keys)} keys\neffective length {effective} (RULER, >= 0.85)"
             axis.set_title(title, fontsize=9)
             figure.colorbar(image, ax=axis, label="recall (teacher forced)")
             path = Path(folder) / f"{table}-{run}-{int(keys)}keys.png"
@@ -181,7 +188,7 @@ class MultiQuery(Task):
         return written
 
 
-def multiquery_markdown(table) -> str:
+def multiquery_markdown(table, task: MultiQuery) -> str:
     """Per run, K and length: recall pooled over depths [95% Wilson], whole prompts exact, the
     effective length; then recall by depth with each cell's count."""
     from poscli.evaluation.retrieval import EFFECTIVE_THRESHOLD, run_effective_lengths
@@ -192,7 +199,7 @@ def multiquery_markdown(table) -> str:
     rows = by_depth.assign(row=by_depth["run"] + "/" + by_depth["keys"].astype(str))
     effective = run_effective_lengths(rows.assign(run=rows["row"]))
     lengths = sorted(table["length"].unique())
-    lines = [f"Multi-query recall (`--task multiquery`): each query's key recalled (teacher forced), pooled over "
+    lines = [f"Recall (`--task {task.name}`): {task.scored} recalled (teacher forced), pooled over "
              f"depths [95% Wilson]; in brackets after it, the prompts with every key recalled. Effective length: the "
              f"longest length up to which recall stays at or above {EFFECTIVE_THRESHOLD} (RULER).", "",
              "| run | keys | effective length | " + " | ".join(map(str, lengths)) + " |",
