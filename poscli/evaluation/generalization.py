@@ -73,7 +73,7 @@ def seed_summary(rows, groups: dict[str, str], min_runs: int = 2):
     from poscli.evaluation.retrieval import bootstrap_accuracy
     from poscli.evaluation.stats import interval
 
-    rows = rows[rows["run"].isin(list(groups)) & rows["accuracy"].notna()].copy()
+    rows = rows[rows["run"].isin(list(groups))].copy()
     learned = mastery(rows)
     rows = rows.drop(columns="seed", errors="ignore").merge(
         learned[["run", "task", "seed", "largest", "mastered"]], on=["run", "task"]
@@ -87,11 +87,12 @@ def seed_summary(rows, groups: dict[str, str], min_runs: int = 2):
     in_distribution = learned.groupby(["group", "task"])["in_distribution"].mean()
     records = []
     for (group, task, size), cell in rows.groupby(["group", "task", "size"], sort=False):
-        good = cell[cell["mastered"]]
+        good = cell[cell["mastered"] & cell["accuracy"].notna()]
         correct, trials = good["exact"].to_numpy(float), good["trials"].to_numpy(float)
         accuracy = float((correct / trials).mean()) if len(good) else math.nan
         low, high = interval(bootstrap_accuracy(correct, trials)) if len(good) else (math.nan, math.nan)
-        by_seed = {r.seed: (round(r.exact / r.trials, 4) if r.mastered else None) for r in cell.itertuples()}
+        by_seed = {r.seed: (round(r.exact / r.trials, 4) if r.mastered and r.accuracy == r.accuracy else None)
+                   for r in cell.itertuples()}  # fmt: skip
         largest = int(cell["largest"].iloc[0])
         records.append(
             {
@@ -103,7 +104,7 @@ def seed_summary(rows, groups: dict[str, str], min_runs: int = 2):
                 "size": int(size),
                 "factor": round(size / largest, 3),
                 "seeds": len(cell),
-                "mastered": len(good),
+                "mastered": int(cell["mastered"].sum()),  # n/a sizes aside: they have no accuracy
                 "in_distribution": float(in_distribution[(group, task)]),
                 "trials": int(cell["trials"].iloc[0]),
                 "accuracy": accuracy,
@@ -116,48 +117,78 @@ def seed_summary(rows, groups: dict[str, str], min_runs: int = 2):
     return pd.DataFrame(records).sort_values(["task", "group", "size"], kind="stable").reset_index(drop=True)
 
 
+def band_values(part, factor: int) -> dict[str, dict[str, float]]:
+    """Per group of ``part`` (one task's summary rows), each mastered seed's exact match over the
+    band of sizes beyond the training sizes up to ``factor`` x the largest (N < size <= factor N
+    for 2x; 2N < size <= 4N for 4x): the mean over the band's sizes (each the same number of
+    instances), for seeds scored at every one of them. -> {group: {seed: value}}."""
+    largest = int(part["largest"].iloc[0])
+    low = largest * (factor // 2)
+    band = part[(part["size"] > low) & (part["size"] <= largest * factor)]
+    wanted = set(range(low + 1, largest * factor + 1))
+    values = {}
+    for group, rows in band.groupby("group", sort=True):
+        if set(rows["size"]) != wanted:
+            continue  # not evaluated at every size of the band
+        by_seed: dict[str, list[float]] = {}
+        for row in rows.itertuples():
+            for seed, value in _mastered_seeds(row.seed_accuracy).items():
+                by_seed.setdefault(seed, []).append(value)
+        complete = {seed: float(np.mean(v)) for seed, v in by_seed.items() if len(v) == len(wanted)}
+        if complete:  # none: no seed mastered, or no positions that far (n/a)
+            values[group] = complete
+    return values
+
+
+def band_label(largest: int, factor: int) -> str:
+    """The sizes of a band, e.g. "9-16" (beyond 8, up to 2x)."""
+    return f"{largest * (factor // 2) + 1}-{largest * factor}"
+
+
 def decisions(summary, factors=FACTORS):
-    """Paired decisions between every two groups at each task and each factor x its largest training
-    size (where it was evaluated): columns task, factor, size, a, b, pairs (seeds mastered in both),
-    difference (mean of a - b), low, high, p, adjusted (Holm over the pairs of that task and size)
-    and verdict (">": a higher, "<": a lower, "≈": not claimed)."""
+    """Paired decisions between every two groups of each task, on the exact match over each band
+    of sizes beyond the training sizes (up to 2x, then 2x to 4x; ``band_values``): columns task,
+    factor, sizes, a, b, pairs (seeds mastered in both), difference (mean of a - b), low, high, p,
+    adjusted (Holm over the pairs of that task and band) and verdict (">": a higher, "<": a lower,
+    "≈": not claimed)."""
     import pandas as pd
 
     from poscli.evaluation.stats import holm, paired_t
 
     records = []
     for task, part in summary.groupby("task", sort=True):
+        largest = int(part["largest"].iloc[0])
         for factor in factors:
-            at = part[part["size"] == part["largest"] * factor]
-            if at.empty:
-                continue
+            seeds = band_values(part, factor)
             family = []
-            seeds = {row.group: _mastered_seeds(row.seed_accuracy) for row in at.itertuples()}
             for a, b in combinations(sorted(seeds), 2):
                 shared = sorted(set(seeds[a]) & set(seeds[b]))
                 if len(shared) < 2:
                     continue
                 difference, low, high, p = paired_t(np.array([seeds[a][s] - seeds[b][s] for s in shared]))
-                family.append(
-                    {
-                        "task": task,
-                        "factor": factor,
-                        "size": int(at["size"].iloc[0]),
-                        "a": a,
-                        "b": b,
-                        "pairs": len(shared),
-                        "difference": difference,
-                        "low": low,
-                        "high": high,
-                        "p": p,
-                    }
-                )
+                family.append({"task": task, "factor": factor, "sizes": band_label(largest, factor), "a": a,
+                               "b": b, "pairs": len(shared), "difference": difference, "low": low, "high": high,
+                               "p": p})  # fmt: skip
             for record, adjusted in zip(family, holm([r["p"] for r in family])):
                 record["adjusted"] = adjusted
                 record["verdict"] = verdict(record["difference"], adjusted)
             records += family
-    columns = ["task", "factor", "size", "a", "b", "pairs", "difference", "low", "high", "p", "adjusted", "verdict"]
+    columns = ["task", "factor", "sizes", "a", "b", "pairs", "difference", "low", "high", "p", "adjusted", "verdict"]
     return pd.DataFrame(records, columns=columns)
+
+
+def band_means(summary, task: str, factor: int) -> dict[str, tuple[float, float, float, int]]:
+    """Per group: the mean over its mastered seeds of the band's exact match (``band_values``) with
+    its 95% t interval over seeds (nan with one seed), and the seeds. -> {group: (mean, low, high, n)}."""
+    from poscli.evaluation.stats import paired_t
+
+    values = band_values(summary[summary["task"] == task], factor)
+    means = {}
+    for group, by_seed in values.items():
+        if by_seed:
+            mean, low, high, _ = paired_t(np.array(list(by_seed.values())))
+            means[group] = (mean, max(low, 0.0), min(high, 1.0), len(by_seed))
+    return means
 
 
 def verdict(difference: float, adjusted_p: float) -> str:
@@ -175,67 +206,75 @@ def _mastered_seeds(seed_accuracy: str) -> dict[str, float]:
 
 
 def best_at(summary, task: str, factor: int):
-    """The group with the highest mean exact match at ``factor`` x the largest training size of
-    ``task`` (mastered seeds only), as its summary row; None where no group has a mastered seed."""
-    at = summary[(summary["task"] == task) & (summary["size"] == summary["largest"] * factor)]
-    at = at[at["accuracy"].notna()]
-    return None if at.empty else at.sort_values(["accuracy", "group"], ascending=[False, True]).iloc[0]
+    """The group with the highest mean exact match over the band up to ``factor`` x the largest
+    training size of ``task`` (mastered seeds only): (group, mean, low, high, seeds), or None."""
+    means = band_means(summary, task, factor)
+    if not means:
+        return None
+    group = max(sorted(means), key=lambda g: means[g][0])
+    return (group, *means[group])
 
 
 def seed_markdown(summary) -> str:
-    """Per task: each group's seeds mastered, in-distribution exact match and exact match at 2x and
-    4x with their intervals; then the best group at each factor and every difference the paired
-    tests support."""
+    """Per task: each group's seeds mastered, in-distribution exact match, and beyond the training
+    sizes the exact match over each band (up to 2x, 2x to 4x; mean over mastered seeds, t interval)
+    and at exactly 2x and 4x (bootstrap interval); then the highest group in each band and every
+    difference the paired tests support."""
     found = decisions(summary)
     lines = [
         f"Exact match over seeds (`--task`): in distribution, the mean over every seed at its training sizes; "
-        f"beyond them, the mean over the seeds that mastered the task (>= {MASTERY} at its training sizes), with "
-        "a 95% interval (seeds resampled, each seed's accuracy drawn from its Jeffreys posterior). Decisions: "
-        f"paired t-tests over seeds, Holm's correction over the pairs of a task and size, a difference claimed "
-        f"where the adjusted p < 0.05 and it is at least {MIN_DIFFERENCE:.2f}.",
+        f"beyond them, over the seeds that mastered the task (>= {MASTERY} at its training sizes). A band (e.g. "
+        "9-16: beyond the largest training size 8, up to 2x) is each seed's mean over its sizes, then the mean "
+        "over seeds with a 95% t interval; a single size (2x, 4x) has a 95% interval from resampling seeds, each "
+        "seed's accuracy drawn from its Jeffreys posterior. Decisions, on the bands: paired t-tests over seeds, "
+        "Holm's correction over the pairs of a task and band, a difference claimed where the adjusted p < 0.05 "
+        f"and it is at least {MIN_DIFFERENCE:.2f}. n/a: the encoding has no positions there (a learned table).",
         "",
     ]
     for task, part in summary.groupby("task", sort=True):
         largest = int(part["largest"].iloc[0])
-        lines += [
-            f"### {task} (trained on sizes {part['trained_sizes'].iloc[0]})",
-            "",
-            "| runs | seeds mastered | in distribution | "
-            + " | ".join(f"{f}x (size {largest * f})" for f in FACTORS)
-            + " |",
-            "|---|---|---|" + "---|" * len(FACTORS),
-        ]
+        bands = {factor: band_means(summary, task, factor) for factor in FACTORS}
+        header = [f"{band_label(largest, f)} | {f}x ({largest * f})" for f in FACTORS]
+        lines += [f"### {task} (trained on sizes {part['trained_sizes'].iloc[0]})", "",
+                  "| runs | seeds mastered | in distribution | " + " | ".join(header) + " |",
+                  "|---|---|---|" + "---|---|" * len(FACTORS)]  # fmt: skip
         for group, rows in part.groupby("group", sort=True):
             first = rows.iloc[0]
-            cells = [_interval_cell(rows[rows["size"] == largest * f]) for f in FACTORS]
-            lines.append(
-                f"| {group} | {first['mastered']} of {first['seeds']} | {first['in_distribution']:.2f} | "
-                + " | ".join(cells)
-                + " |"
-            )
+            cells = []
+            for factor in FACTORS:
+                cells += [
+                    _band_cell(bands[factor].get(group), first),
+                    _interval_cell(rows[rows["size"] == largest * factor]),
+                ]
+            lines.append(f"| {group} | {first['mastered']} of {first['seeds']} | {first['in_distribution']:.2f} | "
+                         + " | ".join(cells) + " |")  # fmt: skip
         lines.append("")
         for factor in FACTORS:
             best = best_at(summary, task, factor)
             if best is None:
                 continue
+            group, mean, low, high, seeds = best
             mine = found[(found["task"] == task) & (found["factor"] == factor) & (found["verdict"] != "≈")]
             claims = [_claim(row) for row in mine.itertuples()]
-            lines.append(
-                f"- At {factor}x (size {largest * factor}): highest {best['group']}, "
-                f"{best['accuracy']:.2f} [{best['ci_low']:.2f}, {best['ci_high']:.2f}]; "
-                + (
-                    f"differences supported: {'; '.join(claims)}."
-                    if claims
-                    else "no difference between encodings is supported by the paired tests."
-                )
-            )
+            said = (f"highest {group}, {mean:.2f} [{low:.2f}, {high:.2f}] ({seeds} seeds)" if mean > 0
+                    else "no encoding solves any instance")  # fmt: skip
+            lines.append(f"- Sizes {band_label(largest, factor)}: {said}; "
+                         + (f"differences supported: {'; '.join(claims)}." if claims else
+                            "no difference between encodings is supported by the paired tests."))  # fmt: skip
         lines.append("")
     return "\n".join(lines)
 
 
+def _band_cell(mean, first) -> str:
+    if mean is None:
+        return "no seed mastered" if not first["mastered"] else "n/a"
+    value, low, high, seeds = mean
+    return f"{value:.2f}" if seeds < 2 else f"{value:.2f} [{low:.2f}, {high:.2f}]"
+
+
 def _interval_cell(rows) -> str:
     if rows.empty:
-        return ""
+        return "n/a"
     row = rows.iloc[0]
     if math.isnan(row["accuracy"]):
         return "no seed mastered" if not row["mastered"] else "n/a"

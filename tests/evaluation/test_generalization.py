@@ -15,15 +15,16 @@ TRIALS = 100
 
 
 def table(accuracy: dict[str, list[float]], task: str = "copy", at: int = 16, trained: float = 1.0):
-    """Rows of an algorithmic table: each group's seeds trained on sizes 1-8 (exact match ``trained``
-    there, or the group's own value when ``accuracy`` gives one per seed as (trained, at 2x))."""
+    """Rows of an algorithmic table: each group's seeds trained on sizes 1-8 (scored at 4 and 8, exact
+    match ``trained`` there) and scored at every size from 9 to ``at`` (the seed's value; given as
+    (in distribution, beyond) where the seed has its own in-distribution value)."""
     rows, groups = [], {}
     for group, seeds in accuracy.items():
         for seed, value in enumerate(seeds):
             inside, outside = value if isinstance(value, tuple) else (trained, value)
             run = f"{group}-s{seed}"
             groups[run] = f"{group}-s*"
-            for size, share in [(4, inside), (8, inside), (at, outside)]:
+            for size, share in [(4, inside), (8, inside), *((size, outside) for size in range(9, at + 1))]:
                 exact = round(share * TRIALS)
                 rows.append({"run": run, "pe": group.split("-")[1], "seed": seed, "task": task, "size": size,
                              "trained_sizes": "1-8", "in_distribution": size <= 8, "trials": TRIALS, "exact": exact,
@@ -88,10 +89,10 @@ def test_the_published_comparison_counts_agreement_and_disagreement_from_the_dec
     text = kazemnejad2023(generalization.seed_summary(rows, groups), {})
     line = next(line for line in text.splitlines() if line.startswith("| copy"))
     cells = [cell.strip() for cell in line.split("|")[1:-1]]
-    assert cells[1].startswith("rope 0.97, none 0.92, t5 0.11")
-    assert cells[2] == "1 (none>t5)"  # agrees
-    assert cells[3].startswith("1 (t5>rope")  # the paper: T5 above Rotary; here Rotary is far above
-    assert "none>rope" in cells[4]  # 0.92 against 0.97: not decided
+    assert cells[1] == "9-16" and cells[2].startswith("rope 0.97, none 0.92, t5 0.11")
+    assert cells[3] == "1 (none>t5)"  # agrees
+    assert cells[4].startswith("1 (t5>rope")  # the paper: T5 above Rotary; here Rotary is far above
+    assert "none>rope" in cells[5]  # 0.92 against 0.97: not decided
     assert "No task has an encoding both with and without random positions" in text
 
 
@@ -114,3 +115,16 @@ def test_the_task_writes_its_summary_and_one_heatmap_per_task(tmp_path):
     assert all(p.stat().st_size > 1000 for p in written)
     one_seed = copy[copy["run"].str.endswith("s0")]
     assert tasks.get("copy").seed_summary(one_seed, groups, {}, tmp_path, "lg", 2)[0] is None
+
+
+def test_a_band_is_each_seeds_mean_over_its_sizes_and_a_group_without_positions_there_is_n_a():
+    rows, groups = table({"a-rope": [0.5, 0.7], "b-learned": [0.4, 0.4]})
+    rows.loc[(rows["run"].str.startswith("a-rope")) & (rows["size"] == 9), ["exact", "accuracy"]] = [100, 1.0]
+    learned = rows["run"].str.startswith("b-learned") & (rows["size"] > 12)
+    rows.loc[learned, ["exact", "accuracy", "note"]] = [0, float("nan"), "n/a: no position"]
+    summary = generalization.seed_summary(rows, groups)
+    values = generalization.band_values(summary, 2)
+    assert values["a-rope-s*"] == pytest.approx({"0": (1.0 + 7 * 0.5) / 8, "1": (1.0 + 7 * 0.7) / 8})
+    assert "b-learned-s*" not in values  # not scored at every size of the band: no band value, not zeros
+    line = next(x for x in generalization.seed_markdown(summary).splitlines() if x.startswith("| b-learned"))
+    assert line.split(" | ")[3] == "n/a"
