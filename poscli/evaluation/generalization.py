@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from itertools import combinations
 from pathlib import Path
@@ -286,6 +287,14 @@ def _claim(row) -> str:
     return f"{higher} > {lower} by {abs(row.difference):.2f} (adjusted p {row.adjusted:.3g}, {row.pairs} seeds)"
 
 
+def short_labels(groups: list[str]) -> list[str]:
+    """Group names without what they share: "lg-copy-alibi-s*", "lg-copy-rope-s*" -> "alibi", "rope"."""
+    names = [group.removesuffix("-s*") for group in groups]
+    shared = os.path.commonprefix(names) if len(names) > 1 else ""
+    shared = shared[: shared.rfind("-") + 1]  # whole words only
+    return [name[len(shared) :] or name for name in names]
+
+
 def heatmaps(summary, folder: Path, table: str) -> list[Path]:
     """One heatmap per task: groups x instance size, the mean exact match over mastered seeds, the
     training sizes marked. -> TABLE-seeds-TASK.png for each task."""
@@ -302,7 +311,7 @@ def heatmaps(summary, folder: Path, table: str) -> list[Path]:
         figure, axis = plt.subplots(figsize=(1.2 + 0.28 * grid.shape[1], 0.9 + 0.35 * grid.shape[0]))
         image = axis.imshow(grid.to_numpy(float), vmin=0, vmax=1, cmap="viridis", aspect="auto")
         axis.set_xticks(range(grid.shape[1]), [str(s) for s in grid.columns], fontsize=6)
-        axis.set_yticks(range(grid.shape[0]), list(grid.index), fontsize=7)
+        axis.set_yticks(range(grid.shape[0]), short_labels(list(grid.index)), fontsize=7)
         largest = int(part["largest"].iloc[0])
         edge = list(grid.columns).index(largest) + 0.5 if largest in grid.columns else None
         if edge is not None:

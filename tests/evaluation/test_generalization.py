@@ -128,3 +128,10 @@ def test_a_band_is_each_seeds_mean_over_its_sizes_and_a_group_without_positions_
     assert "b-learned-s*" not in values  # not scored at every size of the band: no band value, not zeros
     line = next(x for x in generalization.seed_markdown(summary).splitlines() if x.startswith("| b-learned"))
     assert line.split(" | ")[3] == "n/a"
+
+
+def test_heatmap_labels_keep_what_tells_the_groups_apart():
+    groups = ["lg-copy-alibi-s*", "lg-copy-rope-s*", "lg-copy-rope-random-s*"]
+    assert generalization.short_labels(groups) == ["alibi", "rope", "rope-random"]
+    assert generalization.short_labels(["lg-copy-rope-s*"]) == ["lg-copy-rope"]
+    assert generalization.short_labels(["a-x-s*", "a-xy-s*"]) == ["x", "xy"]  # never half a word
