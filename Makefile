@@ -85,7 +85,7 @@ passkey: install
 	$(POSCLI) run recipes/passkey-extension.toml --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/passkey-encodings.toml --jobs $(JOBS) --results $(REFERENCE)
 
-# Issue 32's length-generalization study (recipes/length-generalization.toml, about 3 hours on 2
+# Issue 32's length-generalization study (recipes/length-generalization.toml, about 3.5 hours on 2
 # cores): nine encodings trained on small instances of five algorithmic tasks, exact match to 4x, 3
 # seeds; each run evaluated as soon as it is trained (--each), so it resumes like trained.
 tasks: install

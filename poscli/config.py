@@ -51,6 +51,10 @@ class ModelConfig(FlatConfig):
     d_model: int = 128
     mlp_ratio: int = 4
     train_length: int = 256  # tokens per training sequence; `learned` has this many rows
+    # The standard deviation of the token embedding's and the blocks' weights at initialisation
+    # (GPT-2's 0.02, chosen for width 768; about 1/sqrt(width) suits a tiny model better: at width
+    # 64, 0.02 never learned two-pair associative recall in 1500 steps, 0.08 did, docs/results.md).
+    init_std: float = 0.02
     # --- positional encoding ---
     pe: str = "rope"
     # The encoding's own options (its Options dataclass: `poscli encodings` lists them), e.g.
@@ -105,6 +109,8 @@ class ModelConfig(FlatConfig):
             raise PoscliError(
                 f"head dimension {self.head_dim} (width / heads) must be even for rotary and sinusoidal encodings"
             )
+        if not self.init_std > 0:
+            raise PoscliError(f"--init-std must be positive, e.g. 0.02 or 1/sqrt(width); got {self.init_std!r}")
 
 
 DTYPES = ("fp32", "bf16")

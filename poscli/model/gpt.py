@@ -157,16 +157,18 @@ class GPT(nn.Module):
         self.remap = extension_methods.build_remap(config)  # Self-Extend, ReRoPE, sinks (poscli extend), or None
         self.blocks = nn.ModuleList(Block(config, layer, self.encoding) for layer in range(config.n_layer))
         self.norm_out = nn.LayerNorm(config.d_model)
-        # GPT-2 initialisation for the transformer; each encoding initialises its own parameters.
-        nn.init.normal_(self.token_embedding.weight, std=0.02)
+        # GPT-2 initialisation for the transformer (std config.init_std, 0.02 by default); each
+        # encoding initialises its own parameters.
+        std = config.init_std
+        nn.init.normal_(self.token_embedding.weight, std=std)
         for module in self.blocks.modules():
             if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, std=0.02)
+                nn.init.normal_(module.weight, std=std)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         for block in self.blocks:  # residual projections scaled by 1/sqrt(2 * n_layer)
-            nn.init.normal_(block.attn.proj.weight, std=0.02 / math.sqrt(2 * config.n_layer))
-            nn.init.normal_(block.mlp[2].weight, std=0.02 / math.sqrt(2 * config.n_layer))
+            nn.init.normal_(block.attn.proj.weight, std=std / math.sqrt(2 * config.n_layer))
+            nn.init.normal_(block.mlp[2].weight, std=std / math.sqrt(2 * config.n_layer))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

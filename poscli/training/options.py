@@ -137,6 +137,14 @@ TRAIN_DECLARED: dict[str, Option] = declare(
     Option("heads", None, "Attention heads [size; tiny: 4].", kind=int, metavar="N", field="n_head"),
     Option("width", None, "Model width (d_model) [size; tiny: 128].", kind=int, metavar="N", field="d_model"),
     Option(
+        "init_std",
+        0.02,
+        "The weights' standard deviation at initialisation (GPT-2's 0.02; about 1/sqrt(width) helps a tiny model "
+        "learn recall).",
+        kind=float,
+        metavar="S",
+    ),
+    Option(
         "train_length",
         None,
         "Tokens per training sequence, e.g. 256 or 1k [size; tiny: 256].",
@@ -677,7 +685,7 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     names = [encodings.check_name(each) for each in values["pe"].split(",")]
     values = with_size(values)
     options = encodings.parse_option_pairs(values.get("pe_option") or [])
-    model = {TRAIN_OPTIONS[o][0]: values[o] for o in ("layers", "heads", "width", "train_length")}
+    model = {TRAIN_OPTIONS[o][0]: values[o] for o in ("layers", "heads", "width", "train_length", "init_std")}
     train = {
         TRAIN_OPTIONS[o][0]: getattr(values[o], "value", values[o])
         for o, (field, _) in TRAIN_OPTIONS.items()

@@ -149,3 +149,17 @@ def test_compile_falls_back_to_eager_in_one_line(monkeypatch):
         "--compile: torch.compile failed on cpu (InductorError: no working C++ compiler found); running eager"
     ]
     torch.testing.assert_close(model(tokens), expected)
+
+
+@pytest.mark.parametrize("std", [0.02, 0.125])
+def test_init_std_sets_the_weights_spread_and_the_residual_projections_scale_by_depth(std):
+    _, config, _ = plan(layers=4, width=128, init_std=std)
+    torch.manual_seed(0)
+    model = GPT(config)
+    assert model.token_embedding.weight.std().item() == pytest.approx(std, rel=0.05)
+    block = model.blocks[0]
+    assert block.attn.qkv.weight.std().item() == pytest.approx(std, rel=0.05)
+    assert block.mlp[0].weight.std().item() == pytest.approx(std, rel=0.05)
+    assert block.attn.proj.weight.std().item() == pytest.approx(std / (2 * 4) ** 0.5, rel=0.05)  # GPT-2's 1/sqrt(2L)
+    with pytest.raises(PoscliError, match="--init-std must be positive"):
+        plan(init_std=0.0)
