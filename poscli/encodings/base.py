@@ -7,6 +7,11 @@ which encoding it holds:
 - ``rotate``: transform queries and keys in every layer (rotary encodings);
 - ``score_bias``: add a bias to the attention scores in every layer (relative encodings).
 
+An encoding that is not an additive bias on softmax scores (its bias is computed from the layer's
+input, as the Forgetting Transformer's gates are; its positions from the scores, as CoPE's are; or
+it replaces the softmax, as stick-breaking attention does) sets ``replaces_attention`` and computes
+the attention itself in a fourth hook, ``attend``, after ``rotate``.
+
 Shape legend: B batch, T sequence length, C model width, H heads, hd head dimension,
 Tq query positions, Tk key positions. ``positions`` are integer token positions, usually
 ``0..T-1``; a block of queries passes its own slice.
@@ -61,6 +66,9 @@ class PositionalEncoding(nn.Module):
     # True when score_bias returns a tensor; the model then uses blocked attention with an
     # explicit mask instead of the fused causal kernel.
     has_score_bias: ClassVar[bool] = False
+    # True when the encoding computes the attention itself (``attend``): the model then calls it in
+    # place of every attention path, after ``rotate``.
+    replaces_attention: ClassVar[bool] = False
     reads_positions: ClassVar[bool] = True
     # True when rotate(q at p) and rotate(k at p') meet at p - p' and score_bias takes any positions,
     # so poscli.extension.remap can score far keys at other positions (Self-Extend, ReRoPE, sinks).
@@ -135,6 +143,15 @@ class PositionalEncoding(nn.Module):
         distance = causal_distance(q_positions, k_positions).to(torch.float32)  # (Tq, Tk)
         bias = self.bias_of_distance(distance.flatten(), layer)  # (H, Tq * Tk) or None
         return None if bias is None else bias.view(-1, *distance.shape).to(q.dtype)  # (H, Tq, Tk)
+
+    def attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, layer: int) -> Tensor:
+        """The causal attention of one layer, for an encoding with ``replaces_attention``.
+
+        x: (B, T, C) the layer's normalised input (a data-dependent gate reads it); q, k, v:
+        (B, H, T, hd) after ``rotate``; positions: (T,). Returns (B, H, T, hd). Query i may read
+        keys j <= i only (tests/encodings/test_encodings.py holds every encoding to that).
+        """
+        raise NotImplementedError(f"{self.name} sets replaces_attention but has no attend()")
 
     def bias_of_distance(self, distance: Tensor, layer: int) -> Tensor | None:
         """The bias as a function of the distance d = i - j alone: distance (N,) float32 -> (H, N).

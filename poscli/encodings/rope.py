@@ -122,13 +122,7 @@ class RoPE(PositionalEncoding):
                 f"--pe-option rotary_fraction {self.options.rotary_fraction:g} leaves no pair of the {config.head_dim} "
                 "head dimensions to rotate"
             )
-        rescaled = dict(config.rope_scaling)
-        self.method = methods.frequency_method(rescaled.pop("method", "default"))
-        self._scaling = {
-            "factor": rescaled.get("factor", 1.0),
-            "original_length": rescaled.get("original_length", config.train_length),
-            **rescaled.get("options", {}),
-        }
+        self.method, self._scaling = methods.recorded_frequencies(config)
         inv_freq, self.attention_scale = self._frequencies_for(seq_len=None)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (hd/2,)
         # cos/sin for the positions tensor of the current forward pass, which every layer shares.

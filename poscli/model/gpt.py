@@ -78,7 +78,9 @@ class CausalSelfAttention(nn.Module):
         q, k = encoding.rotate(q, k, positions, self.layer)
         if self.query_scale is not None:  # log-n attention scaling (poscli extend), or another method's
             q = q * self.query_scale(positions).to(q.dtype)[:, None]  # (B, H, T, hd) * (T, 1)
-        if not encoding.has_score_bias:
+        if encoding.replaces_attention:  # FoX, CoPE, stick-breaking: attention of their own
+            y = encoding.attend(x, q, k, v, positions, self.layer)  # (B, H, T, hd)
+        elif not encoding.has_score_bias:
             y = fused_causal_attention(q, k, v)  # (B, H, T, hd)
         elif (
             flex.wanted(q)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from poscli import encodings
 from poscli.evaluation import tasks
 from tests.conftest import poscli_in_process
 
@@ -195,7 +196,7 @@ ERRORS = [
     ),
     (
         ["train", "--pe", "rotary"],
-        "choose one of: alibi, fire, kerple, learned, none, rope, shaw, sinusoidal, t5, xpos",
+        "choose one of: " + ", ".join(sorted(encodings.builtin_names())),  # a new encoding file joins
     ),
     (["eval", "missing-run"], "no run named 'missing-run'; runs in"),
     (["eval", "alibi", "--lengths", "1m"], "lengths up to"),

@@ -129,7 +129,9 @@ def test_each_applicable_extension_method_gives_a_model_that_runs_at_its_target(
     config = tiny_config(pe)
     weights = GPT(config).state_dict()
     target = 4 * config.train_length
-    needed = {"base": {"rope_base": 40000.0}, "longrope": {"long_factor": (4.0,) * (config.head_dim // 2)}}
+    own = cls.parse_options({})
+    frequencies = own.rotary_dim(config.head_dim) // 2 if hasattr(own, "rotary_dim") else config.head_dim // 2
+    needed = {"base": {"rope_base": 40000.0}, "longrope": {"long_factor": (4.0,) * frequencies}}
     for name in applicable:
         method = methods.get(name)
         changed = dict(weights)

@@ -102,9 +102,8 @@ def through_the_cli(method: str, env: dict, corpus: Path, tmp_path: Path, refusa
 def test_one_file_in_the_methods_package_is_a_whole_new_method(small_corpus, tmp_path):
     env = package_with(tmp_path, "extension/methods/power_pi.py", NEW_METHOD)
     listed = poscli("methods", env=env, cwd=tmp_path)
-    assert (
-        "power-pi" in listed.stdout and "options: --power; training: optional; applies to: rope, xpos" in listed.stdout
-    )
+    assert "power-pi" in listed.stdout
+    assert "options: --power; training: optional; applies to: pope, rope, xpos" in listed.stdout
     encodings = poscli("encodings", env=env, cwd=tmp_path)
     assert "power-pi" in encodings.stdout
     through_the_cli("power-pi", env, small_corpus, tmp_path, refusals=False)

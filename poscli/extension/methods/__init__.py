@@ -69,6 +69,18 @@ def frequency_method(name: str):
     return method
 
 
+def recorded_frequencies(config) -> tuple[type, dict]:
+    """The FrequencyMethod that ``config.rope_scaling`` records (``poscli extend``; "default" for a run
+    never extended) and the settings it takes: factor, original_length and its own options."""
+    rescaled = dict(config.rope_scaling)
+    method = frequency_method(rescaled.pop("method", "default"))
+    return method, {
+        "factor": rescaled.get("factor", 1.0),
+        "original_length": rescaled.get("original_length", config.train_length),
+        **rescaled.get("options", {}),
+    }
+
+
 def frequency_method_names() -> list[str]:
     """ "default" and every FrequencyMethod among the built-in methods."""
     from poscli.extension.methods.protocol import FrequencyMethod

@@ -1,0 +1,77 @@
+"""Contextual position encoding, CoPE (Golovneva et al., 2024)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from poscli.attention.data_dependent import reverse_cumsum, rowwise_causal_attention, visible
+from poscli.encodings import register
+from poscli.encodings.base import PositionalEncoding
+from poscli.errors import PoscliError
+
+
+@dataclass(frozen=True)
+class CopeOptions:
+    """Args:
+    max_positions: the contextual positions with an embedding, 0 .. max_positions-1; a larger
+        position is clamped to the last (the paper's p_max).
+    """
+
+    max_positions: int = 64
+
+    def __post_init__(self) -> None:
+        if self.max_positions < 2:
+            raise PoscliError(f"--pe-option max_positions must be at least 2, got {self.max_positions}")
+
+
+@register("cope")
+class CoPE(PositionalEncoding):
+    """Positions counted by the context ("Contextual Position Encoding: Learning to Count What's
+    Important", Golovneva et al., 2024, eq. 3-5 and appendix B): query i gates every key it sees,
+    g_ij = sigmoid(z_ij) with z_ij = q_i . k_j / sqrt(hd), and key j's position is the sum of the
+    gates from j to i, p_ij = sum over t in [j, i] of g_it, a fraction. The score gains q_i . e[p_ij],
+    interpolated between the learned embeddings of floor(p) and ceil(p):
+
+        z'_ij = z_ij + (p - floor p) q_i . e[ceil p] + (ceil p - p) q_i . e[floor p].
+
+    As in the paper's code (and x-transformers' ``CoPE``), the gates read the scaled scores and the
+    position term is the unscaled q . e. Each layer has its own embeddings, initialised to zero, so
+    training starts as NoPE. Computed one block of query rows at a time.
+    """
+
+    citation = "Golovneva et al., 2024"
+    summary = "fractional positions counted by sigmoid gates on q.k, indexing interpolated embeddings"
+    Options = CopeOptions
+    replaces_attention = True
+    reads_positions = False  # the positions come from the gates, not from token positions
+    separable_positions = False
+
+    def __init__(self, config):
+        super().__init__(config)
+        shape = (self.options.max_positions, config.head_dim)
+        self.embeddings = nn.ParameterList(nn.Parameter(torch.zeros(shape)) for _ in range(config.n_layer))
+
+    def attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, layer: int) -> Tensor:
+        embeddings = self.embeddings[layer]
+
+        def weights(q_block: Tensor, scores: Tensor, rows: Tensor) -> Tensor:
+            seen = visible(rows, scores.shape[-1])  # (Bq, Tk)
+            scores = scores + self.position_logits(q_block, scores, seen, embeddings)  # (B, H, Bq, Tk)
+            return scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)
+
+        return rowwise_causal_attention(q, k, v, weights)  # (B, H, T, hd)
+
+    def position_logits(self, q_block: Tensor, scores: Tensor, seen: Tensor, embeddings: Tensor) -> Tensor:
+        """q_i . e[p_ij] for a block of query rows: q_block (B, H, Bq, hd), scores (B, H, Bq, Tk),
+        seen (Bq, Tk) -> (B, H, Bq, Tk)."""
+        gates = scores.sigmoid().masked_fill(~seen, 0.0)  # (B, H, Bq, Tk)
+        position = reverse_cumsum(gates).clamp(max=self.options.max_positions - 1)  # p_ij
+        at_position = q_block @ embeddings.to(q_block.dtype).T  # (B, H, Bq, P): q_i . e[p] for every whole p
+        low = position.floor()
+        fraction = position - low
+        low = low.long()
+        high = position.ceil().long()
+        return at_position.gather(-1, high) * fraction + at_position.gather(-1, low) * (1 - fraction)

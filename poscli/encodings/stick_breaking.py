@@ -1,0 +1,54 @@
+"""Stick-breaking attention (Tan et al., ICLR 2025)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from poscli.attention.data_dependent import reverse_cumsum, rowwise_causal_attention, visible
+from poscli.encodings import register
+from poscli.encodings.base import PositionalEncoding
+
+
+@dataclass(frozen=True)
+class StickBreakingOptions:
+    """Args:
+    attend_current: let query i attend to its own key (the paper's A_ij runs over j < i; the
+        reference kernels offer both). Off, the first token reads nothing and passes its residual on.
+    """
+
+    attend_current: bool = False
+
+
+@register("stick-breaking")
+class StickBreaking(PositionalEncoding):
+    """No softmax and no position encoding ("Scaling Stick-Breaking Attention: An Efficient
+    Implementation and In-depth Study", Tan et al., ICLR 2025, eq. 1-2): each key j before query i
+    takes the fraction beta_ij = sigmoid(q_i . k_j / sqrt(hd)) of what the nearer keys left,
+
+        A_ij = beta_ij * prod over j < t < i of (1 - beta_it),
+
+    so the nearest key is served first and order is all the position the model gets. The weights
+    of a row sum to at most 1 (the remainder reads nothing). Computed in log space,
+    log A_ij = log sigmoid(z_ij) - sum over t of softplus(z_it), one block of query rows at a time.
+    """
+
+    citation = "Tan et al., 2025"
+    summary = "each earlier key takes a sigmoid fraction of the stick its nearer keys left; no softmax"
+    Options = StickBreakingOptions
+    replaces_attention = True
+    reads_positions = False  # the order of keys, never their positions
+    separable_positions = False
+
+    def attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, layer: int) -> Tensor:
+        return rowwise_causal_attention(q, k, v, self.weights)  # (B, H, T, hd)
+
+    def weights(self, q_block: Tensor, scores: Tensor, rows: Tensor) -> Tensor:
+        """A_ij of a block of query rows: scores (B, H, Bq, Tk), rows (Bq,) -> (B, H, Bq, Tk)."""
+        seen = visible(rows, scores.shape[-1], strict=not self.options.attend_current)  # (Bq, Tk)
+        log_beta = F.logsigmoid(scores).masked_fill(~seen, float("-inf"))  # (B, H, Bq, Tk)
+        log_rest = (-F.softplus(scores)).masked_fill(~seen, 0.0)  # log(1 - beta), 0 where not seen
+        later = reverse_cumsum(log_rest) - log_rest  # sum over t > j of log(1 - beta_it)
+        return (log_beta + later).exp()
