@@ -257,7 +257,8 @@ def seed_markdown(summary) -> str:
             group, mean, low, high, seeds = best
             mine = found[(found["task"] == task) & (found["factor"] == factor) & (found["verdict"] != "≈")]
             claims = [_claim(row) for row in mine.itertuples()]
-            said = (f"highest {group}, {mean:.2f} [{low:.2f}, {high:.2f}] ({seeds} seeds)" if mean > 0
+            value = _band_cell((mean, low, high, seeds), None)
+            said = (f"highest {group}, {value} ({seeds} seed{'s' if seeds > 1 else ', no interval'})" if mean > 0
                     else "no encoding solves any instance")  # fmt: skip
             lines.append(f"- Sizes {band_label(largest, factor)}: {said}; "
                          + (f"differences supported: {'; '.join(claims)}." if claims else
