@@ -41,6 +41,57 @@ class FlatConfig:
         return values
 
 
+@dataclass(frozen=True)
+class AttentionOptions:
+    """Switches on the attention of every layer, for any encoding: ``poscli train --attention-option KEY=VALUE``
+    (``-A``), recorded in config.json under ``model.attention_options``.
+
+    - ``ssmax``: Scalable-Softmax (Nakanishi, 2025, arXiv 2501.19399): the query at position i (seeing
+      n = i + 1 keys) is multiplied by s_h log n, s_h learned per head and layer, so attention does not
+      flatten as n grows. s_h starts at 1 / log(train length), a factor of 1 at the train length
+      (the paper learns s; where it starts is ours). It scales q, so an additive position bias is not
+      scaled with it.
+    - ``sinks``: a learned sink logit per head and layer (an off-by-one softmax: a key with score
+      sink_h and no value; gpt-oss; Gu et al., 2025, "When Attention Sink Emerges in Language Models",
+      arXiv 2410.10781): a query may put its attention nowhere.
+    - ``gate``: a sigmoid gate per head on the attention output, read from the layer's input
+      (Qiu et al., 2025, "Gated Attention for Large Language Models", arXiv 2505.06708, the head-wise
+      gate after the attention): y_h <- sigmoid(w_h . x + b_h) y_h.
+    """
+
+    ssmax: bool = False
+    sinks: bool = False
+    gate: bool = False
+
+    @classmethod
+    def parse(cls, values: dict[str, Any]) -> AttentionOptions:
+        """From config.json's dict or ``-A key=value`` strings; an unknown key or a value that is not a
+        switch is a one-line error naming what there is."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        given = {}
+        for key, value in values.items():
+            if key not in known:
+                raise PoscliError(
+                    f"--attention-option {key!r} is not an option; there are: {', '.join(sorted(known))} "
+                    "(e.g. -A ssmax=true)"
+                )
+            given[key] = _switch(key, value)
+        return cls(**given)
+
+    def to_dict(self) -> dict[str, bool]:
+        """Only the switches that are on: a run without any records {} (config.json of older runs)."""
+        return {key: True for key, value in dataclasses.asdict(self).items() if value}
+
+
+def _switch(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    words = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+    if str(value).lower() not in words:
+        raise PoscliError(f"--attention-option {key}={value}: write true or false, e.g. -A {key}=true")
+    return words[str(value).lower()]
+
+
 @dataclass
 class ModelConfig(FlatConfig):
     # --- tokenizer ---
@@ -62,6 +113,9 @@ class ModelConfig(FlatConfig):
     pe_options: dict[str, Any] = field(default_factory=dict)
     # --- attention ---
     attention_block: int = 1024  # query rows per block when a score bias must be materialised
+    # Switches on every layer's attention, for any encoding (AttentionOptions above: ssmax,
+    # sinks, gate; --attention-option KEY=VALUE); only the switches that are on, {} for none.
+    attention_options: dict[str, Any] = field(default_factory=dict)
     # Extension of RoPE's frequencies (see poscli.extension.scaling); empty for a model as trained.
     rope_scaling: dict[str, Any] = field(default_factory=dict)
     # Extensions of the absolute encodings (poscli extend): rows of the learned table
@@ -111,6 +165,7 @@ class ModelConfig(FlatConfig):
             )
         if not self.init_std > 0:
             raise PoscliError(f"--init-std must be positive, e.g. 0.02 or 1/sqrt(width); got {self.init_std!r}")
+        AttentionOptions.parse(self.attention_options)  # an unknown switch is a one-line error
 
 
 DTYPES = ("fp32", "bf16")

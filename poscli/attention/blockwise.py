@@ -503,14 +503,16 @@ def relative_causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: RelativeBia
 
 
 def blocked_biased_attention(
-    q: Tensor, k: Tensor, v: Tensor, score_bias, q_positions: Tensor, max_block: int
+    q: Tensor, k: Tensor, v: Tensor, score_bias, q_positions: Tensor, max_block: int, sink: Tensor | None = None
 ) -> Tensor:
     """Causal attention with any score bias, computed one block of queries at a time.
 
     ``score_bias(q_block, q_positions, k_positions)`` returns a bias broadcastable to
-    (B, H, Bq, Tk). Each block of Bq queries builds its bias only against the keys it can see
-    (0 .. end of the block), so the part the causal mask removes is never built and memory stays
-    bounded by BIAS_BLOCK_ELEMENTS. q, k, v: (B, H, T, hd) -> (B, H, T, hd).
+    (B, H, Bq, Tk), or is None for none. Each block of Bq queries builds its bias only against the
+    keys it can see (0 .. end of the block), so the part the causal mask removes is never built and
+    memory stays bounded by BIAS_BLOCK_ELEMENTS. ``sink`` (H,): a sink logit per head, a key every
+    query sees with that score and a zero value (an off-by-one softmax); its gradient is returned.
+    q, k, v: (B, H, T, hd) -> (B, H, T, hd).
     """
     B, H, T, hd = q.shape
     block = max(16, min(max_block, BIAS_BLOCK_ELEMENTS // (B * H * T)))
@@ -518,12 +520,21 @@ def blocked_biased_attention(
     for start in range(0, T, block):
         end = min(start + block, T)
         q_block = q[:, :, start:end]  # (B, H, Bq, hd)
-        bias = score_bias(q_block, q_positions[start:end], q_positions[:end])  # (H, Bq, end) or (B, H, Bq, end)
+        if score_bias is None:
+            bias = q.new_zeros(1, H, end - start, end)
+        else:
+            bias = score_bias(q_block, q_positions[start:end], q_positions[:end])  # (H, Bq, end) or (B, H, Bq, end)
         if bias.dim() == 3:
             bias = bias.unsqueeze(0)  # (1, H, Bq, end): a 3-D mask sends SDPA down a path ~8x slower on CPU
         hidden = torch.ones(end - start, end, dtype=torch.bool, device=q.device).triu(diagonal=start + 1)  # (Bq, end)
         mask = bias.masked_fill(hidden, float("-inf"))  # (B or 1, H, Bq, end)
-        outputs.append(F.scaled_dot_product_attention(q_block, k[:, :, :end], v[:, :, :end], attn_mask=mask))
+        keys, values = k[:, :, :end], v[:, :, :end]
+        if sink is not None:  # a zero key in front (q . 0 = 0) whose mask entry is the sink logit, and a zero value
+            mask = mask.expand(mask.shape[0], H, end - start, end)
+            column = sink.to(mask.dtype)[None, :, None, None].expand(mask.shape[0], H, end - start, 1)
+            mask = torch.cat((column, mask), dim=-1)  # (B or 1, H, Bq, 1 + end)
+            keys, values = F.pad(keys, (0, 0, 1, 0)), F.pad(values, (0, 0, 1, 0))  # (B, H, 1 + end, hd)
+        outputs.append(F.scaled_dot_product_attention(q_block, keys, values, attn_mask=mask))
     return torch.cat(outputs, dim=2)  # (B, H, T, hd)
 
 

@@ -65,7 +65,8 @@ def parse_option_pairs(pairs: list[str], flag: str = "--pe-option") -> dict[str,
                 f"{flag} {pair!r}: write KEY=VALUE, e.g. --pe-option base=500000 (poscli encodings lists each "
                 "encoding's options)"
                 if flag == "--pe-option"
-                else f"{flag} {pair!r}: write KEY=VALUE, e.g. {flag} window=64"
+                else f"{flag} {pair!r}: write KEY=VALUE, e.g. {flag} "
+                + ("ssmax=true" if flag == "--attention-option" else "window=64")
             )
         options[key.strip().replace("-", "_")] = value.strip()
     return options

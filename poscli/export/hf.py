@@ -163,6 +163,12 @@ def layout_of(model, name: str) -> dict:
             f"{name} uses --method {config.remap.get('method')}, attention at remapped positions, which no "
             "transformers model implements; export the run it was extended from"
         )
+    if config.attention_options:
+        switches = ", ".join(f"{key}=true" for key in config.attention_options)
+        raise NotApplicable(
+            f"{name} was trained with --attention-option {switches}, which the exported architectures (GPT-2, "
+            "GPT-NeoX) do not have; export a run trained without it"
+        )
     try:
         layout = model.encoding.transformers_layout()
     except NotApplicable:

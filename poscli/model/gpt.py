@@ -25,9 +25,11 @@ from poscli.attention.blockwise import (
     relative_causal_attention,
     remapped_attention,
 )
+from poscli.attention.data_dependent import working_dtype
 from poscli.attention.distance_attention import distance_biased_attention
-from poscli.config import ModelConfig
+from poscli.config import AttentionOptions, ModelConfig
 from poscli.encodings.base import PositionalEncoding
+from poscli.errors import PoscliError
 from poscli.extension import methods as extension_methods
 from poscli.extension import remap as remapping
 
@@ -65,6 +67,19 @@ class CausalSelfAttention(nn.Module):
         self.query_scale = query_scaler(config)
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        # --attention-option switches (poscli.config.AttentionOptions), each with its own parameters
+        options = AttentionOptions.parse(config.attention_options)
+        H = config.n_head
+        self.ssmax = (
+            nn.Parameter(torch.full((H,), 1 / math.log(max(config.train_length, 2)))) if options.ssmax else None
+        )
+        self.sinks = nn.Parameter(torch.zeros(H)) if options.sinks else None
+        self.gate = nn.Linear(config.d_model, H) if options.gate else None
+        if options.sinks and encoding.replaces_attention:
+            raise PoscliError(
+                f"--attention-option sinks does not apply to --pe {config.pe}, which computes its own attention; "
+                "use ssmax or gate, or another encoding"
+            )
 
     def forward(self, x: Tensor, positions: Tensor, consecutive: bool, remap: remapping.Remap | None = None) -> Tensor:
         B, T, C = x.shape
@@ -73,12 +88,26 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd) each
         encoding = self.encoding[0]
         if remap is not None:
+            if self.sinks is not None or self.ssmax is not None:
+                raise PoscliError("--attention-option sinks and ssmax do not combine with a remapping extension")
             y = self._remapped(q, k, v, positions, remap)  # (B, H, T, hd)
-            return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+            return self.proj(self._gated(y, x).transpose(1, 2).contiguous().view(B, T, C))
         q, k = encoding.rotate(q, k, positions, self.layer)
         if self.query_scale is not None:  # log-n attention scaling (poscli extend), or another method's
             q = q * self.query_scale(positions).to(q.dtype)[:, None]  # (B, H, T, hd) * (T, 1)
-        if encoding.replaces_attention:  # FoX, CoPE, stick-breaking: attention of their own
+        if self.ssmax is not None:  # Scalable-Softmax: query i, seeing n = i + 1 keys, times s_h log n
+            log_n = torch.arange(1, T + 1, device=q.device, dtype=working_dtype(q)).log()  # (T,)
+            q = q * (self.ssmax[:, None] * log_n[None, :]).to(q.dtype)[None, :, :, None]  # (B, H, T, hd)
+        if self.sinks is not None:  # every encoding's bias (or none) with the sink key, block by block
+            score_bias = (
+                (lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, self.layer))
+                if encoding.has_score_bias
+                else None
+            )
+            y = blocked_biased_attention(
+                q, k, v, score_bias, positions, self.config.attention_block, sink=self.sinks
+            )  # (B, H, T, hd)
+        elif encoding.replaces_attention:  # FoX, CoPE, stick-breaking: attention of their own
             y = encoding.attend(x, q, k, v, positions, self.layer)  # (B, H, T, hd)
         elif not encoding.has_score_bias:
             y = fused_causal_attention(q, k, v)  # (B, H, T, hd)
@@ -96,8 +125,14 @@ class CausalSelfAttention(nn.Module):
         else:
             score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, self.layer)  # noqa: E731
             y = blocked_biased_attention(q, k, v, score_bias, positions, self.config.attention_block)  # (B, H, T, hd)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        y = self._gated(y, x).transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.proj(y)
+
+    def _gated(self, y: Tensor, x: Tensor) -> Tensor:
+        """The head-wise output gate, if on: y_h times sigmoid(w_h . x + b_h). y (B, H, T, hd), x (B, T, C)."""
+        if self.gate is None:
+            return y
+        return y * torch.sigmoid(self.gate(x)).transpose(1, 2)[..., None].to(y.dtype)  # (B, H, T, hd)
 
     def _remapped(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, remap: remapping.Remap) -> Tensor:
         """Attention with far keys at remapped positions (``poscli.extension.remap``): the encoding rotates

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poscli.config import DEFAULT_DEPTHS, ModelConfig, TrainConfig
+from poscli.config import DEFAULT_DEPTHS, AttentionOptions, ModelConfig, TrainConfig
 from poscli.errors import PoscliError
 
 _MODEL, _TRAIN = ModelConfig(), TrainConfig()
@@ -125,6 +125,16 @@ TRAIN_DECLARED: dict[str, Option] = declare(
         metavar="KEY=VALUE",
         flags=("--pe-option", "-O"),
         field="pe_options",
+    ),
+    Option(
+        "attention_option",
+        None,
+        "A switch on every layer's attention, repeatable: ssmax (Scalable-Softmax), sinks (a learned sink logit per "
+        "head), gate (a sigmoid gate per head on the output), e.g. -A ssmax=true.",
+        kind=list,
+        metavar="KEY=VALUE",
+        flags=("--attention-option", "-A"),
+        field="attention_options",
     ),
     Option(
         "size",
@@ -657,6 +667,8 @@ def saved_value(config: dict, option: str) -> Any:
         from poscli import encodings
 
         return encodings.resolve_options(ModelConfig.from_dict(config["model"])).pe_options
+    if field == "attention_options":
+        return config["model"].get(field) or {}  # runs from before the switches recorded none
     return {**config["model"], **config["train"]}.get(field)
 
 
@@ -672,7 +684,17 @@ def wanted_value(config: dict, option: str, value: Any) -> Any:
         pairs = value if isinstance(value, dict) else encodings.parse_option_pairs(list(value))
         model = ModelConfig.from_dict({**config["model"], "pe_options": pairs})
         return encodings.resolve_options(model).pe_options
+    if option == "attention_option":
+        return attention_switches(value)
     return value
+
+
+def attention_switches(value) -> dict[str, bool]:
+    """``--attention-option`` pairs (or a recipe's dict) as config.json records them: the switches that are on."""
+    from poscli import encodings
+
+    pairs = value if isinstance(value, dict) else encodings.parse_option_pairs(list(value or []), "--attention-option")
+    return AttentionOptions.parse(pairs).to_dict()
 
 
 def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainConfig]:
@@ -686,6 +708,7 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     values = with_size(values)
     options = encodings.parse_option_pairs(values.get("pe_option") or [])
     model = {TRAIN_OPTIONS[o][0]: values[o] for o in ("layers", "heads", "width", "train_length", "init_std")}
+    model["attention_options"] = attention_switches(values.get("attention_option"))
     train = {
         TRAIN_OPTIONS[o][0]: getattr(values[o], "value", values[o])
         for o, (field, _) in TRAIN_OPTIONS.items()

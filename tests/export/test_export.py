@@ -127,6 +127,9 @@ def test_encodings_transformers_lacks_answer_in_one_line(tmp_path):
         export(make_run(tmp_path / "remap", remapped), tmp_path / "hf")
     with pytest.raises(PoscliError, match="p-RoPE"):
         export(make_run(tmp_path / "keep", tiny_config("rope", {"keep": 0.5})), tmp_path / "hf")
+    gated = tiny_config("rope", attention_options={"gate": True})
+    with pytest.raises(NotApplicable, match="--attention-option gate=true, which the exported architectures"):
+        export(make_run(tmp_path / "gate", gated), tmp_path / "hf")
     assert not (tmp_path / "hf").exists()  # nothing written for a run that cannot be exported
 
 
