@@ -17,37 +17,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poscli import encodings
-from poscli.attention import flex
 from poscli.attention.blockwise import (
     blocked_biased_attention,
-    fast_path_available,
-    fused_causal_attention,
-    relative_causal_attention,
     remapped_attention,
 )
 from poscli.attention.data_dependent import working_dtype
-from poscli.attention.distance_attention import distance_biased_attention
+from poscli.attention.paths import causal_attention
 from poscli.config import AttentionOptions, ModelConfig
 from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError
 from poscli.extension import methods as extension_methods
 from poscli.extension import remap as remapping
-
-
-def fast_biased_attention(
-    q: Tensor, k: Tensor, v: Tensor, encoding: PositionalEncoding, positions: Tensor, layer: int, block: int
-) -> Tensor | None:
-    """The encoding's bias through a memory-bounded fast path over consecutive ``positions``, or
-    None where it has none here: its banded or linear form (``relative_bias``: ALiBi, T5, Shaw),
-    else its distance form (``distance_bias``: KERPLE, FIRE, ``bias_of_distance``). CPU only.
-    q, k, v: (B, H, T, hd) -> (B, H, T, hd)."""
-    if not fast_path_available(q):
-        return None
-    if (relative := encoding.relative_bias(q, layer)) is not None:
-        return relative_causal_attention(q, k, v, relative, block)
-    if (form := encoding.distance_bias(positions, layer)) is not None:
-        return distance_biased_attention(q, k, v, form)
-    return None
 
 
 def query_scaler(config: ModelConfig):
@@ -107,24 +87,8 @@ class CausalSelfAttention(nn.Module):
             y = blocked_biased_attention(
                 q, k, v, score_bias, positions, self.config.attention_block, sink=self.sinks
             )  # (B, H, T, hd)
-        elif encoding.replaces_attention:  # FoX, CoPE, stick-breaking: attention of their own
-            y = encoding.attend(x, q, k, v, positions, self.layer)  # (B, H, T, hd)
-        elif not encoding.has_score_bias:
-            y = fused_causal_attention(q, k, v)  # (B, H, T, hd)
-        elif (
-            flex.wanted(q)
-            and (score_mod := flex.score_mod_for(encoding, q, positions, self.layer, consecutive)) is not None
-        ):
-            y = flex.flex_causal_attention(q, k, v, score_mod)  # (B, H, T, hd)
-        elif (
-            consecutive
-            and (fast := fast_biased_attention(q, k, v, encoding, positions, self.layer, self.config.attention_block))
-            is not None
-        ):
-            y = fast  # (B, H, T, hd)
         else:
-            score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, self.layer)  # noqa: E731
-            y = blocked_biased_attention(q, k, v, score_bias, positions, self.config.attention_block)  # (B, H, T, hd)
+            y = causal_attention(q, k, v, encoding, positions, self.layer, consecutive, self.config.attention_block, x)
         y = self._gated(y, x).transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.proj(y)
 

@@ -12,11 +12,12 @@ import math
 import pytest
 import torch
 
-import poscli.model.gpt
+import poscli.attention.paths
 from poscli import encodings
 from poscli.attention import blockwise as attention
 from poscli.attention import distance_attention
-from poscli.model.gpt import GPT, fast_biased_attention
+from poscli.attention.paths import fast_biased_attention
+from poscli.model.gpt import GPT
 from tests.conftest import tiny_config
 
 # Every built-in bias encoding, and a user-defined one that implements only bias_of_distance.
@@ -132,8 +133,8 @@ def test_model_takes_the_fast_path_only_for_consecutive_positions(pe, monkeypatc
     tokens = torch.randint(0, 256, (1, 37))
     calls = []
     for path in ("relative_causal_attention", "distance_biased_attention"):
-        real = getattr(poscli.model.gpt, path)
-        monkeypatch.setattr(poscli.model.gpt, path, lambda *a, real=real: calls.append(1) or real(*a))
+        real = getattr(poscli.attention.paths, path)
+        monkeypatch.setattr(poscli.attention.paths, path, lambda *a, real=real: calls.append(1) or real(*a))
     with torch.no_grad():
         consecutive = model(tokens)
         fast_calls = len(calls)
