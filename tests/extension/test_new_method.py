@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from poscli.encodings import builtin_names, get
 from tests.cli.test_cli import TINY
 from tests.conftest import module_outside, package_with
 from tests.conftest import run_poscli as poscli
@@ -103,7 +104,8 @@ def test_one_file_in_the_methods_package_is_a_whole_new_method(small_corpus, tmp
     env = package_with(tmp_path, "extension/methods/power_pi.py", NEW_METHOD)
     listed = poscli("methods", env=env, cwd=tmp_path)
     assert "power-pi" in listed.stdout
-    assert "options: --power; training: optional; applies to: pope, rope, xpos" in listed.stdout
+    rotary = ", ".join(sorted(name for name in builtin_names() if get(name).rotary_frequencies))  # rope, xpos, ...
+    assert f"options: --power; training: optional; applies to: {rotary}" in listed.stdout
     encodings = poscli("encodings", env=env, cwd=tmp_path)
     assert "power-pi" in encodings.stdout
     through_the_cli("power-pi", env, small_corpus, tmp_path, refusals=False)
