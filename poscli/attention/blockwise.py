@@ -69,7 +69,13 @@ def fast_path_available(q: Tensor) -> bool:
 
 
 def fused_causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """q, k, v: (B, H, T, hd) -> (B, H, T, hd), PyTorch's fused causal kernel."""
+    """q, k, v: (B, H, T, hd) -> (B, H, T, hd), PyTorch's fused causal kernel. q and k may be wider
+    than v (PoPE's 2 hd): v is padded with zeros to their width, since the fused kernels take one
+    head dimension for all three and otherwise fall back to writing out T x T scores."""
+    width = v.shape[-1]
+    if q.shape[-1] != width:
+        padded = F.pad(v, (0, q.shape[-1] - width))  # (B, H, T, 2 hd): the extra outputs are 0
+        return F.scaled_dot_product_attention(q, k, padded, is_causal=True)[..., :width]
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
