@@ -361,6 +361,13 @@ def peak_memory_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
 
 
+# A forward pass slower than this is timed once, and no longer length is measured: an encoding whose
+# work grows as T^2 with no fused form (CoPE, stick-breaking: each pair's weight depends on the
+# scores of the pairs between) would take hours at 64k. Its table then ends at the last length
+# measured, and BENCH.md says where and why.
+EVAL_SECONDS_CAP = 200.0
+
+
 def eval_child(pe: str, plan: Plan) -> list[dict]:
     """Runs in its own process, so peak resident memory belongs to this encoding alone.
 
@@ -378,6 +385,8 @@ def eval_child(pe: str, plan: Plan) -> list[dict]:
                 start = time.perf_counter()
                 model.loss(tokens[:, :-1], tokens[:, 1:])
                 seconds.append(time.perf_counter() - start)
+                if seconds[-1] > EVAL_SECONDS_CAP:
+                    break
             median, spread = summarise(seconds)
             peak = peak_memory_gib()
             rows.append(
@@ -390,6 +399,8 @@ def eval_child(pe: str, plan: Plan) -> list[dict]:
                     "baseline_rss_gib": round(baseline, 3),
                 }
             )
+            if seconds[0] > EVAL_SECONDS_CAP:  # longer lengths would take several times longer still
+                break
     return rows
 
 
@@ -667,7 +678,7 @@ repeat's rate over none's in the same round (paired), ratio_range their smallest
 {markdown(list(compiled), COMPILE_COLUMNS) if compiled else NOT_MEASURED}
 
 ## Evaluating one window (forward pass and loss, batch 1, fp32, each encoding in a fresh process)
-
+{stopped_early(evals)}
 {markdown(evals, EVAL_COLUMNS)}
 
 ## Start-up
@@ -682,6 +693,22 @@ threshold times the 3-gram's on the same tokens; nan: not within the budget of s
 {markdown(list(quality), QUALITY_COLUMNS) if quality else NOT_MEASURED}
 """
     write_text(out / "BENCH.md", text)
+
+
+def stopped_early(evals: list[dict]) -> str:
+    """A sentence naming the encodings not measured at the longest length (one forward over the cap)."""
+    longest = max((row["length"] for row in evals), default=0)
+    reached = {}
+    for row in evals:
+        reached[row["encoding"]] = max(reached.get(row["encoding"], 0), row["length"])
+    short = {pe: length for pe, length in reached.items() if length < longest and "+" not in pe}
+    if not short:
+        return ""
+    named = ", ".join(f"{pe} (to {length})" for pe, length in sorted(short.items()))
+    return (
+        f"\nNot measured beyond the last length given: {named}. One forward pass there took over "
+        f"{EVAL_SECONDS_CAP:.0f} s (timed once): their work grows as T^2 with no fused form.\n"
+    )
 
 
 def quick_corpus() -> str:

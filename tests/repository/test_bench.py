@@ -208,3 +208,16 @@ def test_a_dtype_without_a_matmul_kernel_is_skipped_in_one_line():
     assert lines == ["train bf16: skipped, this machine's bf16 matmul runs at 0.3 GFLOP/s (no kernel)"]
     assert bench.measured_dtypes({"fp32": 0.5, "bf16": 160.0}, lines.append) == ["fp32", "bf16"]
     assert bench.matmul_peak("bf16", 2048)[0] > 0  # at 256 only where the kernel is missing: seconds, not minutes
+
+
+def test_an_evaluation_over_the_time_cap_is_timed_once_and_stops_there(monkeypatch):
+    """An encoding whose forward pass exceeds the cap (quadratic work) gets one timing at that length
+    and none beyond; BENCH.md names it and where it stopped."""
+    plan = bench.Plan(bench.Plan.quick().model, eval_lengths=(32, 64, 128), eval_repeats=3)
+    monkeypatch.setattr(bench, "EVAL_SECONDS_CAP", 0.0)
+    rows = bench.eval_child("cope", plan)
+    assert [row["length"] for row in rows] == [32] and rows[0]["spread"] == 0
+    monkeypatch.setattr(bench, "EVAL_SECONDS_CAP", 1e9)
+    assert [row["length"] for row in bench.eval_child("cope", plan)] == [32, 64, 128]
+    said = bench.stopped_early([*rows, {"encoding": "none", "length": 128}])
+    assert "cope (to 32)" in said and "none" not in said
