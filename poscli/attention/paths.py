@@ -37,18 +37,32 @@ def fast_biased_attention(
 
 
 def causal_attention(
-    q: Tensor, k: Tensor, v: Tensor, encoding, positions: Tensor, layer: int, consecutive: bool, block: int, x: Tensor
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    encoding,
+    positions: Tensor,
+    layer: int,
+    consecutive: bool,
+    block: int,
+    x: Tensor,
+    sink: Tensor | None = None,
 ) -> Tensor:
     """Causal attention of one layer with its encoding's bias, if any. q, k (B, H, T, hd or wider,
     rotated), v (B, H, T, hd); positions (T,); consecutive: positions are i, i+1, ... (the fast paths
-    need i - j); x (B, T, C): the layer's input, for an encoding that reads it. -> (B, H, T, hd)."""
+    need i - j); x (B, T, C): the layer's input, for an encoding that reads it; sink (H,): learned
+    sink logits (``-A sinks=true``), which only the blocked path takes. -> (B, H, T, hd)."""
     if encoding.replaces_attention:  # FoX, CoPE, stick-breaking, a per-layer schedule
         return encoding.attend(x, q, k, v, positions, layer)
+    score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, layer)  # noqa: E731
+    if sink is not None:  # every encoding's bias (or none) with the sink key, block by block
+        return blocked_biased_attention(
+            q, k, v, score_bias if encoding.has_score_bias else None, positions, block, sink
+        )
     if not encoding.has_score_bias:
         return fused_causal_attention(q, k, v)
     if flex.wanted(q) and (score_mod := flex.score_mod_for(encoding, q, positions, layer, consecutive)) is not None:
         return flex.flex_causal_attention(q, k, v, score_mod)
     if consecutive and (fast := fast_biased_attention(q, k, v, encoding, positions, layer, block)) is not None:
         return fast
-    score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, layer)  # noqa: E731
     return blocked_biased_attention(q, k, v, score_bias, positions, block)

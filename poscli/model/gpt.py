@@ -18,7 +18,6 @@ from torch import Tensor, nn
 
 from poscli import encodings
 from poscli.attention.blockwise import (
-    blocked_biased_attention,
     remapped_attention,
 )
 from poscli.attention.data_dependent import working_dtype
@@ -78,17 +77,9 @@ class CausalSelfAttention(nn.Module):
         if self.ssmax is not None:  # Scalable-Softmax: query i, seeing n = i + 1 keys, times s_h log n
             log_n = torch.arange(1, T + 1, device=q.device, dtype=working_dtype(q)).log()  # (T,)
             q = q * (self.ssmax[:, None] * log_n[None, :]).to(q.dtype)[None, :, :, None]  # (B, H, T, hd)
-        if self.sinks is not None:  # every encoding's bias (or none) with the sink key, block by block
-            score_bias = (
-                (lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, self.layer))
-                if encoding.has_score_bias
-                else None
-            )
-            y = blocked_biased_attention(
-                q, k, v, score_bias, positions, self.config.attention_block, sink=self.sinks
-            )  # (B, H, T, hd)
-        else:
-            y = causal_attention(q, k, v, encoding, positions, self.layer, consecutive, self.config.attention_block, x)
+        y = causal_attention(
+            q, k, v, encoding, positions, self.layer, consecutive, self.config.attention_block, x, sink=self.sinks
+        )  # (B, H, T, hd)
         y = self._gated(y, x).transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.proj(y)
 
