@@ -116,7 +116,6 @@ class Hybrid(PositionalEncoding):
         self.schedule = [
             (built[specs[layer % len(specs)]], specs[layer % len(specs)].window) for layer in range(config.n_layer)
         ]
-        self.reads_positions = any(part.reads_positions for part in self.parts)
 
     def layer(self, layer: int) -> tuple[PositionalEncoding, int | None]:
         """The encoding and window (None: global) of ``layer``."""
