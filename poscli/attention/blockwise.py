@@ -509,7 +509,14 @@ def relative_causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: RelativeBia
 
 
 def blocked_biased_attention(
-    q: Tensor, k: Tensor, v: Tensor, score_bias, q_positions: Tensor, max_block: int, sink: Tensor | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    score_bias,
+    q_positions: Tensor,
+    max_block: int,
+    sink: Tensor | None = None,
+    window: int | None = None,
 ) -> Tensor:
     """Causal attention with any score bias, computed one block of queries at a time.
 
@@ -518,28 +525,39 @@ def blocked_biased_attention(
     keys it can see (0 .. end of the block), so the part the causal mask removes is never built and
     memory stays bounded by BIAS_BLOCK_ELEMENTS. ``sink`` (H,): a sink logit per head, a key every
     query sees with that score and a zero value (an off-by-one softmax); its gradient is returned.
+    ``window`` W: a query sees only keys fewer than W positions back (sliding-window attention);
+    where the positions increase, a block's keys are cut to the band [start - W + 1, end), so its
+    work and memory are Bq x (Bq + W - 1) whatever T is.
     q, k, v: (B, H, T, hd) -> (B, H, T, hd).
     """
     B, H, T, hd = q.shape
-    block = max(16, min(max_block, BIAS_BLOCK_ELEMENTS // (B * H * T)))
+    banded = window is not None and (T < 2 or bool((q_positions.diff() >= 1).all()))
+    span = min(T, max_block + window - 1) if banded else T  # keys a block sees at most
+    block = max(16, min(max_block, BIAS_BLOCK_ELEMENTS // (B * H * span)))
     outputs = []
     for start in range(0, T, block):
         end = min(start + block, T)
+        first = max(0, start - window + 1) if banded else 0  # keys before it are all out of the window
         q_block = q[:, :, start:end]  # (B, H, Bq, hd)
+        k_positions = q_positions[first:end]  # (Tk,), Tk = end - first
         if score_bias is None:
-            bias = q.new_zeros(1, H, end - start, end)
+            bias = q.new_zeros(1, H, end - start, end - first)
         else:
-            bias = score_bias(q_block, q_positions[start:end], q_positions[:end])  # (H, Bq, end) or (B, H, Bq, end)
+            bias = score_bias(q_block, q_positions[start:end], k_positions)  # (H, Bq, Tk) or (B, H, Bq, Tk)
         if bias.dim() == 3:
-            bias = bias.unsqueeze(0)  # (1, H, Bq, end): a 3-D mask sends SDPA down a path ~8x slower on CPU
-        hidden = torch.ones(end - start, end, dtype=torch.bool, device=q.device).triu(diagonal=start + 1)  # (Bq, end)
-        mask = bias.masked_fill(hidden, float("-inf"))  # (B or 1, H, Bq, end)
-        keys, values = k[:, :, :end], v[:, :, :end]
+            bias = bias.unsqueeze(0)  # (1, H, Bq, Tk): a 3-D mask sends SDPA down a path ~8x slower on CPU
+        hidden = torch.ones(end - start, end - first, dtype=torch.bool, device=q.device).triu(
+            diagonal=start - first + 1
+        )  # (Bq, Tk): the keys after each query
+        if window is not None:  # and the keys W or more positions back
+            hidden = hidden | ((q_positions[start:end, None] - k_positions[None, :]) >= window)
+        mask = bias.masked_fill(hidden, float("-inf"))  # (B or 1, H, Bq, Tk)
+        keys, values = k[:, :, first:end], v[:, :, first:end]
         if sink is not None:  # a zero key in front (q . 0 = 0) whose mask entry is the sink logit, and a zero value
-            mask = mask.expand(mask.shape[0], H, end - start, end)
+            mask = mask.expand(mask.shape[0], H, end - start, end - first)
             column = sink.to(mask.dtype)[None, :, None, None].expand(mask.shape[0], H, end - start, 1)
-            mask = torch.cat((column, mask), dim=-1)  # (B or 1, H, Bq, 1 + end)
-            keys, values = F.pad(keys, (0, 0, 1, 0)), F.pad(values, (0, 0, 1, 0))  # (B, H, 1 + end, hd)
+            mask = torch.cat((column, mask), dim=-1)  # (B or 1, H, Bq, 1 + Tk)
+            keys, values = F.pad(keys, (0, 0, 1, 0)), F.pad(values, (0, 0, 1, 0))  # (B, H, 1 + Tk, hd)
         outputs.append(F.scaled_dot_product_attention(q_block, keys, values, attn_mask=mask))
     return torch.cat(outputs, dim=2)  # (B, H, T, hd)
 

@@ -6,13 +6,12 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 
 from poscli.attention.blockwise import blocked_biased_attention
 from poscli.attention.paths import causal_attention
 from poscli.encodings import check_name, get, parse_option_pairs, register
-from poscli.encodings.base import PositionalEncoding, causal_distance
+from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError
 
 # NAME[@WINDOW][(KEY=VALUE,KEY=VALUE)], e.g. rope@64(base=10000)
@@ -131,11 +130,7 @@ class Hybrid(PositionalEncoding):
             consecutive = len(positions) < 2 or bool((positions.diff() == 1).all())
             return causal_attention(q, k, v, encoding, positions, layer, consecutive, block, x)
 
-        def windowed(q_block: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-            far = causal_distance(q_positions, k_positions) >= window  # (Bq, Tk)
-            bias = encoding.score_bias(q_block, q_positions, k_positions, layer) if encoding.has_score_bias else None
-            if bias is None:
-                bias = torch.zeros(1, *far.shape, dtype=q_block.dtype, device=q_block.device)  # (1, Bq, Tk)
-            return bias.masked_fill(far, float("-inf"))  # (H or 1, Bq, Tk) or (B, H, Bq, Tk)
-
-        return blocked_biased_attention(q, k, v, windowed, positions, block)  # (B, H, T, hd)
+        score_bias = None
+        if encoding.has_score_bias:
+            score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, layer)  # noqa: E731
+        return blocked_biased_attention(q, k, v, score_bias, positions, block, window=window)  # (B, H, T, hd)

@@ -179,3 +179,37 @@ def test_bf16_alibi_stays_within_plain_bf16_attentions_error_at_long_length():
     assert alibi_error <= 2 * plain_error, (
         f"bf16 ALiBi error {alibi_error:.4f} vs plain bf16 attention {plain_error:.4f}"
     )
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [torch.arange(150), torch.arange(150) * 3 // 2, torch.randperm(150)],
+    ids=["consecutive", "increasing-with-gaps", "shuffled"],
+)
+@pytest.mark.parametrize("with_sink", [False, True], ids=["", "sink"])
+def test_a_sliding_window_equals_the_textbook_formula_with_keys_w_or_more_positions_back_hidden(positions, with_sink):
+    """The blocked path with ``window`` (a hybrid schedule's local layers) cuts each block's keys to
+    the band where positions increase; it must hide exactly the keys W or more positions back, and
+    no nearer one, in every block (block 16 here, so 150 tokens cross ten of them), gradients too."""
+    torch.manual_seed(0)
+    window, T = 11, len(positions)
+    q, k, v = (torch.randn(1, 2, T, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    alibi = encodings.build(tiny_config("alibi", n_head=2)).double()
+    score_bias = lambda q_block, q_pos, k_pos: alibi.score_bias(q_block, q_pos, k_pos, 0)  # noqa: E731
+    sink = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True) if with_sink else None
+    got = attention.blocked_biased_attention(q, k, v, score_bias, positions, 16, sink, window=window)
+
+    distance = positions[:, None] - positions[None, :]  # (T, T)
+    bias = alibi.score_bias(q, positions, positions, 0).masked_fill(distance >= window, float("-inf"))  # (H, T, T)
+    if with_sink:  # the sink: a zero key before every other with the sink logit as its score, zero value
+        scores = q @ k.transpose(-1, -2) / math.sqrt(8) + bias
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        scores = torch.cat((sink[None, :, None, None].expand(1, 2, T, 1), scores), dim=-1)
+        want = scores.softmax(-1)[..., 1:] @ v
+    else:
+        want = textbook_attention(q, k, v, bias)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    grads = torch.autograd.grad(got.square().sum(), (q, k, v))
+    wants = torch.autograd.grad(want.square().sum(), (q, k, v))
+    for g, w in zip(grads, wants, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
