@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from poscli.attention.blockwise import RowBlocks
+
 # Upper bound on the elements of one block of scores (B * H * Bq * Tk): 2^24 float32 values = 64 MiB.
 ROW_BLOCK_ELEMENTS = 2**24
 
@@ -63,14 +65,14 @@ def rowwise_causal_attention(
     scale = 1.0 / math.sqrt(hd)
     work = working_dtype(q)
     k32, v32 = k.to(work), v.to(work)
-    outputs = []
+    outputs = RowBlocks((B, H, T, v.shape[-1]), v32)  # written block by block (no_grad) or concatenated
     for start in range(0, T, block):
         end = min(start + block, T)
         q_block = q[:, :, start:end].to(work)  # (B, H, Bq, hd)
         scores = q_block @ k32[:, :, :end].transpose(-1, -2) * scale  # (B, H, Bq, end)
         rows = torch.arange(start, end, device=q.device)  # (Bq,)
-        outputs.append(weights(q_block, scores, rows) @ v32[:, :, :end])  # (B, H, Bq, hd)
-    return torch.cat(outputs, dim=2).to(q.dtype)  # (B, H, T, hd)
+        outputs.add(start, end, weights(q_block, scores, rows) @ v32[:, :, :end])  # (B, H, Bq, hd)
+    return outputs.result().to(q.dtype)  # (B, H, T, hd)
 
 
 def working_dtype(x: Tensor) -> torch.dtype:
