@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from poscli.study.published_recent import recent_perplexity, recent_retrieval, recent_tasks
 from poscli.study.published_tasks import kazemnejad2023
 
 # Press, Smith and Lewis (ICLR 2022), WikiText-103 validation perplexity, 16-layer d=1024 model
@@ -842,3 +843,6 @@ def retrieval_vs_perplexity(summary, meta: dict, perplexity=None) -> str:
 
 PUBLISHED.update({"yarn2023-passkey": yarn2023_passkey, "retrieval-vs-perplexity": retrieval_vs_perplexity})
 PUBLISHED["kazemnejad2023"] = kazemnejad2023  # poscli.study.published_tasks
+PUBLISHED.update(  # poscli.study.published_recent: the claims of issue 33's encodings
+    {"recent-perplexity": recent_perplexity, "recent-tasks": recent_tasks, "recent-retrieval": recent_retrieval}
+)

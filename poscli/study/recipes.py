@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -487,7 +488,7 @@ def run_recipe(
         for step in recipe.steps:
             console.print(f"  {step.status:6}  {step.kind:6} {step.name}  [dim]{step.detail}[/]", highlight=False)
             if step.status != "done":
-                console.print(f"          poscli {' '.join(step.argv)}", highlight=False, markup=False)
+                console.print(f"          poscli {shlex.join(step.argv)}", highlight=False, markup=False)  # to paste
         return recipe
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -645,13 +646,15 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
     meta = {}  # group -> the options that made it (an extension's include its parent's; a snapshot's, its budget)
     for step in [*recipe.train, *recipe.extend, *(snapshot for s in recipe.train for snapshot in _snapshots(s))]:
         meta.setdefault(step.group, step.options)
+    compared: dict[str, list[str]] = {}  # table -> the text of each [[compare]] of it, in the recipe's order
     for entry in recipe.compare:
         summary = summaries.get(entry["table"])
         if summary is None:
             continue
         extra = {"perplexity": summaries.get(entry["perplexity"])} if "perplexity" in entry else {}
-        text = PUBLISHED[entry["published"]](summary, meta, **extra)
-        with atomic_write(folder / f"{entry['table']}{PUBLISHED_SUFFIX}.md") as handle:
-            handle.write(text)
-        written.append(folder / f"{entry['table']}{PUBLISHED_SUFFIX}.md")
+        compared.setdefault(entry["table"], []).append(PUBLISHED[entry["published"]](summary, meta, **extra))
+    for table, texts in compared.items():
+        with atomic_write(folder / f"{table}{PUBLISHED_SUFFIX}.md") as handle:
+            handle.write("\n".join(texts))
+        written.append(folder / f"{table}{PUBLISHED_SUFFIX}.md")
     return written

@@ -49,6 +49,7 @@ def recalled(question: str, queries: str) -> str:
 
 EXPECTED = {  # task -> the answer computed from the question alone
     "copy": lambda q: q,
+    "selective-copy": lambda q: q.replace(".", "") if q.count(".") * 2 == len(q) else "half blanks",
     "reverse": lambda q: q[::-1],
     "duplicate": lambda q: q + q,
     "sort": lambda q: "".join(sorted(q)),

@@ -151,6 +151,10 @@ max_tokens = "512"
 [[compare]]
 table = "tiny"
 published = "press2022"
+
+[[compare]]
+table = "tiny"
+published = "recent-perplexity"
 """
 
 
@@ -180,7 +184,9 @@ def test_a_recipe_runs_then_skips_what_is_done_resumes_what_was_interrupted_and_
     )
     assert (seeds["ci_low"] <= seeds["mean"]).all() and (seeds["mean"] <= seeds["ci_high"]).all()
     assert (
-        "Beside Press et al. (2022)" in (results / "tiny-published.md").read_text()
+        "Beside Press et al. (2022)" in (published := (results / "tiny-published.md").read_text())
+        and published.index("Beside Press") < published.index("extrapolation claims")  # both [[compare]], in order
+        and "no run in this table): fox, stick-breaking." in published
         and (results / "tiny-seeds.png").exists()
     )
     report = (results / "REPORT.md").read_text()
@@ -465,7 +471,7 @@ def test_beyond_yarn_ranks_every_method_and_checks_the_newer_claims_by_their_int
     assert "undecided" in claims["yarn + PoSE"] and "yarn" not in claims  # YaRN itself makes no flatness claim here
 
 
-def test_the_length_generalization_recipe_plans_the_study_issue_32_names():
+def test_the_length_generalization_recipe_plans_the_studies_issues_32_and_33_name():
     from poscli.evaluation import tasks
     from poscli.evaluation.algorithmic import AlgorithmicTask, parse_sizes
 
@@ -474,17 +480,32 @@ def test_the_length_generalization_recipe_plans_the_study_issue_32_names():
     randomized = [s for s in recipe.train if "random" in s.name]
     studied = {"copy", "reverse", "duplicate", "addition-reversed", "associative-recall"}  # duplicate: Ruoss et al.'s
     pes = {"none", "learned", "sinusoidal", "rope", "alibi", "t5", "fire", "kerple"}
-    assert plain == {(t, pe, seed) for t in studied for pe in pes for seed in (0, 1, 2)}
+    strings, copes = ("copy", "reverse", "duplicate"), ("selective-copy", "flip-flop")  # issue 33: CoPE's tasks
+    recent = {"fox", "cope", "stick-breaking", "pope", "dpb", "scaled-sinusoidal"}
+    seeds = (0, 1, 2)
+    assert plain == (
+        {(t, pe, seed) for t in studied for pe in pes for seed in seeds}
+        | {(t, pe, seed) for t in strings for pe in recent for seed in seeds}
+        | {(t, pe, seed) for t in copes for pe in recent | {"none", "rope", "alibi"} for seed in seeds}
+        | {(t, "hybrid", seed) for t in (*strings, *copes) for seed in seeds}
+    )
+    for step in recipe.train:  # RNoPE-SWA: the local RoPE layers see less than the instances they train on
+        if step.options["pe"] == "hybrid":
+            assert step.options["pe_option"] == "layers=rope@8;rope@8;none" and step.options["train_length"] > 8
     assert {(s.options["task"], s.options["pe"], s.options["seed"]) for s in randomized} == {
-        (t, "rope", seed) for t in studied for seed in (0, 1, 2)
+        (t, "rope", seed) for t in studied for seed in seeds
     }
     assert all(s.options["random_positions"] >= 4 * s.options["train_length"] for s in randomized)
-    assert all(isinstance(tasks.get(t), AlgorithmicTask) for t in studied)
+    assert all(isinstance(tasks.get(t), AlgorithmicTask) for t in studied | set(copes))
     largest = {s.options["task"]: max(parse_sizes(s.options["sizes"])) for s in recipe.train}
     for step in recipe.evals:  # each task tested to 4x its largest training size, every run of the task
-        assert max(parse_sizes(step.options["sizes"])) == 4 * largest[step.options["task"]]
-        assert len(step.runs) == 27 and all(r.startswith(f"lg-{step.options['task']}-") for r in step.runs)
-    assert recipe.compare == [{"table": "length-generalization", "published": "kazemnejad2023"}]
+        task = step.options["task"]
+        assert max(parse_sizes(step.options["sizes"])) == 4 * largest[task]
+        assert set(step.runs) == {s.name for s in recipe.train if s.options["task"] == task}
+    assert recipe.compare == [
+        {"table": "length-generalization", "published": "kazemnejad2023"},
+        {"table": "length-generalization", "published": "recent-tasks"},
+    ]
 
 
 def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
@@ -778,3 +799,13 @@ def test_steps_run_in_this_process_or_as_jobs_give_the_same_weights_and_tables(t
     history = [json.loads(line)["command"] for line in (folders["1"] / "history.jsonl").read_text().splitlines()]
     assert history[0].startswith("poscli train --layers 1")
     assert history[0].endswith(f"--results {folders['1']} --quiet")
+
+
+def test_a_dry_run_prints_each_command_as_the_shell_reads_it(tmp_path):
+    """A hybrid schedule's ';' (and any other shell character) is quoted, so the line can be pasted."""
+    import shlex
+
+    plan = poscli("run", str(REPO / "recipes" / "length-generalization.toml"), "--results", str(tmp_path), "--dry-run")
+    line = next(line for line in (plan.stdout + plan.stderr).splitlines() if "--name lg-copy-hybrid-s0" in line)
+    argv = shlex.split(line.strip())
+    assert argv[argv.index("--pe-option") + 1] == "layers=rope@8;rope@8;none" and argv[-1] == "lg-copy-hybrid-s0"

@@ -1,0 +1,85 @@
+"""The claims of issue 33's encodings checked against poscli's tables (poscli.study.published_recent):
+a claim holds only where the paired test (or separated intervals) supports the paper's order, does
+not hold where it supports the opposite, and is undecided otherwise."""
+
+import pandas as pd
+
+from poscli.evaluation import generalization, retrieval
+from poscli.study.published_recent import recent_perplexity, recent_retrieval, recent_tasks
+from tests.evaluation.test_generalization import table
+from tests.evaluation.test_retrieval import passkey_rows
+from tests.study.test_recipes import summary_from
+
+
+def line_with(text: str, *words: str) -> str:
+    return next(line for line in text.splitlines() if all(word in line for word in words))
+
+
+def test_extrapolation_claims_hold_only_where_the_paired_test_supports_a_lower_perplexity_than_ropes():
+    # Seeds spread widely (5-7 at 128), but each FoX seed is 0.8x its RoPE seed at 512 and each
+    # stick-breaking seed 1.2x: the paired test decides both, in opposite directions.
+    perplexity = {
+        "rope": {128: [5.0, 6.0, 7.0], 512: [10.0, 12.0, 14.0]},
+        "fox": {128: [5.0, 6.0, 7.0], 512: [8.0, 9.6, 11.2]},
+        "sb": {128: [5.0, 6.0, 7.0], 512: [12.0, 14.4, 16.8]},
+    }
+    summary, _ = summary_from(perplexity, {"rope": "rope", "fox": "fox", "sb": "stick-breaking"}, 128)
+    text = recent_perplexity(summary, {})
+    assert line_with(text, "512: fox").endswith(": holds.")
+    assert "does not hold" in line_with(text, "512: stick-breaking")
+    assert "0.800 [" in line_with(text, "512: fox")  # the geometric mean ratio over seeds
+    assert "128:" not in text  # the train length is not a claim about extrapolation
+
+
+def test_a_claim_whose_encodings_differ_unpaired_is_undecided():
+    # The same values as FoX's above, but seed 0 of FoX against seed 2 of RoPE: not a paired difference.
+    perplexity = {
+        "rope": {128: [5.0, 6.0, 7.0], 512: [14.0, 10.0, 12.0]},
+        "fox": {128: [5.0, 6.0, 7.0], 512: [8.0, 9.6, 11.2]},
+    }
+    summary, _ = summary_from(perplexity, {"rope": "rope", "fox": "fox"}, 128)
+    text = recent_perplexity(summary, {})
+    assert line_with(text, "512: fox").endswith(": undecided.")
+    assert "Not compared here (no run in this table): stick-breaking." in text
+
+
+def test_without_rope_nothing_is_claimed_and_the_file_says_why():
+    summary, _ = summary_from({"fox": {128: [5.0, 6.0], 512: [8.0, 9.0]}}, {"fox": "fox"}, 128)
+    text = recent_perplexity(summary, {})
+    assert "- **" not in text and "no run in this table): stick-breaking, rope." in text  # no claim checked
+
+
+def test_copes_task_claim_is_checked_on_the_tasks_it_names_by_the_paired_decision():
+    copy, groups = table({"lg-cope": [0.9, 0.92, 0.95], "lg-rope": [0.1, 0.12, 0.1]}, task="selective-copy", at=32)
+    flip, more = table({"lg-cope": [0.5, 0.52, 0.55], "lg-rope": [0.95, 0.97, 0.99]}, task="flip-flop", at=32)
+    other, rest = table({"lg-cope": [0.9, 0.9, 0.9], "lg-rope": [0.1, 0.1, 0.1]}, task="copy", at=32)
+    summary = generalization.seed_summary(pd.concat([copy, flip, other]), groups | more | rest)
+    text = recent_tasks(summary, {})
+    assert line_with(text, "selective-copy, sizes 9-16").endswith(": holds.")
+    assert "cope 0.92 [" in line_with(text, "selective-copy, sizes 9-16")
+    assert "does not hold" in line_with(text, "flip-flop, sizes 9-16")
+    assert "copy, sizes" not in text.replace("selective-copy, sizes", "")  # CoPE's claim names no plain copy
+
+
+def test_a_task_claim_with_an_unmastered_encoding_is_not_comparable():
+    rows, groups = table({"lg-cope": [(0.5, 0.0), (0.6, 0.0)], "lg-rope": [0.3, 0.4]}, task="flip-flop", at=32)
+    text = recent_tasks(generalization.seed_summary(rows, groups), {})
+    assert "not comparable" in line_with(text, "flip-flop, sizes 9-16")
+    assert "cope n/a (no seed mastered)" in line_with(text, "flip-flop, sizes 9-16")
+    assert "not in this table: selective-copy." in text
+
+
+def passkey_summary(counts: dict[str, dict[int, list[int]]], pe: dict[str, str]):
+    rows, groups = passkey_rows(counts)
+    rows["pe"] = rows["run"].str.rsplit("-s", n=1).str[0].map(pe)
+    return retrieval.passkey_seed_summary(rows, groups)
+
+
+def test_the_hybrids_retrieval_claim_holds_only_where_the_intervals_separate():
+    counts = {"hy": {256: [50], 512: [45], 1024: [20]}, "rp": {256: [50], 512: [3], 1024: [15]}}
+    text = recent_retrieval(passkey_summary(counts, {"hy": "hybrid", "rp": "rope"}), {})
+    assert line_with(text, "512 (2x)").endswith(": holds.")
+    assert line_with(text, "1024 (4x)").endswith(": undecided.")  # 0.40 against 0.30 of 100 prompts: overlapping
+    assert "256 (" not in text
+    reverse = recent_retrieval(passkey_summary(counts, {"hy": "rope", "rp": "hybrid"}), {})
+    assert "does not hold" in line_with(reverse, "512 (2x)")
