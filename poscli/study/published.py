@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from poscli.study.paired import Decisions, accuracy_text, cell_at, format_cell, pooled_cell, seed_log_ratios
 from poscli.study.published_recent import recent_perplexity, recent_retrieval, recent_tasks
 from poscli.study.published_tasks import kazemnejad2023
 
@@ -68,19 +69,6 @@ def class_verdict(paper_class: str, low: float, high: float) -> str:
     return "differs"
 
 
-def _cell(summary, group: str, length: int):
-    row = summary[(summary["group"] == group) & (summary["length"] == length)]
-    return None if row.empty or row["seeds"].iloc[0] == 0 else row.iloc[0]
-
-
-def _fmt(row) -> str:
-    if row is None:
-        return "n/a"
-    if math.isnan(row.get("ci_low", float("nan"))):
-        return f"{row['mean']:.3f}"
-    return f"{row['mean']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
-
-
 def _bounds(row) -> tuple[float, float]:
     return (row["ci_low"], row["ci_high"]) if not math.isnan(row["ci_low"]) else (row["mean"], row["mean"])
 
@@ -109,67 +97,6 @@ def separated_pairs(rows: dict[str, object]) -> set[tuple[str, str]]:
             if a != b and row_a is not None and row_b is not None and _bounds(row_a)[1] < _bounds(row_b)[0]:
                 pairs.add((a, b))
     return pairs
-
-
-class Decisions:
-    """The paired decisions of one published file, corrected together (Holm, 1979).
-
-    Each decision compares two groups evaluated on the same spans, run against run in seed order:
-    the per-seed log perplexity ratio is tested with a paired t-test (``stats.paired_seed_test``).
-    ``add`` collects a test and returns its index; ``finish`` adjusts every p-value at once; only
-    then are ``symbol`` and ``describe`` read, so the first decision knows how many there were."""
-
-    def __init__(self):
-        self.tests: list[tuple[float, float, float, float]] = []
-        self.adjusted: list[float] | None = None
-
-    def add(self, log_ratios) -> int | None:
-        from poscli.evaluation.stats import paired_seed_test
-
-        if log_ratios is None or len(log_ratios) < 2:
-            return None
-        self.tests.append(paired_seed_test(log_ratios))
-        return len(self.tests) - 1
-
-    def finish(self) -> None:
-        from poscli.evaluation.stats import holm
-
-        self.adjusted = holm([test[3] for test in self.tests])
-
-    def symbol(self, index: int | None) -> str:
-        from poscli.evaluation.stats import decide
-
-        return "≈" if index is None else decide(self.tests[index][0], self.adjusted[index])
-
-    def describe(self, index: int | None) -> str:
-        if index is None:
-            return "not tested (fewer than 2 seeds scored alike)"
-        ratio, low, high, _ = self.tests[index]
-        return f"{ratio:.3f} [{low:.3f}, {high:.3f}], Holm p {self.adjusted[index]:.3g}"
-
-    def footer(self) -> str:
-        from poscli.evaluation.stats import ALPHA, MIN_EFFECT
-
-        return (
-            "Decisions (`<`, `>`, `≈`, keeps / uses): paired t-test over seeds of the log perplexity ratio (the same "
-            "spans, "
-            f"seed against seed), Holm's correction across the {len(self.tests)} decisions of this file (family-wise "
-            f"{ALPHA:.0%}), minimum effect {MIN_EFFECT:.0%} of perplexity: a smaller or uncorrected-only difference is "
-            "tied (`≈`). "
-            "Ratios are geometric means over seeds with their 95% t interval."
-        )
-
-
-def seed_log_ratios(summary_a, group_a: str, summary_b, group_b: str, length: int):
-    """Per-seed log perplexity ratio of group a over group b at ``length`` (runs paired in name
-    order, i.e. by seed), or None where the two were not scored on the same spans with as many runs."""
-    import numpy as np
-
-    a = summary_a.attrs.get("run_losses", {}).get((group_a, length))
-    b = summary_b.attrs.get("run_losses", {}).get((group_b, length))
-    if a is None or b is None or a[0] != b[0] or len(a[1]) != len(b[1]):
-        return None
-    return np.array(a[1]) - np.array(b[1])
 
 
 def null_summary(summary, group: str, length: int):
@@ -283,12 +210,12 @@ def _press_ratio_table(summary, groups: list[str], lengths: list[int], longer: l
     for group in groups:
         cells = []
         for length in longer:
-            row = _cell(summary, group, length)
+            row = cell_at(summary, group, length)
             if row is None or math.isnan(row.get("ratio", float("nan"))):
                 cells.append("n/a")
             else:
                 cells.append(f"{row['ratio']:.2f}x [{row['ratio_low']:.2f}, {row['ratio_high']:.2f}]")
-        last = _cell(summary, group, lengths[-1])
+        last = cell_at(summary, group, lengths[-1])
         klass = (
             interval_class(last["ratio_low"], last["ratio_high"])
             if last is not None and not math.isnan(last.get("ratio", float("nan")))
@@ -316,7 +243,7 @@ def _press_class_lines(summary, by_pe: dict, longer: list[int], train_length: in
                 "in this study."
             )
             continue
-        rows = {length: _cell(summary, by_pe[pe], length) for length in longer}
+        rows = {length: cell_at(summary, by_pe[pe], length) for length in longer}
         usable = [
             length
             for length in longer
@@ -373,7 +300,7 @@ def _press_order_lines(summary, decisions, order_tests: dict, press: dict, longe
         f"{' < '.join(PAPER_NAMES[pe] for pe in paper_order)}.",
     ]
     for length in longer:
-        rows = {pe: _cell(summary, press[pe], length) for pe in press}
+        rows = {pe: cell_at(summary, press[pe], length) for pe in press}
         rows = {pe: row for pe, row in rows.items() if row is not None and not math.isnan(row["mean"])}
         if len(rows) < 2:
             continue
@@ -423,7 +350,7 @@ def _budget_lines(summary, meta: dict, groups: list[str], train_length: int) -> 
         for group, chain in budgeted.items():
             cells, classes = [], []
             for member in chain:
-                row = _cell(summary, member, length)
+                row = cell_at(summary, member, length)
                 if row is None or math.isnan(row.get("ratio", float("nan"))):
                     cells.append("n/a")
                     classes.append("n/a")
@@ -517,7 +444,8 @@ def _rankings(summary, meta: dict, decisions: Decisions):
         unextended = [g for g, o in meta.items() if "method" not in o and g in set(summary["group"])]
         for group in unextended:
             cells = [
-                f"{length}: {_fmt(_cell(summary, group, length))}" for length in sorted(summary["length"].unique())
+                f"{length}: {format_cell(cell_at(summary, group, length))}"
+                for length in sorted(summary["length"].unique())
             ]
             lines.append(f"- unextended base {group}: " + ", ".join(cells) + ".")
         return lines
@@ -532,7 +460,7 @@ def _ranking_plan(summary, members: dict, decisions: Decisions) -> dict | None:
     each continued-training control; None when no method has a value there."""
     target = int(summary[summary["group"].isin(list(members))]["length"].max())
     groups = {method_label(o) + _control_suffix(o): g for g, o in members.items()}
-    rows = {m: _cell(summary, g, target) for m, g in groups.items()}
+    rows = {m: cell_at(summary, g, target) for m, g in groups.items()}
     rows = {m: row for m, row in rows.items() if row is not None and not math.isnan(row["mean"])}
     if not rows:
         return None
@@ -561,7 +489,7 @@ def _ranking_lines(plan: dict, decisions: Decisions) -> list[str]:
     for a, b in zip(order, order[1:]):
         text += (" < " if below(a, b) else " ≈ ") + b
     tuning = "no fine-tuning" if steps == 0 else f"{steps} fine-tuning steps"
-    cells = ", ".join(f"{m} {_fmt(rows[m])}" for m in order)
+    cells = ", ".join(f"{m} {format_cell(rows[m])}" for m in order)
     line = f"- poscli, target {plan['target_text']}, {tuning}, at {target}: {text} ({cells})"
     tied_best = [m for m in compared[1:] if not below(best, m)]
     if "yarn" in rows:
@@ -621,7 +549,7 @@ def _claims(summary, meta: dict) -> list[str]:
             continue  # LongRoPE's claim is about no fine-tuning
         part = summary[summary["group"] == group]
         target = int(part["length"].max())
-        cell = _cell(summary, group, target)
+        cell = cell_at(summary, group, target)
         if cell is None or math.isnan(cell.get("ratio", float("nan"))):
             continue
         if label == "longrope" and target > 8 * int(cell["ratio_base"]):
@@ -634,8 +562,9 @@ def _claims(summary, meta: dict) -> list[str]:
         tuning = "no training" if _steps(options) == 0 else f"{_steps(options)} fine-tuning steps"
         base = int(cell["ratio_base"])
         rows.append(
-            f"- {label} ({tuning}), target {options['target']}: {_fmt(_cell(summary, group, base))} at {base}, "
-            f"{_fmt(cell)} at {target}, "
+            f"- {label} ({tuning}), target {options['target']}: "
+            f"{format_cell(cell_at(summary, group, base))} at {base}, "
+            f"{format_cell(cell)} at {target}, "
             f"ratio {cell['ratio']:.2f} [{cell['ratio_low']:.2f}, {cell['ratio_high']:.2f}] "
             f"({interval_class(cell['ratio_low'], cell['ratio_high'])}). Published: {claim} ({citation}). Here: "
             f"{verdict}."
@@ -692,17 +621,6 @@ def _descending(rows: dict[str, object]) -> str:
     return ranked(flipped)[1].replace(" < ", " > ")
 
 
-def _accuracy(row) -> str:
-    return "n/a" if row is None else f"{row['accuracy']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
-
-
-def _pooled_cell(summary, group: str, length: int):
-    from poscli.evaluation.retrieval import ALL_DEPTHS
-
-    row = summary[(summary["group"] == group) & (summary["length"] == length) & (summary["depth"] == ALL_DEPTHS)]
-    return None if row.empty else row.iloc[0]
-
-
 def yarn2023_passkey(summary, meta: dict) -> str:
     """YaRN's published passkey table beside poscli's extended models, lengths as multiples of the
     original context; a method is called best only where its interval separates from the rest."""
@@ -746,14 +664,14 @@ def yarn2023_passkey(summary, meta: dict) -> str:
         if steps and any(o.get("pose") for o in members.values()):
             tuning += " (+ PoSE: at the train length, positions skipping up to the target)"
         for length in sorted(part["length"].unique()):
-            rows = {method_label(o): _pooled_cell(summary, g, int(length)) for g, o in members.items()}
+            rows = {method_label(o): pooled_cell(summary, g, int(length)) for g, o in members.items()}
             rows = {m: r for m, r in rows.items() if r is not None and not math.isnan(r["accuracy"])}
             if not rows:
                 continue
             order = sorted(rows, key=lambda m: -rows[m]["accuracy"])
             line = f"- target {target_text}, {tuning}, at {length}"
             line += f" ({int(length) / train_length:g}x the base's train length)" if train_length else ""
-            line += f": {_descending(rows)} ({', '.join(f'{m} {_accuracy(rows[m])}' for m in order)})"
+            line += f": {_descending(rows)} ({', '.join(f'{m} {accuracy_text(rows[m])}' for m in order)})"
             published = {
                 m: r for m, r in rows.items() if m in YARN_PASSKEY
             }  # the verdict: among the table's own methods
@@ -775,7 +693,7 @@ def yarn2023_passkey(summary, meta: dict) -> str:
             lines.append(line + ".")
     for group in bases:
         cells = [
-            f"{length}: {_accuracy(_pooled_cell(summary, group, int(length)))}"
+            f"{length}: {accuracy_text(pooled_cell(summary, group, int(length)))}"
             for length in sorted(summary[summary["group"] == group]["length"].unique())
         ]
         lines.append(f"- unextended base {group}: " + ", ".join(cells) + ".")
@@ -811,22 +729,23 @@ def retrieval_vs_perplexity(summary, meta: dict, perplexity=None) -> str:
         train_length = int(summary[summary["group"] == group]["train_length"].iloc[0])
         cells = []
         for length in sorted(summary[summary["group"] == group]["length"].unique()):
-            ppl = _cell(perplexity, group, int(length))
+            ppl = cell_at(perplexity, group, int(length))
             ratio = (
                 "n/a"
                 if ppl is None or math.isnan(ppl.get("ratio_low", float("nan")))
                 else f"{ppl['ratio']:.2f}x [{ppl['ratio_low']:.2f}, {ppl['ratio_high']:.2f}], "
                 f"{interval_class(ppl['ratio_low'], ppl['ratio_high'])}"
             )
-            row = _pooled_cell(summary, group, int(length))
+            row = pooled_cell(summary, group, int(length))
             cells.append(
-                f"{int(length) // train_length}x: perplexity {ratio}; passkey {_accuracy(row)}, {retrieval_class(row)}"
+                f"{int(length) // train_length}x: perplexity {ratio}; passkey {accuracy_text(row)}, "
+                f"{retrieval_class(row)}"
             )
         lines.append(f"- {group} ({summary[summary['group'] == group]['pe'].iloc[0]}): " + "; ".join(cells) + ".")
     contrast = []
     for group in groups:
         longest = int(summary[summary["group"] == group]["length"].max())
-        ppl, row = _cell(perplexity, group, longest), _pooled_cell(summary, group, longest)
+        ppl, row = cell_at(perplexity, group, longest), pooled_cell(summary, group, longest)
         if ppl is None or row is None or math.isnan(ppl.get("ratio_high", float("nan"))):
             continue
         keeps = interval_class(ppl["ratio_low"], ppl["ratio_high"]) == "keeps"

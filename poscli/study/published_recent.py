@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from poscli.study.paired import Decisions, accuracy_text, cell_at, format_cell, pooled_cell, seed_log_ratios
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -83,7 +85,6 @@ def recent_perplexity(summary, meta: dict) -> str:
     """FoX's and stick-breaking's extrapolation claims on a perplexity table: each against RoPE at
     every length beyond the train length, the per-seed log perplexity ratio on the same spans tested
     with a paired t-test, Holm's correction over this file's tests (``published.Decisions``)."""
-    from poscli.study.published import Decisions, _cell, _fmt, seed_log_ratios
 
     present = _groups_by_pe(summary, meta)
     claims = [c for c in EXTRAPOLATION_CLAIMS if c.pe in present and BASELINE in present]
@@ -109,8 +110,8 @@ def recent_perplexity(summary, meta: dict) -> str:
             if pe != claim.pe:
                 continue
             lines.append(
-                f"  - {length}: {claim.pe} {_fmt(_cell(summary, group, length))}, rope "
-                f"{_fmt(_cell(summary, rope, length))}; ratio {decisions.describe(index)}: "
+                f"  - {length}: {claim.pe} {format_cell(cell_at(summary, group, length))}, rope "
+                f"{format_cell(cell_at(summary, rope, length))}; ratio {decisions.describe(index)}: "
                 f"{HOLDS[_lower_is_better(decisions.symbol(index))]}."
             )
     lines += _missing(EXTRAPOLATION_CLAIMS, present)
@@ -180,7 +181,6 @@ def recent_retrieval(summary, meta: dict, perplexity=None) -> str:
     every length beyond the train length (the same prompts for both, every depth pooled, Wilson
     95% intervals). The claim holds at a length where the hybrid's interval lies wholly above
     RoPE's, does not hold where RoPE's lies wholly above, and is undecided where they overlap."""
-    from poscli.study.published import _accuracy, _pooled_cell
 
     present = _groups_by_pe(summary, meta)
     lines = [
@@ -197,13 +197,13 @@ def recent_retrieval(summary, meta: dict, perplexity=None) -> str:
         for length in sorted(summary[summary["group"] == group]["length"].unique()):
             if length <= train_length:
                 continue
-            mine, theirs = _pooled_cell(summary, group, int(length)), _pooled_cell(summary, rope, int(length))
+            mine, theirs = pooled_cell(summary, group, int(length)), pooled_cell(summary, rope, int(length))
             if mine is None or theirs is None:
                 continue
             symbol = ">" if mine["ci_low"] > theirs["ci_high"] else "<" if mine["ci_high"] < theirs["ci_low"] else "≈"
             lines.append(
-                f"  - {int(length)} ({int(length) // train_length}x): {claim.pe} {_accuracy(mine)}, rope "
-                f"{_accuracy(theirs)}: {HOLDS[symbol]}."
+                f"  - {int(length)} ({int(length) // train_length}x): {claim.pe} {accuracy_text(mine)}, rope "
+                f"{accuracy_text(theirs)}: {HOLDS[symbol]}."
             )
     lines += _missing(RETRIEVAL_CLAIMS, present)
     return "\n".join(lines) + "\n"
