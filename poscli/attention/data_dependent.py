@@ -1,6 +1,6 @@
 """Attention for encodings whose scores depend on the data, not only on positions.
 
-Three forms, one function each:
+Two forms, one function each, and the helpers they share:
 
 - ``key_column_attention``: softmax(q.k / sqrt(hd) + c_j) where c depends on the key alone. The
   Forgetting Transformer's bias F_i - F_j (F a running sum of log forget gates) is such a term once
@@ -8,12 +8,14 @@ Three forms, one function each:
   head dimension, as ALiBi's slopes do (``poscli.attention.blockwise``): q' = [q, 1],
   k' = [k, c_j sqrt(hd)], v' = [v, 0], with the kernel's scale kept at 1 / sqrt(hd). Memory linear
   in T on every device that has a fused kernel.
-- ``rowwise_causal_attention``: any attention whose weights for a query row are a function of that
-  row's scores (CoPE's gated positions, stick-breaking's products), computed one block of query
-  rows at a time against the keys they can see, so memory stays bounded at any length.
+- ``scanned_causal_attention``: any attention whose weights for a query row depend on the row's
+  scores against the keys between key and query (CoPE's gated positions, stick-breaking's
+  products), computed for one block of query rows at a time over fixed-size chunks of keys, from
+  the nearest back, with what the nearer chunks summed carried along: the same allocations at
+  every step, so the peak memory does not grow with T.
 
 Shape legend: B batch, H heads, T sequence length, hd head dimension, Bq query rows in a block,
-Tk keys a block sees.
+Kc keys in a chunk.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from torch import Tensor
 
 from poscli.attention.blockwise import RowBlocks
 
-# Upper bound on the elements of one block of scores (B * H * Bq * Tk): 2^24 float32 values = 64 MiB.
-ROW_BLOCK_ELEMENTS = 2**24
+# The query rows of a block and the keys of a chunk in ``scanned_causal_attention``: each step's
+# scores are (B, H, SCAN_ROWS, SCAN_KEYS), 4 MiB of float32 per head at batch 1, at any length.
+SCAN_ROWS = 256
+SCAN_KEYS = 1024
 
 
 def key_column_attention(q: Tensor, k: Tensor, v: Tensor, column: Tensor) -> Tensor:
@@ -48,30 +52,53 @@ def key_column_attention(q: Tensor, k: Tensor, v: Tensor, column: Tensor) -> Ten
     return out[..., :hd].to(dtype)  # (B, H, T, hd)
 
 
-def rowwise_causal_attention(
-    q: Tensor, k: Tensor, v: Tensor, weights: Callable[[Tensor, Tensor, Tensor], Tensor], block: int = 256
-) -> Tensor:
-    """Causal attention whose weights come from ``weights(q_block, scores, rows)``, one block of
-    query rows at a time.
+def scanned_causal_attention(q: Tensor, k: Tensor, v: Tensor, chunk_logits: Callable, normalize: bool) -> Tensor:
+    """Causal attention whose weights for a query depend on its scores against the keys between
+    (CoPE's gates summed from key to query, stick-breaking's product of what the nearer keys
+    left), computed for one block of query rows at a time over the keys in fixed-size chunks,
+    from the nearest back to the first, so that every step allocates the same (B, H, Bq, chunk)
+    temporaries whatever T is (a block against all of its keys at once grows them with T, and
+    glibc's heap with them).
 
-    For the block of queries [a, b): ``scores`` (B, H, Bq, b) is q k^T / sqrt(hd) in float32
-    (float64 for float64 inputs) against the keys 0 .. b-1, and ``rows`` (Bq,) the queries'
-    indices a .. b-1 (``visible`` gives the causal mask). ``weights`` returns the attention
-    weights (B, H, Bq, b), zero on every key j > i; they are applied to v in the same dtype.
+    ``chunk_logits(q_block, scores, rows, keys, carry)`` gets a chunk's scores q k^T / sqrt(hd)
+    (B, H, Bq, Kc) in float32 (float64 for float64 inputs), the indices of its query ``rows``
+    (Bq,) and ``keys`` (Kc,) (``visible`` makes the causal mask from them), and ``carry``
+    (B, H, Bq): what the nearer chunks summed for each row,
+    zeros at the first; it returns the chunk's log weights (B, H, Bq, Kc), -inf where a key is not
+    read, and the carry for the next (farther) chunk. ``normalize``: softmax the log weights over
+    all of a row's keys (CoPE; an online log-sum-exp across chunks, as FlashAttention merges
+    blocks), or use them as they are (stick-breaking's weights sum to at most 1).
     q, k, v: (B, H, T, hd) -> (B, H, T, hd).
     """
     B, H, T, hd = q.shape
-    block = max(16, min(block, ROW_BLOCK_ELEMENTS // max(1, B * H * T)))
+    rows_per_block, keys_per_chunk = SCAN_ROWS, max(SCAN_KEYS, SCAN_ROWS)  # a chunk covers a block's diagonal
     scale = 1.0 / math.sqrt(hd)
     work = working_dtype(q)
     k32, v32 = k.to(work), v.to(work)
-    outputs = RowBlocks((B, H, T, v.shape[-1]), v32)  # written block by block (no_grad) or concatenated
-    for start in range(0, T, block):
-        end = min(start + block, T)
+    outputs = RowBlocks((B, H, T, v.shape[-1]), v32)
+    for start in range(0, T, rows_per_block):
+        end = min(start + rows_per_block, T)
         q_block = q[:, :, start:end].to(work)  # (B, H, Bq, hd)
-        scores = q_block @ k32[:, :, :end].transpose(-1, -2) * scale  # (B, H, Bq, end)
         rows = torch.arange(start, end, device=q.device)  # (Bq,)
-        outputs.add(start, end, weights(q_block, scores, rows) @ v32[:, :, :end])  # (B, H, Bq, hd)
+        carry = q_block.new_zeros(B, H, end - start)
+        total = q_block.new_zeros(B, H, end - start, v.shape[-1])  # sum of weights x values
+        top = q_block.new_full((B, H, end - start), float("-inf"))  # running max of the log weights
+        mass = q_block.new_zeros(B, H, end - start)  # sum of exp(log weight - top)
+        for high in range(end, 0, -keys_per_chunk):  # chunks [high - Kc, high), the nearest first
+            low = max(0, high - keys_per_chunk)
+            scores = q_block @ k32[:, :, low:high].transpose(-1, -2) * scale  # (B, H, Bq, Kc)
+            keys = torch.arange(low, high, device=q.device)  # (Kc,)
+            log_weights, carry = chunk_logits(q_block, scores, rows, keys, carry)
+            if not normalize:
+                total = total + log_weights.exp() @ v32[:, :, low:high]
+                continue
+            new_top = torch.maximum(top, log_weights.amax(dim=-1))  # finite: the first chunk holds each row's own key
+            shrink = (top - new_top).exp()  # (B, H, Bq); 0 at the first chunk
+            share = (log_weights - new_top[..., None]).exp()  # (B, H, Bq, Kc)
+            mass = mass * shrink + share.sum(dim=-1)
+            total = total * shrink[..., None] + share @ v32[:, :, low:high]
+            top = new_top
+        outputs.add(start, end, total / mass[..., None] if normalize else total)  # (B, H, Bq, hd)
     return outputs.result().to(q.dtype)  # (B, H, T, hd)
 
 
@@ -80,11 +107,10 @@ def working_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def visible(rows: Tensor, keys: int, strict: bool = False) -> Tensor:
-    """The causal mask of query ``rows`` (Bq,) over keys 0 .. keys-1: True where j <= i (j < i when
-    ``strict``). -> (Bq, keys) bool."""
-    j = torch.arange(keys, device=rows.device)[None, :]  # (1, keys)
-    return j < rows[:, None] if strict else j <= rows[:, None]
+def visible(rows: Tensor, keys: Tensor, strict: bool = False) -> Tensor:
+    """The causal mask of query ``rows`` (Bq,) over ``keys`` (Kc,), both token indices: True where
+    j <= i (j < i when ``strict``). -> (Bq, Kc) bool."""
+    return keys[None, :] < rows[:, None] if strict else keys[None, :] <= rows[:, None]
 
 
 def reverse_cumsum(x: Tensor) -> Tensor:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from poscli.attention.data_dependent import reverse_cumsum, rowwise_causal_attention, visible
+from poscli.attention.data_dependent import reverse_cumsum, scanned_causal_attention, visible
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError
@@ -39,7 +39,8 @@ class CoPE(PositionalEncoding):
 
     As in the paper's code (and x-transformers' ``CoPE``), the gates read the scaled scores and the
     position term is the unscaled q . e. Each layer has its own embeddings, initialised to zero, so
-    training starts as NoPE. Computed one block of query rows at a time.
+    training starts as NoPE. Keys go in chunks from the nearest back (``scanned_causal_attention``),
+    the gates of the nearer chunks carried, under one softmax across chunks.
     """
 
     citation = "Golovneva et al., 2024"
@@ -57,18 +58,19 @@ class CoPE(PositionalEncoding):
     def attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, layer: int) -> Tensor:
         embeddings = self.embeddings[layer]
 
-        def weights(q_block: Tensor, scores: Tensor, rows: Tensor) -> Tensor:
-            seen = visible(rows, scores.shape[-1])  # (Bq, Tk)
-            scores = scores + self.position_logits(q_block, scores, seen, embeddings)  # (B, H, Bq, Tk)
-            return scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)
+        def chunk_logits(q_block: Tensor, scores: Tensor, rows: Tensor, keys: Tensor, gates_nearer: Tensor):
+            seen = visible(rows, keys)  # (Bq, Kc)
+            gates = scores.sigmoid().masked_fill(~seen, 0.0)  # g_ij, (B, H, Bq, Kc)
+            position = reverse_cumsum(gates) + gates_nearer[..., None]  # p_ij: the gates from j to i
+            logits = scores + self.position_logits(q_block, position, embeddings)  # (B, H, Bq, Kc)
+            return logits.masked_fill(~seen, float("-inf")), gates_nearer + gates.sum(dim=-1)
 
-        return rowwise_causal_attention(q, k, v, weights)  # (B, H, T, hd)
+        return scanned_causal_attention(q, k, v, chunk_logits, normalize=True)  # (B, H, T, hd)
 
-    def position_logits(self, q_block: Tensor, scores: Tensor, seen: Tensor, embeddings: Tensor) -> Tensor:
-        """q_i . e[p_ij] for a block of query rows: q_block (B, H, Bq, hd), scores (B, H, Bq, Tk),
-        seen (Bq, Tk) -> (B, H, Bq, Tk)."""
-        gates = scores.sigmoid().masked_fill(~seen, 0.0)  # (B, H, Bq, Tk)
-        position = reverse_cumsum(gates).clamp(max=self.options.max_positions - 1)  # p_ij
+    def position_logits(self, q_block: Tensor, position: Tensor, embeddings: Tensor) -> Tensor:
+        """q_i . e[p_ij], interpolated between the whole positions around p_ij (clamped at the last
+        embedding): q_block (B, H, Bq, hd), position (B, H, Bq, Kc) -> (B, H, Bq, Kc)."""
+        position = position.clamp(max=self.options.max_positions - 1)
         at_position = q_block @ embeddings.to(q_block.dtype).T  # (B, H, Bq, P): q_i . e[p] for every whole p
         low = position.floor()
         fraction = position - low

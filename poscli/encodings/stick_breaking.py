@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor
 
-from poscli.attention.data_dependent import reverse_cumsum, rowwise_causal_attention, visible
+from poscli.attention.data_dependent import reverse_cumsum, scanned_causal_attention, visible
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding
 
@@ -32,7 +32,8 @@ class StickBreaking(PositionalEncoding):
 
     so the nearest key is served first and order is all the position the model gets. The weights
     of a row sum to at most 1 (the remainder reads nothing). Computed in log space,
-    log A_ij = log sigmoid(z_ij) - sum over t of softplus(z_it), one block of query rows at a time.
+    log A_ij = log sigmoid(z_ij) - sum over t of softplus(z_it), keys in chunks from the nearest back
+    (``scanned_causal_attention``) with the sum over the nearer chunks carried.
     """
 
     citation = "Tan et al., 2025"
@@ -43,12 +44,16 @@ class StickBreaking(PositionalEncoding):
     separable_positions = False
 
     def attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, layer: int) -> Tensor:
-        return rowwise_causal_attention(q, k, v, self.weights)  # (B, H, T, hd)
+        return scanned_causal_attention(q, k, v, self.chunk_weights, normalize=False)  # (B, H, T, hd)
 
-    def weights(self, q_block: Tensor, scores: Tensor, rows: Tensor) -> Tensor:
-        """A_ij of a block of query rows: scores (B, H, Bq, Tk), rows (Bq,) -> (B, H, Bq, Tk)."""
-        seen = visible(rows, scores.shape[-1], strict=not self.options.attend_current)  # (Bq, Tk)
-        log_beta = F.logsigmoid(scores).masked_fill(~seen, float("-inf"))  # (B, H, Bq, Tk)
-        log_rest = (-F.softplus(scores)).masked_fill(~seen, 0.0)  # log(1 - beta), 0 where not seen
-        later = reverse_cumsum(log_rest) - log_rest  # sum over t > j of log(1 - beta_it)
-        return (log_beta + later).exp()
+    def chunk_weights(
+        self, q_block: Tensor, scores: Tensor, rows: Tensor, keys: Tensor, rest: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """log A_ij over one chunk of keys: scores (B, H, Bq, Kc), rows (Bq,), keys (Kc,), rest
+        (B, H, Bq): the sum of log(1 - beta_it) over the nearer chunks' keys. -> (log A, the
+        sum with this chunk's keys added)."""
+        seen = visible(rows, keys, strict=not self.options.attend_current)  # (Bq, Kc)
+        log_beta = F.logsigmoid(scores).masked_fill(~seen, float("-inf"))  # (B, H, Bq, Kc)
+        log_rest = (-F.softplus(scores)).masked_fill(~seen, 0.0)  # log(1 - beta), 0 where not read
+        later = reverse_cumsum(log_rest) - log_rest + rest[..., None]  # sum over t > j of log(1 - beta_it)
+        return log_beta + later, rest + log_rest.sum(dim=-1)

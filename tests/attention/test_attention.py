@@ -215,26 +215,34 @@ def test_a_sliding_window_equals_the_textbook_formula_with_keys_w_or_more_positi
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
 
 
-def test_blockwise_outputs_are_the_same_written_into_one_tensor_without_autograd_as_concatenated_with_it():
+@pytest.mark.parametrize("rows, keys", [(256, 1024), (8, 8), (5, 12)], ids=["one-step", "square", "uneven"])
+def test_blockwise_outputs_are_the_same_written_into_one_tensor_without_autograd_as_concatenated_with_it(
+    rows, keys, monkeypatch
+):
     """``RowBlocks``: without autograd each block is written into a preallocated output (bounded
-    peak memory); with it the blocks are concatenated. Both must give every row, once, in order."""
-    from poscli.attention.data_dependent import rowwise_causal_attention, visible
+    peak memory); with it the blocks are concatenated. Both must give every row, once, in order;
+    and the chunked scan's online softmax (blocks of ``rows`` queries, chunks of ``keys`` keys,
+    lengths that are multiples of neither) must be the textbook softmax."""
+    from poscli.attention import data_dependent
+    from poscli.attention.data_dependent import scanned_causal_attention, visible
 
+    monkeypatch.setattr(data_dependent, "SCAN_ROWS", rows)
+    monkeypatch.setattr(data_dependent, "SCAN_KEYS", keys)
     torch.manual_seed(1)
-    q, k, v = (torch.randn(2, 2, 70, 8) for _ in range(3))
+    q, k, v = (torch.randn(2, 2, 70, 8, dtype=torch.float64) for _ in range(3))
     positions = torch.arange(70)
 
-    def softmax_weights(q_block, scores, rows):
-        return scores.masked_fill(~visible(rows, scores.shape[-1]), float("-inf")).softmax(-1)
+    def softmax_logits(q_block, scores, query_rows, key_index, carry):
+        return scores.masked_fill(~visible(query_rows, key_index), float("-inf")), carry
 
     paths = {
         "blocked": lambda: attention.blocked_biased_attention(q, k, v, None, positions, 16, window=9),
-        "rowwise": lambda: rowwise_causal_attention(q, k, v, softmax_weights, block=16),
+        "scanned": lambda: scanned_causal_attention(q, k, v, softmax_logits, normalize=True),
     }
     for name, path in paths.items():
         with_grad = path()
         with torch.no_grad():
             without = path()
         torch.testing.assert_close(without, with_grad, rtol=0, atol=0, msg=name)
-    want = textbook_attention(q, k, v, torch.zeros(70, 70))
-    torch.testing.assert_close(paths["rowwise"]().double(), want, rtol=1e-5, atol=1e-5)
+    want = textbook_attention(q, k, v, torch.zeros(70, 70, dtype=torch.float64))
+    torch.testing.assert_close(paths["scanned"](), want, rtol=1e-12, atol=1e-12)

@@ -41,6 +41,19 @@ def build(pe, **options):
     return encodings.build(tiny_config(pe, options=options or None)).double()
 
 
+@pytest.fixture(params=["one-step", "chunked"])
+def scan(request, monkeypatch):
+    """CoPE and stick-breaking scan keys in chunks from the nearest back, carrying what the nearer
+    chunks summed: with "chunked", blocks of 3 queries and chunks of 4 keys, so the 11 tokens of
+    these tests cross several of each and every carry is used."""
+    from poscli.attention import data_dependent
+
+    if request.param == "chunked":
+        monkeypatch.setattr(data_dependent, "SCAN_ROWS", 3)
+        monkeypatch.setattr(data_dependent, "SCAN_KEYS", 4)
+    return request.param
+
+
 # ------------------------------------------------------------------ FoX (Lin et al., 2025)
 
 
@@ -90,7 +103,7 @@ def test_fox_with_a_fixed_gate_is_alibi_and_with_open_gates_is_nope():
 
 
 @pytest.mark.parametrize("attend_current", [False, True])
-def test_stick_breaking_weights_are_each_keys_share_of_the_stick_left(attend_current):
+def test_stick_breaking_weights_are_each_keys_share_of_the_stick_left(attend_current, scan):
     sb = build("stick-breaking", attend_current=attend_current)
     q, k, v = qkv()
     out = sb.attend(None, q, k, v, torch.arange(T), layer=0)
@@ -121,7 +134,7 @@ def test_stick_breaking_serves_the_nearest_key_first():
 # ------------------------------------------------------------------ CoPE (Golovneva et al., 2024)
 
 
-def test_cope_positions_are_the_gates_summed_from_key_to_query_and_index_interpolated_embeddings():
+def test_cope_positions_are_the_gates_summed_from_key_to_query_and_index_interpolated_embeddings(scan):
     cope = build("cope", max_positions=6)  # small, so some positions clamp
     with torch.no_grad():
         for table in cope.embeddings:
