@@ -74,10 +74,10 @@ def kazemnejad2023(summary, meta: dict) -> str:
             + " | ".join(_pairs_cell(tally[key]) for key in ("agrees", "differs", "undecided", "not comparable"))
             + " |"
         )
-        for randomized in sorted(key for key in accuracy if key.endswith(RANDOMIZED)):
+        for randomized in sorted(key for key in groups if key.endswith(RANDOMIZED)):  # mastered or not
             plain = randomized.removesuffix(RANDOMIZED)
-            if plain in accuracy:
-                gains.append((f"{task}, {plain}", _pair_row(mine, accuracy[randomized][0], accuracy[plain][0])))
+            if plain in groups:
+                gains.append((f"{task}, {plain}", _pair_row(mine, groups[randomized], groups[plain])))
     lines += ["", *_randomized_lines(gains)]
     return "\n".join(lines) + "\n"
 

@@ -135,3 +135,11 @@ def test_heatmap_labels_keep_what_tells_the_groups_apart():
     assert generalization.short_labels(groups) == ["alibi", "rope", "rope-random"]
     assert generalization.short_labels(["lg-copy-rope-s*"]) == ["lg-copy-rope"]
     assert generalization.short_labels(["a-x-s*", "a-xy-s*"]) == ["x", "xy"]  # never half a word
+
+
+def test_randomized_rope_that_mastered_no_seed_is_named_not_comparable_rather_than_absent():
+    rows, groups = table({"lg-rope": [0.1, 0.2, 0.1], "lg-rope-random": [(0.8, 0.1), (0.85, 0.1), (0.9, 0.0)]})
+    meta = {"lg-rope-random-s*": {"random_positions": 160}}
+    text = kazemnejad2023(generalization.seed_summary(rows, groups), meta)
+    assert "- copy, rope: not comparable (fewer than two seeds mastered in both)." in text
+    assert "No task has an encoding both with and without random positions" not in text
