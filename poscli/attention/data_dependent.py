@@ -63,9 +63,9 @@ def scanned_causal_attention(q: Tensor, k: Tensor, v: Tensor, chunk_logits: Call
     ``chunk_logits(q_block, scores, rows, keys, carry)`` gets a chunk's scores q k^T / sqrt(hd)
     (B, H, Bq, Kc) in float32 (float64 for float64 inputs), the indices of its query ``rows``
     (Bq,) and ``keys`` (Kc,) (``visible`` makes the causal mask from them), and ``carry``
-    (B, H, Bq): what the nearer chunks summed for each row,
-    zeros at the first; it returns the chunk's log weights (B, H, Bq, Kc), -inf where a key is not
-    read, and the carry for the next (farther) chunk. ``normalize``: softmax the log weights over
+    (B, H, Bq): what the nearer chunks summed for each row, zeros at the first; it returns the
+    chunk's log weights (B, H, Bq, Kc), -inf where a key is not read, and the carry for the next
+    (farther) chunk. ``normalize``: softmax the log weights over
     all of a row's keys (CoPE; an online log-sum-exp across chunks, as FlashAttention merges
     blocks), or use them as they are (stick-breaking's weights sum to at most 1).
     q, k, v: (B, H, T, hd) -> (B, H, T, hd).
