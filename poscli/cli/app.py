@@ -117,9 +117,11 @@ COMPLETIONS = {
 
 
 def _registry_names(which: str) -> str:
-    """The names a help line's {encodings} or {tasks} stands for."""
+    """The names a help line's {encodings}, {methods} or {tasks} stands for."""
     if which == "encodings":
         from poscli.encodings import names
+    elif which == "methods":
+        from poscli.extension.methods import names
     else:
         from poscli.evaluation.tasks import names
     return ", ".join(names())
@@ -135,7 +137,7 @@ def typer_annotation(option: Option) -> Any:
     flag = "--" + option.name.replace("_", "-")
     flags = option.flags or ((f"{flag}/--no-{flag[2:]}",) if option.kind is bool else (flag,))
     help_text = option.help
-    for which in ("encodings", "tasks"):
+    for which in ("encodings", "methods", "tasks"):
         if "{" + which + "}" in help_text:
             help_text = help_text.replace("{" + which + "}", _registry_names(which))
     info = typer.Option(

@@ -163,6 +163,11 @@ def layout_of(model, name: str) -> dict:
             f"{name} uses --method {config.remap.get('method')}, attention at remapped positions, which no "
             "transformers model implements; export the run it was extended from"
         )
+    if config.query_scaling:
+        raise NotApplicable(
+            f"{name} uses --method {config.query_scaling.get('method')}, an attention temperature on the queries, "
+            "which the exported architectures (GPT-2, GPT-NeoX) do not have; export the run it was extended from"
+        )
     if config.attention_options:
         switches = ", ".join(f"{key}=true" for key in config.attention_options)
         raise NotApplicable(

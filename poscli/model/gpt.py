@@ -29,12 +29,15 @@ from poscli.extension import methods as extension_methods
 from poscli.extension import remap as remapping
 
 
-def query_scaler(config: ModelConfig):
-    """``config.query_scaling``'s factor on each query, positions (T,) -> (T,), or None."""
+def query_scaler(config: ModelConfig, encoding: PositionalEncoding, layer: int):
+    """``config.query_scaling``'s factor on each query of ``layer``, positions (T,) -> (T,), or None
+    (no scaling, or none in this layer)."""
     if not config.query_scaling:
         return None
     recorded = dict(config.query_scaling)
     method = extension_methods.get(recorded.pop("method"))
+    if not method.scales_layer(encoding, layer):
+        return None
     return lambda positions: method.query_scale(positions, **recorded)
 
 
@@ -43,7 +46,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.config, self.layer = config, layer
         self.encoding = [encoding]  # a list, so the shared module is not registered once per layer
-        self.query_scale = query_scaler(config)
+        self.query_scale = query_scaler(config, encoding, layer)
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
         # --attention-option switches (poscli.config.AttentionOptions), each with its own parameters
@@ -72,7 +75,7 @@ class CausalSelfAttention(nn.Module):
             y = self._remapped(q, k, v, positions, remap)  # (B, H, T, hd)
             return self.proj(self._gated(y, x).transpose(1, 2).contiguous().view(B, T, C))
         q, k = encoding.rotate(q, k, positions, self.layer)
-        if self.query_scale is not None:  # log-n attention scaling (poscli extend), or another method's
+        if self.query_scale is not None:  # an attention temperature (poscli extend --method logn, ...)
             q = q * self.query_scale(positions).to(q.dtype)[:, None]  # (B, H, T, hd) * (T, 1)
         if self.ssmax is not None:  # Scalable-Softmax: query i, seeing n = i + 1 keys, times s_h log n
             log_n = torch.arange(1, T + 1, device=q.device, dtype=working_dtype(q)).log()  # (T,)

@@ -23,7 +23,6 @@ from poscli.model import runs
 
 DEFAULT_STEPS = 400
 DEFAULT_LR = 3e-4
-FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
 
 
 def extend(
@@ -54,7 +53,7 @@ def extend(
     original_length = parent["model"]["train_length"]
     factor = _checked_factor(factor, target, original_length)
     steps = training_steps(chosen, steps, pose)
-    finetune_length = _finetune_length(finetune_length, target, original_length, pose)
+    finetune_length = _finetune_length(chosen, finetune_length, target, original_length, pose)
     tokens_per_step = parent["train"]["batch_size"] * original_length
     batch_size = batch_size or max(1, tokens_per_step // finetune_length)
 
@@ -165,12 +164,13 @@ def _checked_factor(factor: float | None, target: int, original_length: int) -> 
     return factor
 
 
-def _finetune_length(finetune_length: int | None, target: int, original_length: int, pose: bool) -> int:
-    """Default: min(target, 4 x original); with PoSE, its own (``poscli.extension.positions.pose``)."""
+def _finetune_length(method, finetune_length: int | None, target: int, original_length: int, pose: bool) -> int:
+    """Default: the method's (min(target, 4 x original) but for DroPE's recalibration at the original
+    length); with PoSE, PoSE's own (``poscli.extension.positions.pose``)."""
     if pose:
         finetune_length = positions.get("pose").finetune_length(finetune_length, target, original_length)
     elif finetune_length is None:
-        finetune_length = min(target, FINETUNE_LENGTH_MULTIPLE * original_length)
+        finetune_length = method.default_finetune_length(target, original_length)
     if finetune_length < 2:
         raise PoscliError(f"--finetune-length must be at least 2, got {finetune_length}")
     return finetune_length

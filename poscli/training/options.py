@@ -57,7 +57,7 @@ class Option:
     allowed although the default is not None; choices: the values it takes; metavar: the value's
     placeholder in --help; parse: a CLI parser ("length" reads 4k, "length-or-zero", "lengths",
     "bytes" reads 200M); complete: what the shell completes ("encodings", "runs", "devices",
-    "tasks"; a help line's {encodings} or {tasks} lists the registry's names); flags: the flags
+    "tasks"; a help line's {encodings}, {methods} or {tasks} lists the registry's names); flags: the flags
     when they are not --name (and --name/--no-name for a bool); envvar: an environment variable
     that sets it; field: the config field it sets, when not its name; runner: set by the command
     runner (name, resume, results, ...), not a property of what is trained or measured.
@@ -356,8 +356,8 @@ EXTEND_DECLARED: dict[str, Option] = declare(
     Option(
         "method",
         None,
-        "An extension method that applies to RUN's encoding (poscli methods lists them), e.g. yarn; continue: the "
-        "control, the same fine-tuning with no rescaling; or your own, package.module:Class.",
+        "An extension method that applies to RUN's encoding (poscli methods describes each): {methods}; continue "
+        "is the control, the same fine-tuning with no rescaling; or your own, package.module:Class.",
         metavar="METHOD",
     ),
     Option("target", None, "Length to extend to, e.g. 4k or 32768.", kind=int, metavar="LENGTH", parse="length"),
@@ -366,7 +366,7 @@ EXTEND_DECLARED: dict[str, Option] = declare(
         "steps",
         None,
         "Fine-tuning steps; 0 extends without training (default 400; 0 for the methods that take no training: "
-        "self-extend, rerope, leaky-rerope, sinks, logn).",
+        "self-extend, rerope, leaky-rerope, sinks, logn). drope: the recalibration steps at the train length.",
         kind=int,
         metavar="N",
     ),
@@ -431,6 +431,21 @@ EXTEND_DECLARED: dict[str, Option] = declare(
         metavar="K",
     ),
     Option("sinks", None, "sinks: first tokens always kept (default 4).", kind=int, metavar="S"),
+    Option(
+        "beta",
+        None,
+        "llama4-temperature, beta-scaling, yarn-beta, drope: the coefficient of the log in the attention temperature "
+        "(default 0.1).",
+        kind=float,
+        metavar="C",
+    ),
+    Option(
+        "floor_scale",
+        None,
+        "llama4-temperature: tokens per step of the temperature (default: the train length; Llama 4: 8192).",
+        kind=float,
+        metavar="F",
+    ),
     Option(
         "method_option",
         None,
@@ -591,7 +606,7 @@ LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--rando
 # The built-in extension methods' options that poscli extend offers as flags of their own (a method
 # of your own takes -M KEY=VALUE); tests/extension/test_methods.py checks them against the methods.
 METHOD_FLAGS = ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor", "rope_base",
-                "window", "group", "leak", "sinks")  # fmt: skip
+                "window", "group", "leak", "sinks", "beta", "floor_scale")  # fmt: skip
 
 # `poscli extend`'s and `poscli eval`'s options and their defaults: recipes' [[extend]] and [[eval]]
 # accept exactly these (and `runs`, `name`, `budgets`).

@@ -385,6 +385,17 @@ def test_help_lists_the_commands():
         assert command in done.stdout
 
 
+def test_extend_help_lists_every_built_in_method():
+    import re
+
+    from poscli.extension import methods
+
+    done = poscli("extend", "--help")
+    assert done.returncode == 0
+    text = " ".join(re.sub(r"-\n\s*", "-", done.stdout).split())  # names the help wrapped at a hyphen rejoined
+    assert all(name in text for name in methods.REGISTRY.builtin_names())
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -35,6 +35,9 @@ def test_every_method_has_the_same_signature_and_returns_frequencies_and_a_scale
         "llama3",
         "longrope",
         "base",
+        "resonance",
+        "resonance-yarn",
+        "yarn-beta",
     }
     for method in methods.frequency_method_names():
         options = {"base": {"rope_base": 500000.0}, "longrope": {"long_factor": (2.0,) * (D // 2)}}.get(method, {})

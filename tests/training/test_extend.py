@@ -240,6 +240,30 @@ def test_attention_remappings_extend_without_training_and_evaluate(rope_run):
 
 
 @pytest.mark.slow
+def test_the_temperatures_drope_and_resonance_apply_to_a_rope_run_and_evaluate_at_8x(rope_run):
+    """Each new method on the trained RoPE run (train length 32), then one table at 32 and 8x."""
+    made = []
+    for method, steps in [("llama4-temperature", "0"), ("beta-scaling", "0"), ("yarn-beta", "0"),
+                          ("resonance", "0"), ("resonance-yarn", "0"), ("drope", "2")]:  # fmt: skip
+        done = poscli(
+            "extend", "rope", "--method", method, "--target", "256", "--steps", steps, "--results", str(rope_run),
+            "--quiet",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        made.append(f"rope+{method}-x8")
+    drope = json.loads((rope_run / "runs" / "rope+drope-x8" / "config.json").read_text())
+    assert drope["model"]["pe"] == "none" and drope["model"]["train_length"] == 32  # recalibrated at 32
+    assert drope["steps_done"] == 2 and drope["model"]["query_scaling"]["method"] == "drope"
+    evaluated = poscli(
+        "eval", *made, "--lengths", "32,256", "--results", str(rope_run), "--quiet", "--no-reference",
+        "--table", "temperatures",
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr
+    table = pd.read_csv(rope_run / "temperatures.csv")
+    assert len(table) == 12 and (table["ppl"] > 1).all()
+
+
+@pytest.mark.slow
 def test_eval_with_sinks_evaluates_the_runs_streaming_variant(rope_run):
     """poscli eval RUN --sinks S: RUN+sinksS is made once (no training) and its rows carry its name."""
     for _ in range(2):  # the second time the variant exists and is reused
@@ -315,12 +339,12 @@ EXTEND_ERRORS = [
     (
         ["sinusoidal", "--method", "yarn", "--target", "1k"],
         "--method yarn rescales rotary frequencies and does not apply to --pe sinusoidal; for run 'sinusoidal' use: "
-        "continue, logn, pi, sinks",
+        "beta-scaling, continue, llama4-temperature, logn, pi, sinks",
     ),
     (
         ["learned", "--method", "pi", "--target", "1k"],
         "--method pi divides rotary frequencies or positions added at the input and does not apply to --pe learned; "
-        "for run 'learned' use: continue, interpolate, logn, sinks",
+        "for run 'learned' use: beta-scaling, continue, interpolate, llama4-temperature, logn, sinks",
     ),
     (["learned", "--method", "interpolate", "--target", "1k", "--beta-fast", "4"], "takes no options"),
     (["rope", "--method", "yarn", "--target", "16"], "is not longer than the run's train length 32"),

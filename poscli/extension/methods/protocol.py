@@ -8,8 +8,9 @@ Three families share the protocol, each a base class here:
   transformers' ``modeling_rope_utils`` conventions; recorded as ``model.rope_scaling``.
 - :class:`RemapMethod`: far keys scored at other positions, without training (Self-Extend, ReRoPE,
   attention sinks); recorded as ``model.remap``, computed by ``poscli.attention.blockwise``.
-- query scaling: ``query_scale(positions, **recorded)`` multiplies every query, recorded as
-  ``model.query_scaling`` (log-n attention scaling, ``logn.py``).
+- :class:`QueryScalingMethod`: an attention temperature, every query multiplied by a factor of its
+  position (log-n, Llama 4's floor-log, Ministral's beta scaling, DroPE's 1 + c ln s); recorded
+  as ``model.query_scaling``.
 
 Anything else (a stretched table, divided positions, continued training) overrides
 ``extended_config``. Shape legend: T sequence length.
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from poscli.extension.remap import Remap
 
 TRAINING = ("never", "optional", "required")
+FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
 
 
 class ExtensionMethod:
@@ -91,6 +93,16 @@ class ExtensionMethod:
     def query_scale(cls, positions: Tensor, **recorded: Any) -> Tensor:
         """For a method recorded in ``model.query_scaling``: the factor on each query. (T,) -> (T,)."""
         raise NotImplementedError(f"--method {cls.name} records no query scaling")
+
+    @classmethod
+    def scales_layer(cls, encoding: Any, layer: int) -> bool:
+        """Whether ``query_scale`` acts on ``layer`` of a model with ``encoding`` (an instance)."""
+        return True
+
+    @classmethod
+    def default_finetune_length(cls, target: int, original_length: int) -> int:
+        """The fine-tuning length without ``--finetune-length``: min(target, 4 x the train length)."""
+        return min(target, FINETUNE_LENGTH_MULTIPLE * original_length)
 
 
 def with_defaults(method: str, known: dict, options: dict[str, Any]) -> dict[str, Any]:
@@ -210,3 +222,27 @@ class RemapMethod(ExtensionMethod):
     @classmethod
     def label(cls, parent_label, factor, steps, finetune_length, changes):
         return f"{parent_label} +{cls.Plan.from_dict(changes['remap']).describe()}, no training"
+
+
+class QueryScalingMethod(ExtensionMethod):
+    """An attention temperature: the query at position p multiplied by ``query_scale(p)``, after the
+    encoding has rotated it (as transformers' Llama 4 and Ministral 3 do), so every logit of that
+    query is scaled by the same factor. Applies to every encoding, since every score is a dot
+    product; records ``model.query_scaling`` = {method, original_length, factor, options}.
+    A subclass defines ``query_scale(positions, original_length, factor, **options)``.
+    """
+
+    rescales = False
+
+    @classmethod
+    def extended_config(cls, encoding, config, factor, target, options, weights):
+        return {"query_scaling": cls.recorded_scaling(config, factor, options)}
+
+    @classmethod
+    def recorded_scaling(cls, config: ModelConfig, factor: float, options: dict[str, Any]) -> dict[str, Any]:
+        return {"method": cls.name, "original_length": config.train_length, "factor": factor, **options}
+
+    @classmethod
+    def label(cls, parent_label, factor, steps, finetune_length, changes):
+        tuning = f"{steps} steps at {format_length(finetune_length)}" if steps else "no fine-tuning"
+        return f"{parent_label} +{cls.name}, {tuning}"
