@@ -645,7 +645,7 @@ def _blocked_remapped(
     positions = torch.arange(T, device=q_near.device) if positions is None else positions
     far_span = T if far_keys is None else min(far_keys, T)
     block = max(16, min(max_block, BIAS_BLOCK_ELEMENTS // max(1, B * H * (far_span + window + max_block))))
-    outputs = []
+    out = RowBlocks((B, H, T, v.shape[-1]), v)
     for start in range(0, T, block):
         end = min(start + block, T)
         rows = slice(start, end)
@@ -663,5 +663,64 @@ def _blocked_remapped(
         weights = torch.softmax(torch.cat((far_scores, near_scores), dim=-1).float(), dim=-1).to(
             v.dtype
         )  # (B, H, Bq, Nf + Nn)
-        outputs.append(weights @ torch.cat((v[:, :, far], v[:, :, near]), dim=2))  # (B, H, Bq, hd)
-    return torch.cat(outputs, dim=2)  # (B, H, T, hd)
+        out.add(start, end, weights @ torch.cat((v[:, :, far], v[:, :, near]), dim=2))  # (B, H, Bq, hd)
+    return out.result()  # (B, H, T, hd)
+
+
+# --- dual chunk attention (poscli.extension.methods.dca) -------------------------------------------------
+
+
+def dual_chunk_attention(
+    q_intra: Tensor, q_successive: Tensor, q_inter: Tensor, k: Tensor, v: Tensor, chunk: int, max_block: int = 1024
+) -> Tensor:
+    """Causal attention over consecutive tokens cut into chunks of ``chunk``, each query taking one
+    of three rotations by where the key is (An et al., 2024): ``q_intra`` for keys in its own chunk,
+    ``q_successive`` for the previous chunk, ``q_inter`` for every chunk before that; ``k`` is the
+    one rotation of the keys. All (B, H, T, hd) -> (B, H, T, hd).
+
+    Each block of queries lies inside one chunk, so its three key sets are three slices: work T^2/2
+    as plain attention. On CPU without autograd each chunk is three fused flash-attention calls
+    (causal within the chunk, all visible in the two others) merged by their log-sum-exps; otherwise
+    explicit scores, one block (Bq x T) at a time. Memory is bounded at any length either way.
+    """
+    B, H, T, hd = q_intra.shape
+    if fast_path_available(q_intra) and not torch.is_grad_enabled() and q_intra.shape[-1] == v.shape[-1]:
+        return _fused_dual_chunk(q_intra, q_successive, q_inter, k, v, chunk)
+    scale = 1.0 / math.sqrt(hd)
+    block = max(1, min(chunk, max_block, BIAS_BLOCK_ELEMENTS // max(1, B * H * T)))
+    out = RowBlocks((B, H, T, v.shape[-1]), v)
+    for chunk_start in range(0, T, chunk):
+        previous = max(0, chunk_start - chunk)  # keys before it: the inter-chunk part
+        for start in range(chunk_start, min(chunk_start + chunk, T), block):
+            end = min(start + block, chunk_start + chunk, T)
+            rows = slice(start, end)
+            inter = q_inter[:, :, rows] @ k[:, :, :previous].transpose(-1, -2) if previous else None
+            successive = q_successive[:, :, rows] @ k[:, :, previous:chunk_start].transpose(-1, -2)  # (B,H,Bq,<=s)
+            intra = q_intra[:, :, rows] @ k[:, :, chunk_start:end].transpose(-1, -2)  # (B, H, Bq, end - cs)
+            future = torch.arange(start, end, device=k.device)[:, None] < torch.arange(
+                chunk_start, end, device=k.device
+            )
+            intra = intra.masked_fill(future, float("-inf"))
+            parts = [part for part in (inter, successive, intra) if part is not None]
+            weights = torch.softmax(torch.cat(parts, dim=-1).float() * scale, dim=-1).to(v.dtype)  # (B, H, Bq, end)
+            out.add(start, end, weights @ v[:, :, :end])  # keys [0, previous) + [previous, cs) + [cs, end)
+    return out.result()
+
+
+def _fused_dual_chunk(q_intra, q_successive, q_inter, k, v, chunk: int) -> Tensor:
+    """``dual_chunk_attention`` through the CPU flash kernel, one chunk of queries at a time."""
+    B, H, T, hd = q_intra.shape
+    scale = 1.0 / math.sqrt(hd)
+    out = torch.empty_like(v)
+    with torch.autocast(v.device.type, enabled=False):
+        for start in range(0, T, chunk):
+            end, previous = min(start + chunk, T), max(0, start - chunk)
+            rows = slice(start, end)
+            y, lse = _flash(q_intra[:, :, rows], k[:, :, rows], v[:, :, rows], True, scale)
+            if start:  # the previous chunk, then every chunk before it: all visible
+                parts = [(q_successive, slice(previous, start)), (q_inter, slice(0, previous))]
+                for q_part, keys in parts if previous else parts[:1]:
+                    y_part, lse_part = _flash(q_part[:, :, rows], k[:, :, keys], v[:, :, keys], False, scale)
+                    y, lse = _merge(y, lse, y_part, lse_part)
+            out[:, :, rows] = y.to(v.dtype)
+    return out

@@ -440,6 +440,57 @@ def search_factors_command(
 
 
 @app.command(
+    "tune",
+    epilog="Example: poscli tune rope --method self-extend --target 2k && poscli extend rope --target 2k "
+    "--options-from results/tuning/rope-self-extend-2048.json",
+)
+def tune_command(
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=_complete_runs, help="A trained run (not extended).")
+    ],
+    method: Annotated[str, typer.Option(metavar="METHOD", help="The extension method whose options to choose.")],
+    target: Annotated[int, typer.Option(parser=_length, metavar="LENGTH", help="The length to tune for, e.g. 2k.")],
+    budget: Annotated[int, typer.Option(metavar="N", help="Candidates to evaluate at most (the defaults first).")] = 12,
+    score: Annotated[
+        str,
+        typer.Option(
+            metavar="perplexity|needle",
+            help="perplexity: the loss on windows of the training split; needle: the loss on the answer tokens of "
+            "passkey prompts (LongRoPE2's needle-driven perplexity).",
+        ),
+    ] = "perplexity",
+    windows: Annotated[int, typer.Option(metavar="N", help="Windows (or passkey prompts) that score a candidate.")] = 2,
+    grid: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KEY=V1,V2", help="The values to try for an option (repeatable), instead of the method's."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The options JSON to write (default: RESULTS/tuning/RUN-METHOD-TARGET.json); FILE.tune.json keeps "
+            "the state and trajectory.",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the windows and of the candidates' order.")] = 0,
+    device: Device = "auto",
+    results: Results = None,
+    quiet: Quiet = False,
+):
+    """Choose an extension method's options for a run at a target length: a grid over the options it
+    declares, each candidate applied without fine-tuning and scored on the training split; resumable."""
+    from poscli.study.steps import tune_run
+
+    written = tune_run(
+        run, method, target, results, device, _console(), quiet, out, grid, budget=budget, score=score,
+        windows=windows, seed=seed,
+    )  # fmt: skip
+    print(written)
+
+
+@app.command(
     "eval",
     epilog="Examples: poscli eval rope alibi --lengths 256,1k,4k | poscli eval rope --stride 256 "
     "| poscli eval rope --protocol documents --lengths 1k | poscli eval rope --task passkey --lengths 256,1k",

@@ -94,3 +94,8 @@ def neighbour_window(window: float, original_length: int, default: int) -> int:
     if window >= original_length:
         raise PoscliError(f"--window {window} must be shorter than the run's train length {original_length}")
     return window
+
+
+def neighbour_windows(original_length: int) -> list[float]:
+    """The windows ``poscli tune`` tries: L/8, L/4, 3L/8 and L/2 (whole, at least 1)."""
+    return sorted({float(max(1, original_length * k // 8)) for k in (1, 2, 3, 4)})

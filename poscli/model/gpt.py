@@ -97,6 +97,15 @@ class CausalSelfAttention(nn.Module):
         q and k at the true positions for the window and at the far positions beyond it, and
         scores its bias at either. q, k, v: (B, H, T, hd) -> (B, H, T, hd)."""
         encoding, layer = self.encoding[0], self.layer
+        if getattr(remap, "custom_attention", False):  # dual chunk attention: its own three position sets
+            return remap.attend(
+                lambda at: encoding.rotate(q, q, at, layer)[0],
+                lambda at: encoding.rotate(k, k, at, layer)[1],
+                v,
+                positions,
+                bool((positions.diff() == 1).all()) if len(positions) > 1 else True,
+                self.config.attention_block,
+            )
         q_near, k_near = encoding.rotate(q, k, positions, layer)
         far_q_positions, far_k_positions = remap.far_positions(positions)  # (T,) each, float64
         q_far = encoding.rotate(q, q, far_q_positions, layer)[0]

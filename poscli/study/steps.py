@@ -85,11 +85,17 @@ def resume_run(name: str, results=None, console=None, quiet: bool = False, given
 def extend_run(run: str, values: dict[str, Any], console=None):
     """``poscli extend RUN`` (``values``: every EXTEND_DECLARED option). Returns the TrainResult."""
     method, target, results, quiet = values["method"], values["target"], values["results"], values["quiet"]
+    tuned = {}
+    if values["options_from"] is not None:
+        from poscli.training.tune import read_options
+
+        method, tuned = read_options(values["options_from"], method)
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
     given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
     options = (
-        given
+        tuned
+        | given
         | method_options(values["method_option"] or [])
         | _factors(values["factors"], run, target, results, values["device"], console, quiet)
     )
@@ -145,6 +151,31 @@ def search(run: str, target: int, results, device: str, console, quiet: bool, ou
     console.print(
         f"LongRoPE factors for {folder.name} at {target}: perplexity {perplexity_of(state):.3f} on its training "
         f"windows after {state['generation']} generations; wrote {out} and its trajectory {out.name}.search.json"
+    )
+    return out
+
+
+def tune_run(run: str, method: str, target: int, results, device: str, console, quiet: bool, out: Path | None = None,
+             grid: list[str] | None = None, **settings):  # fmt: skip
+    """``poscli tune``: the method's options for ``run`` at ``target``; returns the options file."""
+    from poscli.model.runs import find_run, results_dir
+
+    folder = find_run(run, results)  # a missing run fails before torch is imported
+    from poscli.training.tune import TuneSettings, best_of, tune
+
+    values = {
+        key: list(value) if isinstance(value, tuple) else [value] for key, value in method_options(grid or []).items()
+    }
+    out = out or results_dir(results) / "tuning" / f"{folder.name}-{method}-{target}.json"
+    console = console or make_console()
+    with progress_bar(console, quiet) as progress:
+        state = tune(TuneSettings(folder.name, method, target, grid=values, **settings), out, results, device, progress)
+    options, loss = best_of(state)
+    shown = ", ".join(f"{key}={value:g}" for key, value in options.items()) or "its defaults"
+    console.print(
+        f"{method} on {folder.name} at {target}: best {shown}, loss {loss:.4f} (defaults {state['scores'][0]:.4f}) on "
+        f"the tuning split after {sum(s is not None for s in state['scores'])} candidates; wrote {out} and its "
+        f"trajectory {out.name}.tune.json. Apply with: poscli extend {folder.name} --options-from {out}"
     )
     return out
 

@@ -78,9 +78,7 @@ class Fitness:
 
     def __init__(self, folder: Path, target: int, windows: int, seed: int, device: torch.device):
         from poscli import encodings
-        from poscli.config import ModelConfig, TrainConfig
-        from poscli.data.corpus import CorpusOptions, load_corpus
-        from poscli.data.tokenizer import run_tokenizer
+        from poscli.config import ModelConfig
         from poscli.encodings.rope import RopeOptions
 
         config = runs.read_config(folder)
@@ -102,25 +100,7 @@ class Fitness:
             **{k: v for k, v in self.model_config.pe_options.items() if k in RopeOptions.__dataclass_fields__}
         )
         self.rotary_dim, self.base = options.rotary_dim(self.model_config.head_dim), options.base
-        train = TrainConfig.from_dict(config["train"])
-        corpus = load_corpus(train.data, train.heldout_fraction, CorpusOptions.of(train)).tokenized(
-            run_tokenizer(train.tokenizer, folder)
-        )
-        tokens = corpus.train_tokens()
-        if len(tokens) < target + 1:
-            raise PoscliError(
-                f"the run's training text has {len(tokens):,} tokens, fewer than one window of {target + 1}"
-            )
-        rng = np.random.default_rng(seed)
-        starts = rng.integers(0, len(tokens) - target, size=windows)
-        read = (
-            (lambda s: tokens.read(int(s), target + 1))
-            if hasattr(tokens, "read")
-            else (lambda s: tokens[s : s + target + 1])
-        )
-        self.batch = torch.from_numpy(np.stack([np.asarray(read(s), dtype=np.int64) for s in starts])).to(
-            device
-        )  # (N, target + 1)
+        self.batch = training_windows(folder, config, target, windows, seed, device)  # (N, target + 1)
         self.weights = runs.load_weights(folder)
         self.target, self.device = target, device
 
@@ -144,6 +124,29 @@ class Fitness:
         model.to(self.device).eval()
         losses = [float(model.loss(row[None, :-1], row[None, 1:])) for row in self.batch]
         return sum(losses) / len(losses)
+
+
+def training_windows(folder: Path, config: dict, target: int, windows: int, seed: int, device) -> torch.Tensor:
+    """``windows`` windows of ``target + 1`` tokens drawn (seeded) from the run's *training* split, so a
+    search never sees the held-out text the evaluation scores. -> (windows, target + 1) int64."""
+    from poscli.config import TrainConfig
+    from poscli.data.corpus import CorpusOptions, load_corpus
+    from poscli.data.tokenizer import run_tokenizer
+
+    train = TrainConfig.from_dict(config["train"])
+    corpus = load_corpus(train.data, train.heldout_fraction, CorpusOptions.of(train)).tokenized(
+        run_tokenizer(train.tokenizer, folder)
+    )
+    tokens = corpus.train_tokens()
+    if len(tokens) < target + 1:
+        raise PoscliError(f"the run's training text has {len(tokens):,} tokens, fewer than one window of {target + 1}")
+    starts = np.random.default_rng(seed).integers(0, len(tokens) - target, size=windows)
+    read = (
+        (lambda s: tokens.read(int(s), target + 1))
+        if hasattr(tokens, "read")
+        else (lambda s: tokens[s : s + target + 1])
+    )
+    return torch.from_numpy(np.stack([np.asarray(read(s), dtype=np.int64) for s in starts])).to(device)
 
 
 def search_factors(settings: SearchSettings, out: Path, results=None, device: str = "auto", progress=None) -> dict:

@@ -416,7 +416,7 @@ EXTEND_DECLARED: dict[str, Option] = declare(
         "window",
         None,
         "self-extend, rerope, leaky-rerope: the neighbour window (default train length / 4); sinks: recent keys kept "
-        "(default train length - sinks).",
+        "(default train length - sinks); lm-infinite: the local branch (default the train length).",
         kind=int,
         metavar="W",
     ),
@@ -430,7 +430,25 @@ EXTEND_DECLARED: dict[str, Option] = declare(
         kind=float,
         metavar="K",
     ),
-    Option("sinks", None, "sinks: first tokens always kept (default 4).", kind=int, metavar="S"),
+    Option(
+        "sinks",
+        None,
+        "sinks: first tokens always kept (default 4); lm-infinite: its global branch (default 10).",
+        kind=int,
+        metavar="S",
+    ),  # fmt: skip
+    Option(
+        "shift",
+        None,
+        "string: distances from S on are shifted back by S - W (default 0.33 x train length).",
+        kind=int,
+        metavar="S",
+    ),  # fmt: skip
+    Option("local", None, "string: the local window W kept apart (default train length / 32).", kind=int, metavar="W"),
+    Option("limit", None, "lm-infinite: the distance cap (default the train length).", kind=int, metavar="D"),
+    Option("chunk", None, "dca: the chunk size s (default 3/4 of the train length).", kind=int, metavar="S"),
+    Option("ratio_min", None, "ms-poe: the smallest head's position ratio (default 1.2).", kind=float, metavar="R"),
+    Option("ratio_max", None, "ms-poe: the largest head's position ratio (default 1.8).", kind=float, metavar="R"),
     Option(
         "beta",
         None,
@@ -454,6 +472,13 @@ EXTEND_DECLARED: dict[str, Option] = declare(
         kind=list,
         metavar="KEY=VALUE",
         flags=("--method-option", "-M"),
+    ),
+    Option(
+        "options_from",
+        None,
+        "The options poscli tune chose (its FILE); flags given beside it win; --method may be left out.",
+        kind=Path,
+        metavar="FILE",
     ),
     Option(
         "pose",
@@ -606,7 +631,8 @@ LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--rando
 # The built-in extension methods' options that poscli extend offers as flags of their own (a method
 # of your own takes -M KEY=VALUE); tests/extension/test_methods.py checks them against the methods.
 METHOD_FLAGS = ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor", "rope_base",
-                "window", "group", "leak", "sinks", "beta", "floor_scale")  # fmt: skip
+                "window", "group", "leak", "sinks", "beta", "floor_scale", "shift", "local", "limit", "chunk",
+                "ratio_min", "ratio_max")  # fmt: skip
 
 # `poscli extend`'s and `poscli eval`'s options and their defaults: recipes' [[extend]] and [[eval]]
 # accept exactly these (and `runs`, `name`, `budgets`).

@@ -12,11 +12,22 @@ from poscli.model.gpt import GPT, CausalSelfAttention
 from tests.conftest import tiny_config
 
 
-def paper_distance(method: str, i: int, j: int, W: int, G: int = 1, k: float = math.inf, S: int = 0) -> float | None:
+def paper_distance(
+    method: str, i: int, j: int, W: int, G: int = 1, k: float = math.inf, S: int = 0, local: int = 0, limit: int = 0
+) -> float | None:
     """The distance query i sees key j at, written from the papers (None: not visible)."""
     d = i - j
     if d < 0:
         return None
+    if method == "string":  # An et al. (2025): d < S kept, d >= S shifted to d - S + local (W is S here)
+        return float(d) if d < W else float(d - W + local)
+    if method == "dca":  # An et al. (2024): keys at j mod s; queries by chunk: own, previous, any before
+        s, c = W, limit
+        if i // s == j // s:
+            return float(d)
+        return float((min(s + i % s, c - 1) if i // s - j // s == 1 else c - 1) - j % s)
+    if method == "lm-infinite":  # Han et al. (2024): local branch W, global branch S at the distance limit
+        return float(d) if d < W else (float(limit) if j < S else None)
     if d < W:
         return float(d)
     if method == "self-extend":  # Jin et al. (2024): grouped query i // G + W - W // G, grouped key j // G
@@ -45,7 +56,8 @@ def textbook(q, k, v, plan: remap.Remap, pe: str, slopes=None) -> torch.Tensor:
     distance = torch.full((T, T), float("nan"), dtype=torch.float64)
     for i in range(T):
         for j in range(T):
-            d = paper_distance(plan.method, i, j, plan.window, plan.group, plan.leak, plan.sinks)
+            extra = {"local": getattr(plan, "local", 0), "limit": getattr(plan, "limit", 0)}
+            d = paper_distance(plan.method, i, j, plan.window, plan.group, plan.leak, plan.sinks, **extra)
             if d is not None:
                 distance[i, j] = d
     visible = ~distance.isnan()
@@ -67,6 +79,11 @@ PLANS = [
     ("leaky-rerope", dict(window=6, leak=3.0)),
     ("sinks", dict(sinks=3, window=9)),
     ("sinks", dict(sinks=0, window=9)),
+    ("string", dict(shift=11, local=3)),
+    ("lm-infinite", dict(sinks=3, window=9, limit=12)),
+    ("lm-infinite", dict(sinks=0, window=9)),
+    ("dca", dict(chunk=24)),
+    ("dca", dict(chunk=7)),
 ]
 
 
@@ -108,6 +125,8 @@ def test_attention_equals_the_papers_distances(pe, method, options, grad):
         ("rerope", dict(window=100)),  # a window longer than the sequence clips nothing
         ("leaky-rerope", dict(window=8, leak=1.0)),  # slope 1: w + (d - w) = d
         ("sinks", dict(sinks=4, window=28)),  # a cache as long as the sequence evicts nothing
+        ("string", dict(shift=32, local=2)),  # a shift as long as the sequence shifts nothing
+        ("lm-infinite", dict(sinks=4)),  # a local branch as long as the sequence masks nothing
     ],
 )
 def test_a_remapping_that_changes_no_distance_is_plain_rope(method, options):
@@ -120,7 +139,7 @@ def test_a_remapping_that_changes_no_distance_is_plain_rope(method, options):
     )  # (w >= L is refused by plan)
     remapped = GPT(tiny_config("rope", remap=plan.to_dict())).eval()
     remapped.load_state_dict(plain.state_dict())
-    tokens = torch.randint(0, 256, (2, 32 if method == "sinks" else 90))
+    tokens = torch.randint(0, 256, (2, 32 if method in ("sinks", "string", "lm-infinite") else 90))
     with torch.no_grad():
         torch.testing.assert_close(remapped(tokens), plain(tokens), rtol=1e-4, atol=1e-4)
 
@@ -160,6 +179,8 @@ def test_default_plans_reach_the_target_within_the_trained_distances(L, target):
         ("sinks", dict(sinks=4, window=29), "--sinks 4 + --window 29 is more than the train length 32"),
         ("leaky-rerope", dict(leak=0.5), "--leak must be at least 1"),
         ("rerope", dict(group=2), "--method rerope does not take --group"),
+        ("string", dict(shift=4, local=4), "--shift 4 must be more than --local 4"),
+        ("lm-infinite", dict(limit=40), "--window 32 and --limit 40 must be at most the train length 32"),
     ],
 )
 def test_bad_options_are_one_line_errors(method, options, message):
@@ -184,3 +205,30 @@ def test_pose_positions_skip_in_order_and_cover_distances_up_to_the_target():
     three = pose_positions(32, 512, 3, generator, torch.device("cpu"))
     assert int((three.diff() > 1).sum()) <= 2 and three[-1] < 512
     assert torch.equal(pose_positions(32, 512, 1, generator, torch.device("cpu")), torch.arange(32))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_ms_poe_rotates_each_head_at_its_own_compressed_distance(grad):
+    """Zhang et al. (2024): head h sees key j at distance (i - j) / r_h, r_h from 1.2 to 1.8 over the
+    heads; computed pair by pair in float64 per head."""
+    torch.manual_seed(0)
+    plan = methods.plan_remap("ms-poe", 32, 256)
+    config = tiny_config("rope", remap=plan.to_dict())
+    layer: CausalSelfAttention = GPT(config).blocks[0].attn
+    T, H, hd = 50, config.n_head, config.head_dim
+    x = torch.randn(1, T, config.d_model)
+    with torch.set_grad_enabled(grad):
+        got = layer(x, torch.arange(T), True, plan)  # (1, T, C)
+    q, k, v = (t.view(T, H, hd).transpose(0, 1).double() for t in layer.qkv(x)[0].split(config.d_model, dim=-1))
+    ratios = plan.ratios(H)
+    assert ratios[0] == pytest.approx(1.2) and ratios[-1] == pytest.approx(1.8)
+    inv_freq = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).double()  # (T, T)
+    heads = []
+    for h in range(H):
+        d = (distance / ratios[h]).clamp(min=0)
+        scores = (rotate_by(q[h][:, None, :].expand(T, T, hd), d, inv_freq) * k[h][None, :, :]).sum(-1) / math.sqrt(hd)
+        scores = scores.masked_fill(distance < 0, float("-inf"))
+        heads.append(torch.softmax(scores, -1) @ v[h])  # (T, hd)
+    expected = layer.proj.weight.double() @ torch.stack(heads, 1).reshape(T, config.d_model).T  # (C, T)
+    torch.testing.assert_close(got[0].double(), expected.T, rtol=1e-4, atol=1e-5)

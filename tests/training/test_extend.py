@@ -240,11 +240,13 @@ def test_attention_remappings_extend_without_training_and_evaluate(rope_run):
 
 
 @pytest.mark.slow
-def test_the_temperatures_drope_and_resonance_apply_to_a_rope_run_and_evaluate_at_8x(rope_run):
-    """Each new method on the trained RoPE run (train length 32), then one table at 32 and 8x."""
+def test_issue_34_methods_apply_to_a_rope_run_and_evaluate_at_8x(rope_run):
+    """Each temperature, DroPE, Resonance and the remappings of issue 34 on the trained RoPE run (train
+    length 32), then one table at 32 and 8x."""
     made = []
     for method, steps in [("llama4-temperature", "0"), ("beta-scaling", "0"), ("yarn-beta", "0"),
-                          ("resonance", "0"), ("resonance-yarn", "0"), ("drope", "2")]:  # fmt: skip
+                          ("resonance", "0"), ("resonance-yarn", "0"), ("drope", "2"), ("string", "0"),
+                          ("dca", "0"), ("lm-infinite", "0"), ("ms-poe", "0")]:  # fmt: skip
         done = poscli(
             "extend", "rope", "--method", method, "--target", "256", "--steps", steps, "--results", str(rope_run),
             "--quiet",
@@ -260,7 +262,50 @@ def test_the_temperatures_drope_and_resonance_apply_to_a_rope_run_and_evaluate_a
     )  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(rope_run / "temperatures.csv")
-    assert len(table) == 12 and (table["ppl"] > 1).all()
+    assert len(table) == 2 * len(made) and (table["ppl"] > 1).all()
+
+
+@pytest.mark.slow
+def test_tune_chooses_self_extend_options_resumes_and_extend_applies_them(rope_run, tmp_path):
+    """poscli tune on the trained RoPE run: the defaults and 3 candidates scored, the best written; a
+    larger budget evaluates only the new ones; the defaults' score is the extended model's own loss
+    on the same windows; poscli extend --options-from applies the chosen options."""
+    from poscli.training.factor_search import training_windows
+    from poscli.training.tune import best_of
+
+    out = tmp_path / "chosen.json"
+    common = ["--target", "256", "--windows", "1", "--results", str(rope_run), "--out", str(out), "--quiet"]
+    done = poscli("tune", "rope", "--method", "self-extend", "--budget", "4", *common)
+    assert done.returncode == 0, done.stderr
+    state = json.loads((tmp_path / "chosen.json.tune.json").read_text())
+    assert len(state["trajectory"]) == 4 and state["candidates"][0] == {}
+    chosen = json.loads(out.read_text())
+    options, loss = best_of(state)
+    assert chosen["loss"] == loss <= chosen["defaults_loss"] and chosen["method"] == "self-extend"
+    done = poscli("tune", "rope", "--method", "self-extend", "--budget", "6", *common)
+    assert done.returncode == 0, done.stderr
+    state = json.loads((tmp_path / "chosen.json.tune.json").read_text())
+    assert len(state["trajectory"]) == 6 and state["trajectory"][4]["candidate"] == 4  # only the two new ones
+
+    folder = rope_run / "runs" / "rope"
+    batch = training_windows(folder, runs.read_config(folder), 256, 1, 0, torch.device("cpu"))
+    parent = ModelConfig.from_dict(runs.read_config(folder)["model"])
+    default_plan = methods.plan_remap("self-extend", 32, 256)
+    model = GPT(ModelConfig.from_dict({**parent.to_dict(), "remap": default_plan.to_dict()})).eval()
+    model.load_state_dict(runs.load_weights(folder))
+    with torch.no_grad():
+        assert float(model.loss(batch[:, :-1], batch[:, 1:])) == pytest.approx(state["scores"][0], rel=1e-5)
+
+    done = poscli("extend", "rope", "--target", "256", "--options-from", str(out), "--name", "tuned", "--results",
+                  str(rope_run), "--quiet")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    remap = json.loads((rope_run / "runs" / "tuned" / "config.json").read_text())["model"]["remap"]
+    best = json.loads(out.read_text())["options"]
+    expected = methods.plan_remap("self-extend", 32, 256, **best).to_dict()
+    assert remap == expected
+    needle = poscli("tune", "rope", "--method", "beta-scaling", "--score", "needle", "--budget", "2", "--target",
+                    "256", "--windows", "1", "--results", str(rope_run), "--quiet")  # fmt: skip
+    assert needle.returncode == 0, needle.stderr
 
 
 @pytest.mark.slow

@@ -34,6 +34,10 @@ class BetaScaling(QueryScalingMethod):
     options = {"beta": 0.1}
 
     @classmethod
+    def search_space(cls, original_length, target):
+        return {"beta": [0.05, 0.1, 0.2, 0.4]}
+
+    @classmethod
     def check_options(cls, options):
         return checked_beta(super().check_options(options))
 

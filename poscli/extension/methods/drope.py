@@ -29,6 +29,11 @@ class DroPE(QueryScalingMethod):
     options = {"beta": 0.1}
 
     @classmethod
+    def search_space(cls, original_length, target):
+        """c, which the paper fits on held-out data (tuned here without the recalibration steps)."""
+        return {"beta": [0.0, 0.1, 0.2, 0.4, 0.8]}
+
+    @classmethod
     def applies_to(cls, encoding):
         if getattr(encoding, "rotary_frequencies", False) and not hasattr(encoding, "schedule"):
             return None

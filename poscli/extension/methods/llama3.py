@@ -15,6 +15,11 @@ class Llama3(FrequencyMethod):
     summary = "Llama 3.1: long wavelengths divided by the factor, short kept, a smooth blend between"
     citation = "Meta, Llama 3.1 (2024)"
     options = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+    @classmethod
+    def search_space(cls, original_length, target):
+        return {"low_freq_factor": [0.5, 1.0, 2.0], "high_freq_factor": [2.0, 4.0, 8.0]}
+
     transformers_type = "llama3"
 
     @classmethod

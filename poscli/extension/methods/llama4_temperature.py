@@ -24,6 +24,10 @@ class Llama4Temperature(QueryScalingMethod):
     options = {"beta": 0.1, "floor_scale": 0.0}
 
     @classmethod
+    def search_space(cls, original_length, target):
+        return {"beta": [0.05, 0.1, 0.2, 0.4], "floor_scale": [original_length / 2, float(original_length)]}
+
+    @classmethod
     def check_options(cls, options):
         checked = super().check_options(options)
         if checked["floor_scale"] < 0 or checked["beta"] < 0:

@@ -14,6 +14,10 @@ class NTKByParts(FrequencyMethod):
     transformers_type = "yarn"
 
     @classmethod
+    def search_space(cls, original_length, target):
+        return {"beta_fast": [8.0, 16.0, 32.0, 64.0], "beta_slow": [0.5, 1.0, 2.0]}
+
+    @classmethod
     def frequencies(cls, head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0):
         from poscli.extension.scaling import ntk_by_parts_inv_freq
 

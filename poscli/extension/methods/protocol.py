@@ -77,6 +77,11 @@ class ExtensionMethod:
         raise NotImplementedError(f"--method {cls.name} must define extended_config")
 
     @classmethod
+    def search_space(cls, original_length: int, target: int) -> dict[str, list[float]]:
+        """The values ``poscli tune`` tries for each option (their product is the grid); {}: nothing to tune."""
+        return {}
+
+    @classmethod
     def recorded_options(cls, changes: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
         """What config.json records as the extension's options (the resolved values)."""
         return options

@@ -8,7 +8,7 @@ import torch
 
 from poscli.extension.methods import register
 from poscli.extension.methods.protocol import RemapMethod
-from poscli.extension.remap import Remap, neighbour_window
+from poscli.extension.remap import Remap, neighbour_window, neighbour_windows
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,10 @@ class ReRoPE(RemapMethod):
     citation = "Su, 2023"
     options = {"window": 0.0}
     Plan = ReRoPEPlan
+
+    @classmethod
+    def search_space(cls, original_length, target):
+        return {"window": neighbour_windows(original_length)}
 
     @classmethod
     def plan(cls, original_length: int, target: int, window: float = 0.0) -> Remap:

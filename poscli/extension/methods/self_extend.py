@@ -9,7 +9,7 @@ import torch
 
 from poscli.extension.methods import register
 from poscli.extension.methods.protocol import RemapMethod
-from poscli.extension.remap import Remap, neighbour_window, whole
+from poscli.extension.remap import Remap, neighbour_window, neighbour_windows, whole
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,16 @@ class SelfExtend(RemapMethod):
     citation = "Jin et al., 2024"
     options = {"window": 0.0, "group": 0.0}
     Plan = SelfExtendPlan
+
+    @classmethod
+    def search_space(cls, original_length, target):
+        """Windows of L/8 to L/2, and groups from the smallest that reaches the target up: LongLM's own
+        advice is to try several (its issues 10 and 28)."""
+        smallest = cls.plan(original_length, target).group
+        return {
+            "window": neighbour_windows(original_length),
+            "group": sorted({float(smallest), float(smallest + 1), float(2 * smallest)}),
+        }
 
     @classmethod
     def plan(cls, original_length: int, target: int, window: float = 0.0, group: float = 0.0) -> Remap:

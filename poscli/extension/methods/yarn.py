@@ -14,6 +14,12 @@ class YaRN(FrequencyMethod):
     transformers_type = "yarn"
 
     @classmethod
+    def search_space(cls, original_length, target):
+        """The ramp's ends (the paper's 32 and 1 were fitted for LLaMA at 4096) and the temperature
+        (0: YaRN's 0.1 ln s + 1; 1: none), the knobs YaRN's issue tracker asks about."""
+        return {"beta_fast": [8.0, 16.0, 32.0, 64.0], "beta_slow": [0.5, 1.0, 2.0], "attention_factor": [0.0, 1.0]}
+
+    @classmethod
     def frequencies(
         cls, head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0, attention_factor=0.0
     ):

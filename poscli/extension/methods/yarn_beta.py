@@ -19,6 +19,10 @@ class YaRNBeta(YaRN):
     transformers_type = None  # the temperature is Ministral 3's own; GPT-NeoX has no place for it
 
     @classmethod
+    def search_space(cls, original_length, target):
+        return {**YaRN.search_space(original_length, target), "beta": [0.05, 0.1, 0.2]}
+
+    @classmethod
     def check_options(cls, options):
         return checked_beta(super().check_options(options))
 
