@@ -225,6 +225,14 @@ class TrainConfig(FlatConfig):
     # length (0: plain positions); set by `poscli extend --pose`.
     pose: int = 0
     pose_chunks: int = 2
+    # CREAM (Wu et al., 2024): each step's window takes a head at 0, a tail at the end of this length
+    # and a middle placed by a truncated Gaussian (0: plain positions); set by `poscli extend --cream`.
+    cream: int = 0
+    # LongRoPE2 (Shang et al., 2025): this fraction of the steps, drawn at random, run at
+    # ``mixed_length`` (the original length) with the same tokens per step, where a method that switches
+    # frequency sets at the original length (longrope) uses the original RoPE; `poscli extend --mixed-short F`.
+    mixed_short: float = 0.0
+    mixed_length: int = 0
     # An algorithmic task trained on instead of text (poscli.training.tasks): one instance a sequence,
     # its size drawn from task_sizes ("": the task's own), the loss on the answer or on every token.
     task: str = ""
@@ -283,10 +291,14 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--passkey-lengths {self.passkey_lengths!r} is not one of {', '.join(PASSKEY_LENGTHS)}")
         if self.random_positions < 0:
             raise PoscliError(f"--random-positions must be 0 (off) or a length, got {self.random_positions}")
-        if self.pose and self.random_positions:
-            raise PoscliError("--pose and --random-positions both choose the training positions; use one")
+        if sum(bool(x) for x in (self.pose, self.random_positions, self.cream)) > 1:
+            raise PoscliError("--pose, --cream and --random-positions each choose the training positions; use one")
         if self.task_loss not in TASK_LOSSES:
             raise PoscliError(f"--task-loss {self.task_loss!r} is not one of {', '.join(TASK_LOSSES)}")
+        if not 0 <= self.mixed_short < 1:
+            raise PoscliError(f"--mixed-short must be a fraction of the steps in [0, 1), got {self.mixed_short:g}")
+        if self.mixed_short and (self.mixed_length < 1 or self.pose or self.cream or self.random_positions):
+            raise PoscliError("--mixed-short goes with a fine-tuning of plain positions (not --pose or --cream)")
         if self.pose_chunks < 1:
             raise PoscliError(f"--pose-chunks must be at least 1, got {self.pose_chunks}")
         if not (0 < self.heldout_fraction < 0.5):

@@ -414,6 +414,14 @@ def search_factors_command(
         typer.Option(metavar="N", help="Windows of the target length from the training split that score a candidate."),
     ] = 2,
     seed: Annotated[int, typer.Option(metavar="N", help="Seed of the windows and of the search.")] = 0,
+    score: Annotated[
+        str,
+        typer.Option(
+            metavar="perplexity|needle",
+            help="perplexity: the loss on windows of the training split; needle: the loss on the answer tokens of "
+            "passkey prompts of the target length (LongRoPE2's needle-driven fitness, Shang et al., 2025).",
+        ),
+    ] = "perplexity",
     device: Device = "auto",
     results: Results = None,
     quiet: Quiet = False,
@@ -435,6 +443,7 @@ def search_factors_command(
         parents=parents,
         windows=windows,
         seed=seed,
+        score=score,
     )
     print(written)
 

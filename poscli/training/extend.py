@@ -43,17 +43,20 @@ def extend(
     show_progress: bool = True,
     replace: bool = False,
     pose: bool = False,
+    cream: bool = False,
+    mixed_short: float | None = None,
 ):
     """Extend ``run`` to ``target`` tokens with ``method`` (a name of ``poscli.extension.methods`` or
     package.module:Class); returns the new run's TrainResult."""
     parent_folder = runs.find_run(run, results)
     parent = runs.read_config(parent_folder)
     chosen = applicable_method(parent, method, target)
+    scheme = _position_scheme(pose, cream)
     options = chosen.check_options(options or {})
     original_length = parent["model"]["train_length"]
     factor = _checked_factor(factor, target, original_length)
-    steps = training_steps(chosen, steps, pose)
-    finetune_length = _finetune_length(chosen, finetune_length, target, original_length, pose)
+    steps = training_steps(chosen, steps, scheme)
+    finetune_length = _finetune_length(chosen, finetune_length, target, original_length, scheme)
     tokens_per_step = parent["train"]["batch_size"] * original_length
     batch_size = batch_size or max(1, tokens_per_step // finetune_length)
 
@@ -68,20 +71,24 @@ def extend(
     recorded = chosen.recorded_options(changes, options)
     changes["train_length"] = finetune_length if steps else original_length
     model_config = ModelConfig.from_dict({**parent_config.to_dict(), **changes})
-    train_config = _finetune_config(parent["train"], steps, lr, batch_size, seed, device, target if pose else 0)
+    mixed = _mixed_windows(mixed_short, steps, original_length)
+    train_config = _finetune_config(parent["train"], steps, lr, batch_size, seed, device, scheme, target, mixed)
     label = chosen.label(runs.run_label(parent), factor, steps, finetune_length, changes)
-    if pose:
-        label += f" (PoSE to {format_length(target)})"
+    if scheme:
+        label += f" ({'PoSE' if pose else 'CREAM'} to {format_length(target)})"
+    if mixed_short:
+        label += f" ({mixed_short:.0%} of steps at {format_length(original_length)})"
     finetune = {"steps": steps, "length": finetune_length if steps else None, "batch_size": batch_size, "lr": lr}
+    finetune.update(pose=pose, cream=cream, mixed_short=mixed["mixed_short"])
     extension = {"method": method, "factor": factor, "target": target, "original_length": original_length}
     lineage = {
         "parent": parent["name"],
         "parent_budget": runs.training_budget(parent),  # what the base had seen: tokens_seen counts both
         "label": label,
-        "extension": {**extension, "options": recorded, "finetune": {**finetune, "pose": pose}},
+        "extension": {**extension, "options": recorded, "finetune": finetune},
     }
     if name is None:
-        name = re.sub(r"[^A-Za-z0-9._+-]", "", f"{parent['name']}+{method}-x{factor:g}{'-pose' if pose else ''}")
+        name = re.sub(r"[^A-Za-z0-9._+-]", "", f"{parent['name']}+{method}-x{factor:g}{'-' + scheme if scheme else ''}")
 
     from poscli.training.train import train
 
@@ -98,13 +105,30 @@ def extend(
     )
 
 
-def _finetune_config(parent_train: dict, steps, lr, batch_size, seed, device, pose_target: int) -> TrainConfig:
+def _position_scheme(pose: bool, cream: bool) -> str | None:
+    """The fine-tuning's position scheme: PoSE's or CREAM's positions up to the target, or None."""
+    if pose and cream:
+        raise PoscliError("--pose and --cream each choose the fine-tuning positions; use one")
+    return "pose" if pose else "cream" if cream else None
+
+
+def _mixed_windows(mixed_short: float | None, steps: int, original_length: int) -> dict:
+    """LongRoPE2's mixed windows as TrainConfig fields: a fraction of steps at the original length."""
+    if mixed_short and not steps:
+        raise PoscliError("--mixed-short mixes fine-tuning steps; give --steps N (e.g. 400)")
+    return {"mixed_short": mixed_short or 0.0, "mixed_length": original_length if mixed_short else 0}
+
+
+def _finetune_config(
+    parent_train: dict, steps, lr, batch_size, seed, device, scheme, target: int, mixed: dict
+) -> TrainConfig:
     """The parent's training config with the fine-tuning's steps, rate, batch, seed and device; plain
-    positions, or PoSE's skipping positions up to ``pose_target`` (0: off)."""
+    positions, or ``scheme``'s (PoSE's or CREAM's) reaching up to ``target``; ``mixed``: LongRoPE2's
+    mixed windows (mixed_short, mixed_length)."""
     changes = {"steps": steps, "minutes": None, "lr": lr, "warmup_steps": min(20, steps), "batch_size": batch_size}
-    return TrainConfig.from_dict(
-        {**parent_train, **changes, "seed": seed, "device": device, "random_positions": 0, "pose": pose_target}
-    )
+    positions_from = {"random_positions": 0, "pose": target if scheme == "pose" else 0}
+    positions_from["cream"] = target if scheme == "cream" else 0
+    return TrainConfig.from_dict({**parent_train, **changes, "seed": seed, "device": device, **positions_from, **mixed})
 
 
 def applicable_method(parent: dict, method: str, target: int):
@@ -132,15 +156,15 @@ def applicable_method(parent: dict, method: str, target: int):
     )
 
 
-def training_steps(method, steps: int | None, pose: bool) -> int:
+def training_steps(method, steps: int | None, scheme: str | None) -> int:
     """The fine-tuning steps: the method's ``training`` ("never", "optional", "required") against ``--steps``."""
     if steps is not None and steps < 0:
         raise PoscliError(f"--steps must be 0 (no fine-tuning) or more, got {steps}")
     if method.training == "never":
         if steps:
             raise PoscliError(f"--method {method.name} needs no training; drop --steps (or give --steps 0)")
-        if pose:
-            positions.get("pose").check_steps(method, 0)
+        if scheme:
+            positions.get(scheme).check_steps(method, 0)
         return 0
     if method.training == "required" and not steps:
         raise PoscliError(
@@ -148,8 +172,8 @@ def training_steps(method, steps: int | None, pose: bool) -> int:
             "(e.g. 400)"
         )
     steps = DEFAULT_STEPS if steps is None else steps
-    if pose:
-        positions.get("pose").check_steps(method, steps)
+    if scheme:
+        positions.get(scheme).check_steps(method, steps)
     return steps
 
 
@@ -164,11 +188,11 @@ def _checked_factor(factor: float | None, target: int, original_length: int) -> 
     return factor
 
 
-def _finetune_length(method, finetune_length: int | None, target: int, original_length: int, pose: bool) -> int:
+def _finetune_length(method, finetune_length: int | None, target: int, original_length: int, scheme) -> int:
     """Default: the method's (min(target, 4 x original) but for DroPE's recalibration at the original
-    length); with PoSE, PoSE's own (``poscli.extension.positions.pose``)."""
-    if pose:
-        finetune_length = positions.get("pose").finetune_length(finetune_length, target, original_length)
+    length); with PoSE or CREAM, the scheme's own (``poscli.extension.positions``)."""
+    if scheme:
+        finetune_length = positions.get(scheme).finetune_length(finetune_length, target, original_length)
     elif finetune_length is None:
         finetune_length = method.default_finetune_length(target, original_length)
     if finetune_length < 2:

@@ -36,6 +36,8 @@ from poscli.errors import PoscliError
 from poscli.extension import methods, scaling
 from poscli.model import runs
 
+SCORES = ("perplexity", "needle")
+
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -48,6 +50,7 @@ class SearchSettings:
     mutation: float = 0.3  # probability that a factor mutates
     sigma: float = 0.25  # standard deviation of the log-normal mutation
     seed: int = 0
+    score: str = "perplexity"  # or "needle": the loss on passkey answers only (LongRoPE2's fitness)
 
     def check(self) -> None:
         for name in ("population", "generations", "parents", "windows"):
@@ -55,6 +58,8 @@ class SearchSettings:
                 raise PoscliError(f"--{name} must be at least 1, got {getattr(self, name)}")
         if self.parents > self.population:
             raise PoscliError(f"--parents {self.parents} is more than the --population {self.population}")
+        if self.score not in SCORES:
+            raise PoscliError(f"--score {self.score!r} is unknown; choose {' or '.join(SCORES)}")
 
 
 def seed_factors(head_dim: int, base: float, factor: float, original_length: int) -> list[np.ndarray]:
@@ -76,7 +81,9 @@ def constrain(factors: np.ndarray, factor: float) -> np.ndarray:
 class Fitness:
     """Mean loss of a run's weights with given long factors, on fixed windows of its training text."""
 
-    def __init__(self, folder: Path, target: int, windows: int, seed: int, device: torch.device):
+    def __init__(
+        self, folder: Path, target: int, windows: int, seed: int, device: torch.device, score: str = "perplexity"
+    ):
         from poscli import encodings
         from poscli.config import ModelConfig
         from poscli.encodings.rope import RopeOptions
@@ -100,7 +107,7 @@ class Fitness:
             **{k: v for k, v in self.model_config.pe_options.items() if k in RopeOptions.__dataclass_fields__}
         )
         self.rotary_dim, self.base = options.rotary_dim(self.model_config.head_dim), options.base
-        self.batch = training_windows(folder, config, target, windows, seed, device)  # (N, target + 1)
+        self.batch, self.scored_from = tuning_split(folder, config, target, windows, seed, device, score)
         self.weights = runs.load_weights(folder)
         self.target, self.device = target, device
 
@@ -122,8 +129,7 @@ class Fitness:
         model = GPT(ModelConfig.from_dict({**self.model_config.to_dict(), "rope_scaling": rescaled}))
         model.load_state_dict(self.weights, strict=False)
         model.to(self.device).eval()
-        losses = [float(model.loss(row[None, :-1], row[None, 1:])) for row in self.batch]
-        return sum(losses) / len(losses)
+        return split_loss(model, self.batch, self.scored_from)
 
 
 def training_windows(folder: Path, config: dict, target: int, windows: int, seed: int, device) -> torch.Tensor:
@@ -149,6 +155,44 @@ def training_windows(folder: Path, config: dict, target: int, windows: int, seed
     return torch.from_numpy(np.stack([np.asarray(read(s), dtype=np.int64) for s in starts])).to(device)
 
 
+def needle_prompts(folder: Path, config: dict, target: int, count: int, seed: int, device):
+    """``count`` passkey prompts of ``target + 1`` tokens in the run's tokenizer, each ending in its
+    answer, and the input position whose prediction is the answer's first token. -> (count, target + 1),
+    [count] (LongRoPE2's needle-driven perplexity scores only those answer tokens)."""
+    import random
+
+    from poscli.config import TrainConfig
+    from poscli.data.passkey import training_sequence
+    from poscli.data.tokenizer import run_tokenizer
+
+    tokenizer = run_tokenizer(TrainConfig.from_dict(config["train"]).tokenizer, folder)
+    rng = random.Random(seed + 7919)  # not the evaluation's passkey seeds
+    rows, starts = [], []
+    for _ in range(count):
+        tokens, answer = training_sequence(target + 1, rng, tokenizer=tokenizer)
+        rows.append(np.asarray(tokens, dtype=np.int64))
+        starts.append(answer - 1)
+    return torch.from_numpy(np.stack(rows)).to(device), starts
+
+
+def tuning_split(folder: Path, config: dict, target: int, count: int, seed: int, device, score: str):
+    """What a search scores a candidate on: training-split windows (``perplexity``, every token) or
+    passkey prompts (``needle``, the answer tokens). -> (count, target + 1), the first scored input
+    position of each row."""
+    if score == "needle":
+        return needle_prompts(folder, config, target, count, seed, device)
+    return training_windows(folder, config, target, count, seed, device), [0] * count
+
+
+def split_loss(model, batch: torch.Tensor, scored_from: list[int]) -> float:
+    """Mean over rows of the mean loss (nats per token) of the targets from each row's first scored position."""
+    losses = []
+    for row, start in zip(batch, scored_from):
+        logits = model(row[None, :-1])[0, start:].float()  # (n, V)
+        losses.append(float(torch.nn.functional.cross_entropy(logits, row[1 + start :])))
+    return sum(losses) / len(losses)
+
+
 def search_factors(settings: SearchSettings, out: Path, results=None, device: str = "auto", progress=None) -> dict:
     """Run (or resume) the search; writes ``out`` (the factors JSON) and ``out``.search.json (the
     state and trajectory) after every generation. Returns the state."""
@@ -157,7 +201,7 @@ def search_factors(settings: SearchSettings, out: Path, results=None, device: st
     settings.check()
     folder = runs.find_run(settings.run, results)
     state_path = out.with_name(out.name + ".search.json")
-    fitness = Fitness(folder, settings.target, settings.windows, settings.seed, select_device(device))
+    fitness = Fitness(folder, settings.target, settings.windows, settings.seed, select_device(device), settings.score)
     factor = settings.target / fitness.original_length
     state = _load_state(state_path, settings)
     rng = np.random.default_rng([settings.seed, state["generation"]])
@@ -223,7 +267,7 @@ def _load_state(path: Path, settings: SearchSettings) -> dict:
     if path.exists():
         state = json.loads(path.read_text())
         same = lambda values: {k: v for k, v in values.items() if k != "generations"}  # noqa: E731, more generations continue it
-        if same(state.get("settings", {})) != same(asdict(settings)):
+        if same({"score": "perplexity", **state.get("settings", {})}) != same(asdict(settings)):  # older: perplexity
             raise PoscliError(
                 f"{path} holds a search with other settings ({state.get('settings')}); remove it or give another --out"
             )

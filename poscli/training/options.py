@@ -486,6 +486,21 @@ EXTEND_DECLARED: dict[str, Option] = declare(
         "PoSE: fine-tune at the train length with positions that skip up to the target (Zhu et al., 2024).",
         kind=bool,
     ),
+    Option(
+        "mixed_short",
+        None,
+        "LongRoPE2's mixed context windows: this fraction of the fine-tuning steps at the run's train length, where "
+        "longrope uses the original RoPE (e.g. 0.5; default none).",
+        kind=float,
+        metavar="F",
+    ),
+    Option(
+        "cream",
+        False,
+        "CREAM: fine-tune at the train length, head at 0, tail at the target's end, a Gaussian-placed middle "
+        "(Wu et al., 2024).",
+        kind=bool,
+    ),
     Option("seed", 0, "Random seed for the fine-tuning batches.", kind=int, metavar="N"),
     SHARED["device"],
     Option("name", None, "Name of the new run (default: RUN+METHOD-xFACTOR).", metavar="NAME", runner=True),

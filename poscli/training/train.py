@@ -537,12 +537,14 @@ def _batch(stream, train_config: TrainConfig, model_config: ModelConfig, generat
     or None, answer weights (B, T) or None. The generator draws the batch (text with passkey
     examples mixed in, or a task's instances), then the positions (from the run's training position
     scheme, ``poscli.extension.positions``; None: 0..T-1)."""
+    length, batch_size = model_config.train_length, train_config.batch_size
+    if train_config.mixed_short and float(torch.rand((), generator=generator)) < train_config.mixed_short:
+        # LongRoPE2's mixed context windows: this step at the original length, the same tokens per step
+        length, batch_size = train_config.mixed_length, max(1, batch_size * length // train_config.mixed_length)
     if isinstance(mix, TaskTraining):
-        tokens, targets, weights = mix.batch(train_config.batch_size, model_config.train_length, generator, device)
+        tokens, targets, weights = mix.batch(batch_size, length, generator, device)
     else:
-        tokens, targets, weights = sample_batch(
-            stream, train_config.batch_size, model_config.train_length, generator, device, mix
-        )
+        tokens, targets, weights = sample_batch(stream, batch_size, length, generator, device, mix)
     positions = None
     if scheme is not None:
         positions = scheme.draw(train_config.batch_size, model_config.train_length, generator, device)

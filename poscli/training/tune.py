@@ -29,14 +29,12 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
 from poscli.model import runs
-
-SCORES = ("perplexity", "needle")
+from poscli.training.factor_search import SCORES, split_loss, tuning_split
 
 
 @dataclass(frozen=True)
@@ -88,26 +86,9 @@ class Scorer:
         self.encoding = encodings.get(self.parent.pe)
         self.weights = runs.load_weights(folder)
         self.target, self.device = settings.target, device
-        self.batch, self.scored_from = self._tuning_split(folder, settings)  # (N, target + 1), (N,)
-
-    def _tuning_split(self, folder: Path, settings: TuneSettings) -> tuple[torch.Tensor, list[int]]:
-        if settings.score == "perplexity":
-            from poscli.training.factor_search import training_windows
-
-            batch = training_windows(folder, self.config, self.target, settings.windows, settings.seed, self.device)
-            return batch, [0] * len(batch)
-        from poscli.config import TrainConfig
-        from poscli.data.passkey import training_sequence
-        from poscli.data.tokenizer import run_tokenizer
-
-        tokenizer = run_tokenizer(TrainConfig.from_dict(self.config["train"]).tokenizer, folder)
-        rng = random.Random(settings.seed + 7919)  # not the evaluation's passkey seeds
-        rows, starts = [], []
-        for _ in range(settings.windows):
-            tokens, answer = training_sequence(self.target + 1, rng, tokenizer=tokenizer)
-            rows.append(np.asarray(tokens, dtype=np.int64))
-            starts.append(answer - 1)  # the target at input position answer - 1 is the answer's first token
-        return torch.from_numpy(np.stack(rows)).to(self.device), starts
+        self.batch, self.scored_from = tuning_split(
+            folder, self.config, self.target, settings.windows, settings.seed, device, settings.score
+        )  # (N, target + 1), the first scored input position of each row
 
     @torch.inference_mode()
     def __call__(self, options: dict[str, float]) -> float:
@@ -121,11 +102,7 @@ class Scorer:
         model = GPT(ModelConfig.from_dict({**self.parent.to_dict(), **changes}))
         model.load_state_dict(weights)
         model.to(self.device).eval()
-        losses = []
-        for row, start in zip(self.batch, self.scored_from):
-            logits = model(row[None, :-1])[0, start:].float()  # (n, V)
-            losses.append(float(torch.nn.functional.cross_entropy(logits, row[1 + start :])))
-        return sum(losses) / len(losses)
+        return split_loss(model, self.batch, self.scored_from)
 
 
 def tune(settings: TuneSettings, out: Path, results=None, device: str = "auto", progress=None) -> dict:

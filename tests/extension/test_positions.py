@@ -80,7 +80,7 @@ def test_the_range_must_cover_the_train_length_and_none_has_no_positions(tmp_pat
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("name", ["pose", "randomized"])
+@pytest.mark.parametrize("name", ["pose", "randomized", "cream"])
 def test_every_position_scheme_draws_increasing_positions_below_its_limit_from_the_seed(name):
     """The protocol's promise, for each built-in scheme: (T,) or (B, T) int64, strictly increasing
     along T (attention reads order from positions), every position below the configured limit, the
@@ -104,3 +104,30 @@ def test_every_position_scheme_draws_increasing_positions_below_its_limit_from_t
     assert max(int(d.max()) for d in first) > 150  # positions far past the window of 16
     assert all(torch.equal(a, b) for a, b in zip(first, draws(0)))
     assert positions.chosen(TrainConfig()) is None and positions.for_training(config, TrainConfig()) is None
+
+
+def test_cream_keeps_head_and_tail_and_favours_a_middle_near_the_targets_centre():
+    """Wu et al. (2024): a head of k at 0.., a tail of k ending at f N - 1, k = N // 3 or 4 f (half the
+    draws each), the middle N - 2k consecutive positions between; the middle's scale r is a Gaussian
+    around 1 + f truncated to [2, 2f], so its centre is concentrated (spread well under a uniform
+    placement's 0.29 of the target) and rarely near either end. With the authors' bounds on the
+    middle's end, r / 2 (N - 2k) to r N / 2 - k, the centre's median is near a third of the target."""
+    from poscli.extension.positions.cream import cream_positions
+
+    N, f = 120, 8
+    generator = torch.Generator().manual_seed(0)
+    heads, centres = set(), []
+    for _ in range(400):
+        drawn = cream_positions(N, f * N, generator, torch.device("cpu"))
+        assert drawn.shape == (N,) and (drawn.diff() > 0).all() and drawn.max() == f * N - 1
+        kept = [k for k in (N // 3, 4 * f) if torch.equal(drawn[:k], torch.arange(k))
+                and torch.equal(drawn[N - k :], torch.arange(f * N - k, f * N))]  # fmt: skip
+        assert kept, drawn
+        k = max(kept)
+        assert (drawn[k : N - k].diff() == 1).all()  # the middle is consecutive
+        heads.add(k)
+        centres.append(float(drawn[k : N - k].double().mean()) / (f * N))
+    centres = torch.tensor(centres)
+    assert heads == {N // 3, 4 * f}
+    assert centres.std() < 0.2 and 0.25 < centres.median() < 0.5
+    assert ((centres < 0.1) | (centres > 0.9)).double().mean() < 0.05

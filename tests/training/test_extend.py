@@ -363,6 +363,19 @@ def test_pose_fine_tunes_at_the_train_length_with_positions_up_to_the_target(rop
     assert config["label"] == "rope +yarn x8, 2 steps at 32 (PoSE to 256)"
 
 
+@pytest.mark.slow
+def test_cream_fine_tunes_at_the_train_length_with_its_positions_and_excludes_pose(rope_run):
+    done = poscli("extend", "rope", "--method", "yarn", "--target", "256", "--steps", "2", "--cream", "--results",
+                  str(rope_run), "--quiet")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = json.loads((rope_run / "runs" / "rope+yarn-x8-cream" / "config.json").read_text())
+    assert config["train"]["cream"] == 256 and config["train"]["pose"] == 0 and config["model"]["train_length"] == 32
+    assert config["label"] == "rope +yarn x8, 2 steps at 32 (CREAM to 256)"
+    both = poscli("extend", "rope", "--method", "yarn", "--target", "256", "--pose", "--cream", "--results",
+                  str(rope_run), "--quiet")  # fmt: skip
+    assert both.returncode == 2 and "--pose and --cream each choose" in both.stderr
+
+
 EXTEND_ERRORS = [
     (
         ["alibi", "--method", "self-extend", "--target", "1k"],
@@ -547,3 +560,40 @@ def test_continue_trains_the_base_further_with_nothing_rescaled_and_counts_both_
         "extend", "rope", "--method", "continue", "--target", "128", "--steps", "0", "--results", str(rope_run)
     )
     assert refused.returncode == 2 and "give --steps" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_mixed_windows_run_a_fraction_of_steps_at_the_original_length_with_the_same_tokens():
+    """LongRoPE2's mixed context windows: with --mixed-short 0.5 about half the steps draw sequences of
+    the original length, batch scaled so every step trains the same number of tokens."""
+    from poscli.config import TrainConfig
+    from poscli.training.distributed import Group
+    from poscli.training.train import _batch
+
+    model_config = tiny_config("rope", train_length=64)
+    train_config = TrainConfig(batch_size=4, mixed_short=0.5, mixed_length=16)
+    stream = torch.randint(0, 256, (10_000,), dtype=torch.uint8)
+    generator = torch.Generator().manual_seed(0)
+    shapes = [
+        tuple(_batch(stream, train_config, model_config, generator, torch.device("cpu"), None, Group(), None)[0].shape)
+        for _ in range(200)
+    ]
+    assert set(shapes) == {(4, 64), (16, 16)}
+    assert 70 <= shapes.count((16, 16)) <= 130
+    plain = TrainConfig(batch_size=4)
+    assert {
+        tuple(_batch(stream, plain, model_config, generator, torch.device("cpu"), None, Group(), None)[0].shape)
+        for _ in range(20)
+    } == {(4, 64)}
+
+
+@pytest.mark.slow
+def test_mixed_short_is_recorded_and_fine_tunes(rope_run):
+    done = poscli("extend", "rope", "--method", "yarn", "--target", "256", "--steps", "3", "--mixed-short", "0.5",
+                  "--name", "mixed", "--results", str(rope_run), "--quiet")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = json.loads((rope_run / "runs" / "mixed" / "config.json").read_text())
+    assert config["train"]["mixed_short"] == 0.5 and config["train"]["mixed_length"] == 32
+    assert config["steps_done"] == 3 and config["label"].endswith("(50% of steps at 32)")
+    bad = poscli("extend", "rope", "--method", "yarn", "--target", "256", "--steps", "3", "--mixed-short", "0.5",
+                 "--pose", "--results", str(rope_run), "--quiet")  # fmt: skip
+    assert bad.returncode == 2 and "--mixed-short goes with" in bad.stderr

@@ -55,3 +55,31 @@ def test_search_is_never_worse_than_its_seeds_and_resumes_to_the_same_result(rop
     assert (np.diff(factors) >= 0).all() and factors.min() >= 1 and factors.max() <= 1.25 * 4
     with pytest.raises(factor_search.PoscliError, match="other settings"):
         search_factors(SearchSettings(**{**settings.__dict__, "windows": 2}), tmp_path / "whole.json", rope_run, "cpu")
+
+
+@pytest.mark.slow
+def test_needle_fitness_scores_the_passkey_answer_only_and_drives_the_search(rope_run, tmp_path):
+    """LongRoPE2's needle-driven fitness (Shang et al., 2025): prompts of the target length whose scored
+    targets are exactly the answer's digits and its full stop; the search runs on it and is never
+    worse than its seeds."""
+    import re
+
+    import torch
+
+    from poscli.model import runs
+
+    folder = rope_run / "runs" / "r"
+    batch, starts = factor_search.tuning_split(folder, runs.read_config(folder), 128, 3, 0, "cpu", "needle")
+    assert batch.shape == (3, 129)
+    for row, start in zip(batch, starts):
+        answer = bytes(row[start + 1 :].tolist()).decode()
+        assert re.fullmatch(r"\d{1,5}\.", answer), answer
+        assert "is" in bytes(row[start - 20 : start + 1].tolist()).decode()  # the question just before it
+    settings = SearchSettings("r", 128, population=4, generations=1, parents=2, windows=2, seed=1, score="needle")
+    state = search_factors(settings, tmp_path / "needle.json", rope_run, "cpu")
+    fitness = Fitness(folder, 128, 2, 1, "cpu", "needle")
+    seeds = [fitness(constrain(s, 4.0)) for s in seed_factors(8, 10000.0, 4.0, 32)]
+    assert state["best"]["loss"] <= min(seeds) + 1e-9
+    logits_free = torch.full((1, 128, 256), 0.0)
+    uniform = factor_search.split_loss(lambda tokens: logits_free, batch[:1], starts[:1])
+    assert uniform == pytest.approx(torch.log(torch.tensor(256.0)).item())  # a uniform model: ln V per answer token

@@ -21,23 +21,23 @@ class PoSE(PositionScheme):
     def draw(self, batch_size, length, generator, device) -> torch.Tensor:
         return pose_positions(length, self.limit, self.train_config.pose_chunks, generator, device)  # (T,)
 
-    @staticmethod
-    def finetune_length(given: int | None, target: int, original_length: int) -> int:
+    @classmethod
+    def finetune_length(cls, given: int | None, target: int, original_length: int) -> int:
         """The fine-tuning window: the original one unless given (section 3), shorter than the target."""
         finetune_length = original_length if given is None else given
         if finetune_length >= target:
             raise PoscliError(
-                f"--pose needs a --finetune-length shorter than the target {target}, got {finetune_length}"
+                f"{cls.flag} needs a --finetune-length shorter than the target {target}, got {finetune_length}"
             )
         return finetune_length
 
-    @staticmethod
-    def check_steps(method, steps: int | None) -> None:
+    @classmethod
+    def check_steps(cls, method, steps: int | None) -> None:
         """PoSE is a way to fine-tune: a method that takes no training, or --steps 0, cannot use it."""
         if method.training == "never":
-            raise PoscliError(f"--pose fine-tunes, and --method {method.name} needs no training; drop --pose")
+            raise PoscliError(f"{cls.flag} fine-tunes, and --method {method.name} needs no training; drop {cls.flag}")
         if steps == 0:
-            raise PoscliError("--pose fine-tunes with skipping positions; give --steps N (e.g. 400)")
+            raise PoscliError(f"{cls.flag} fine-tunes with skipping positions; give --steps N (e.g. 400)")
 
 
 def pose_positions(
