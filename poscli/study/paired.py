@@ -91,3 +91,10 @@ def pooled_cell(summary, group: str, length: int):
 
     row = summary[(summary["group"] == group) & (summary["length"] == length) & (summary["depth"] == ALL_DEPTHS)]
     return None if row.empty else row.iloc[0]
+
+
+def extension_steps(options: dict) -> int:
+    """Fine-tuning steps of an extension as the recipe asked (a method that never trains: 0)."""
+    from poscli.extension import methods
+
+    return 0 if methods.get(options["method"]).training == "never" else int(options.get("steps", 400))

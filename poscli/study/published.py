@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import math
 
-from poscli.study.paired import Decisions, accuracy_text, cell_at, format_cell, pooled_cell, seed_log_ratios
+from poscli.study.paired import (
+    Decisions,
+    accuracy_text,
+    cell_at,
+    extension_steps,
+    format_cell,
+    pooled_cell,
+    seed_log_ratios,
+)
+from poscli.study.published_methods import method_orderings
 from poscli.study.published_recent import recent_perplexity, recent_retrieval, recent_tasks
 from poscli.study.published_tasks import kazemnejad2023
 
@@ -415,9 +424,7 @@ def method_label(options: dict) -> str:
 
 def _steps(options: dict) -> int:
     """Fine-tuning steps of an extension as the recipe asked (a method that never trains: 0)."""
-    from poscli.extension import methods
-
-    return 0 if methods.get(options["method"]).training == "never" else int(options.get("steps", 400))
+    return extension_steps(options)
 
 
 CONTINUE = "continue"  # the continued-training control of poscli.training.extend: no rescaling, the same fine-tuning
@@ -535,6 +542,8 @@ CLAIMS = {
     "leaky-rerope": ("Su, 2023", "no training; the loss does not rise with length", KEEPS),
     "sinks": ("Xiao et al., 2024", "4 sink tokens and a recent window keep perplexity stable at any length", KEEPS),
     "yarn + PoSE": ("Zhu et al., 2024", "fine-tuning at the original window reaches the target", KEEPS),
+    "dca": ("An et al., 2024", "no training; perplexity stays flat far past the pretraining length", KEEPS),
+    "lm-infinite": ("Han et al., 2024", "no training; perplexity stays flat at lengths far past training", KEEPS),
 }
 
 
@@ -765,3 +774,4 @@ PUBLISHED["kazemnejad2023"] = kazemnejad2023  # poscli.study.published_tasks
 PUBLISHED.update(  # poscli.study.published_recent: the claims of issue 33's encodings
     {"recent-perplexity": recent_perplexity, "recent-tasks": recent_tasks, "recent-retrieval": recent_retrieval}
 )
+PUBLISHED["method-orderings"] = method_orderings  # poscli.study.published_methods: issue 34's methods vs their rivals

@@ -89,7 +89,12 @@ def extend_run(run: str, values: dict[str, Any], console=None):
     if values["options_from"] is not None:
         from poscli.training.tune import read_options
 
-        method, tuned = read_options(values["options_from"], method)
+        source = values["options_from"]
+        if str(source) == "tune" and not Path(source).exists():  # poscli tune with its defaults first (resumable)
+            if method is None or target is None:
+                raise PoscliError("--options-from tune needs --method and --target")
+            source = tune_run(run, method, target, results, values["device"], console, quiet)
+        method, tuned = read_options(source, method)
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
     given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}

@@ -476,9 +476,10 @@ EXTEND_DECLARED: dict[str, Option] = declare(
     Option(
         "options_from",
         None,
-        "The options poscli tune chose (its FILE); flags given beside it win; --method may be left out.",
+        "The options poscli tune chose (its FILE; flags given beside it win; --method may be left out), or tune: run "
+        "poscli tune first with its defaults (resumable).",
         kind=Path,
-        metavar="FILE",
+        metavar="FILE|tune",
     ),
     Option(
         "pose",
