@@ -695,6 +695,9 @@ def export(
             help="Load DIR with transformers and compare its logits with poscli's (needs transformers).",
         ),
     ] = True,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Overwrite an earlier export in DIR (other files there are kept).")
+    ] = False,
     results: Results = None,
 ):
     """Write RUN as a transformers model folder: AutoModelForCausalLM.from_pretrained(DIR) loads it."""
@@ -703,7 +706,7 @@ def export(
     from poscli.model.runs import find_run
 
     found = find_run(run, results)
-    written = export_run(found, folder)
+    written = export_run(found, folder, replace)
     print(f"wrote {folder} ({written['architectures'][0]})")
     if check and importlib.util.find_spec("transformers") is None:
         print("not checked: transformers is not installed (pip install 'transformers>=4.57' to load and check it)")

@@ -188,40 +188,62 @@ def layout_of(model, name: str) -> dict:
     return layout
 
 
-def export(run: Path, folder: Path) -> dict:
-    """Write ``folder`` as a transformers model folder for ``run``. Returns its config.json dict."""
+# poscli's runs have no special tokens: the NUL byte (id 0 in a byte run's vocabulary; a BPE run's
+# byte-level alphabet has it too), which text never contains, stands in for BOS, EOS and padding, so
+# tools that need them (transformers' pipeline, lm-evaluation-harness) have ids inside the vocabulary.
+SPECIAL_TOKEN = "\u0100"  # GPT-2's byte-to-unicode symbol of byte 0
+
+
+def check_folder(folder: Path, replace: bool) -> None:
+    """A folder to export into: absent, empty, or (``replace``) one whose files are overwritten."""
+    if folder.exists() and not folder.is_dir():
+        raise PoscliError(f"{folder} is a file; give a folder to export into")
+    if folder.exists() and any(folder.iterdir()) and not replace:
+        raise PoscliError(f"{folder} is not empty; give --replace to overwrite the export there, or another folder")
+
+
+def export(run: Path, folder: Path, replace: bool = False) -> dict:
+    """Write ``folder`` as a transformers model folder for ``run`` (refusing a non-empty folder unless
+    ``replace``). Returns its config.json dict."""
+    check_folder(folder, replace)
     model, config = runs.load_model(run)
     model_config = model.config
     layout = layout_of(model, config["name"])
     architecture = ARCHITECTURES[layout["architecture"]]
     state = {key: value.detach().float().cpu() for key, value in model.state_dict().items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    special = _write_tokenizer(run, config, folder, layout)  # the NUL byte's id, or None
     hf_config = {
         "architectures": [architecture.class_name],
         "model_type": architecture.model_type,
         "vocab_size": model_config.vocab_size,
         "tie_word_embeddings": True,
         "torch_dtype": "float32",
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "pad_token_id": None,
+        "bos_token_id": special,
+        "eos_token_id": special,
+        "pad_token_id": special,
         **architecture.config(model_config, layout),
         "poscli": {"run": config["name"], "pe": model_config.pe, "rope_scaling": model_config.rope_scaling or None},
     }
     weights = {key: value.contiguous() for key, value in architecture.weights(state, model_config, layout).items()}
-    folder.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save
 
     with atomic_write(folder / "model.safetensors", "wb") as handle:
         handle.write(save(weights, metadata={"format": "pt"}))
     with atomic_write(folder / "config.json") as handle:
         handle.write(json.dumps(hf_config, indent=2) + "\n")
-    _write_tokenizer(run, config, folder, layout)
+    generation = {"bos_token_id": special, "eos_token_id": special, "pad_token_id": special}
+    with atomic_write(folder / "generation_config.json") as handle:
+        handle.write(json.dumps(generation, indent=2) + "\n")
     return hf_config
 
 
-def _write_tokenizer(run: Path, config: dict, folder: Path, layout: dict) -> None:
+def _write_tokenizer(run: Path, config: dict, folder: Path, layout: dict) -> int | None:
     """tokenizer.json (the run's BPE, or bytes as a byte-level vocabulary with no merges) and a
-    tokenizer_config.json that makes ``AutoTokenizer`` read it as a fast tokenizer."""
+    tokenizer_config.json that makes ``AutoTokenizer`` read it as a fast tokenizer, with the NUL
+    byte as its BOS, EOS and padding token. Returns that token's id (None: not in the vocabulary)."""
+    from tokenizers import Tokenizer
+
     from poscli.data import tokenizer as tokenizers
 
     spec = config["train"].get("tokenizer", "bytes")
@@ -229,14 +251,20 @@ def _write_tokenizer(run: Path, config: dict, folder: Path, layout: dict) -> Non
         byte_level_tokenizer().save(str(folder / tokenizers.TOKENIZER_FILE))
     else:
         tokenizers.run_tokenizer(spec, run).save(folder)
+    special = Tokenizer.from_file(str(folder / tokenizers.TOKENIZER_FILE)).token_to_id(SPECIAL_TOKEN)
     length = layout.get("n_positions") or layout.get("max_position_embeddings")
+    specials = dict.fromkeys(("bos_token", "eos_token", "pad_token"), SPECIAL_TOKEN) if special is not None else {}
     settings = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": length,
         "clean_up_tokenization_spaces": False,
+        **specials,
     }
+    with atomic_write(folder / "special_tokens_map.json") as handle:
+        handle.write(json.dumps(specials, indent=2) + "\n")
     with atomic_write(folder / "tokenizer_config.json") as handle:
         handle.write(json.dumps(settings, indent=2) + "\n")
+    return special
 
 
 def byte_level_tokenizer():

@@ -172,3 +172,34 @@ def test_cli_refuses_an_unexportable_run_in_one_line(tmp_path, capsys):
         main(["export", "tiny-alibi", str(tmp_path / "hf"), "--results", str(results)])
     err = capsys.readouterr().err
     assert done.value.code == 2 and len(err.strip().splitlines()) == 1 and "tiny-alibi has --pe alibi" in err
+
+
+def test_exports_carry_special_tokens_and_a_generation_config_that_pipelines_accept(tmp_path):
+    """The NUL byte (id 0, never in text) is BOS, EOS and padding: a batch of prompts of different
+    lengths pads, and transformers' text-generation pipeline runs on the folder as it is."""
+    run = make_run(tmp_path, tiny_config("rope"))
+    export(run, tmp_path / "hf")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert tokenizer.eos_token_id == tokenizer.pad_token_id == tokenizer.bos_token_id == 0
+    assert transformers.GenerationConfig.from_pretrained(str(tmp_path / "hf")).eos_token_id == 0
+    batch = tokenizer(["ab", "abcd"], padding=True, add_special_tokens=False)["input_ids"]
+    assert batch[0][-2:] == [0, 0] or batch[0][:2] == [0, 0]  # the shorter prompt padded with the NUL byte
+    pipe = transformers.pipeline("text-generation", model=str(tmp_path / "hf"), device="cpu")
+    out = pipe("def f(x):", max_new_tokens=4, do_sample=False)[0]["generated_text"]
+    assert out.startswith("def f(x):") and len(out.encode()) >= len(b"def f(x):")
+
+
+def test_export_refuses_a_non_empty_folder_unless_replace(tmp_path, capsys):
+    results = tmp_path / "results"
+    make_run(results / "runs", tiny_config("rope"), name="tiny-rope")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit) as done:
+        main(["export", "tiny-rope", str(tmp_path / "hf"), "--no-check", "--results", str(results)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "is not empty; give --replace" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["notes.txt"]
+    with pytest.raises(SystemExit) as done:
+        main(["export", "tiny-rope", str(tmp_path / "hf"), "--no-check", "--replace", "--results", str(results)])
+    assert done.value.code == 0 and (tmp_path / "hf" / "model.safetensors").exists()
+    assert (tmp_path / "hf" / "notes.txt").read_text() == "mine"  # --replace overwrites the export only
