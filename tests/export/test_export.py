@@ -203,3 +203,25 @@ def test_export_refuses_a_non_empty_folder_unless_replace(tmp_path, capsys):
         main(["export", "tiny-rope", str(tmp_path / "hf"), "--no-check", "--replace", "--results", str(results)])
     assert done.value.code == 0 and (tmp_path / "hf" / "model.safetensors").exists()
     assert (tmp_path / "hf" / "notes.txt").read_text() == "mine"  # --replace overwrites the export only
+
+
+def test_lm_evaluation_harness_scores_an_export_as_poscli_does(tmp_path):
+    """lm-eval's HFLM loads the folder, prefixes the text with the EOS (the NUL byte) and returns the
+    log-likelihood poscli's model gives the same bytes after that token (one window: the text is
+    shorter than the train length)."""
+    pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'lm-eval[hf]')")
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    run = make_run(tmp_path, tiny_config("rope"))
+    export(run, tmp_path / "hf")
+    lm = HFLM(pretrained=str(tmp_path / "hf"), device="cpu", batch_size=1)
+    text = "def f(x):\n    return x + 1\n"
+    request = Instance(request_type="loglikelihood_rolling", doc={}, arguments=(text,), idx=0)
+    theirs = lm.loglikelihood_rolling([request])[0]
+    model, _ = runs.load_model(run)
+    tokens = torch.tensor([[0, *text.encode()]])  # the prefix token, then the bytes
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(tokens[:, :-1]).double(), dim=-1)
+    ours = float(log_probs[0].gather(-1, tokens[0, 1:, None]).sum())
+    assert lm.prefix_token_id == 0 and theirs == pytest.approx(ours, rel=1e-5)
