@@ -323,7 +323,19 @@ def _launch_torchrun(nproc: int, batch_size: int) -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise PoscliError("--nproc cannot be used inside torchrun; torchrun already started the processes")
     args = without_options(sys.argv[1:], {"--nproc"})
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m", "poscli", *args]
+    # -P (here and in each worker): the current folder is not put on the import path (see poscli.study.sweep)
+    worker = [sys.executable, "-P", "-m", "poscli"]
+    command = [
+        sys.executable,
+        "-P",
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--no-python",
+        *worker,
+    ]
+    command += args
     sys.exit(subprocess.run(command).returncode)
 
 

@@ -36,6 +36,15 @@ def yarn_attention_scale(factor: float) -> float:
     return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
+def check_ramp(beta_fast: float, beta_slow: float) -> None:
+    """NTK-by-parts' ramp runs from ``beta_fast`` rotations down to ``beta_slow``: both positive, fast above slow."""
+    if not beta_fast > beta_slow > 0:
+        raise PoscliError(
+            f"--beta-fast {beta_fast:g} and --beta-slow {beta_slow:g}: both must be positive and --beta-fast the "
+            "larger (defaults 32 and 1)"
+        )
+
+
 def ntk_by_parts_inv_freq(
     head_dim: int, base: float, factor: float, original_length: int, beta_fast: float, beta_slow: float
 ) -> Tensor:

@@ -114,7 +114,7 @@ def gpu_count() -> int:
 def run_commands(
     commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report=print, module: str = "poscli"
 ) -> list[Outcome]:
-    """Run commands (job name, argv after ``python -m MODULE``) as processes, ``parallel`` at a time,
+    """Run commands (job name, argv after ``python -P -m MODULE``) as processes, ``parallel`` at a time,
     each with its share of cores (or its own GPU); the one way both ``train --seeds`` sweeps (poscli
     commands) and recipes with ``--jobs N`` (``poscli.study.steps``) run their processes."""
     if parallel < 1:
@@ -122,7 +122,9 @@ def run_commands(
 
         raise PoscliError(f"--jobs must be at least 1, got {parallel}")
     envs = job_environments(len(commands), min(parallel, len(commands)), gpu_count())
-    jobs = [Job(name, [sys.executable, "-m", module, *argv], env) for (name, argv), env in zip(commands, envs)]
+    # -P: the current folder is not put on the import path, so a file there named like a library
+    # (rich.py, datasets.py) is never imported in its place
+    jobs = [Job(name, [sys.executable, "-P", "-m", module, *argv], env) for (name, argv), env in zip(commands, envs)]
     return run_jobs(jobs, parallel, log_dir, report=report)
 
 

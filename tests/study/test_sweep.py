@@ -57,3 +57,15 @@ def test_jobs_share_the_cores_or_get_a_gpu_each():
     assert all(env["OMP_NUM_THREADS"] == str(max(1, cores // 2)) and "CUDA_VISIBLE_DEVICES" not in env for env in cpu)
     gpu = job_environments(5, parallel=3, gpus=3)
     assert [env["CUDA_VISIBLE_DEVICES"] for env in gpu] == ["0", "1", "2", "0", "1"]
+
+
+def test_child_processes_do_not_import_modules_from_the_current_folder(tmp_path, monkeypatch):
+    """A file in the working folder named like a library poscli imports (typer.py, read by every command)
+    is not imported by a recipe's or sweep's child process in its place (python -P)."""
+    from poscli.study.sweep import run_commands
+
+    (tmp_path / "typer.py").write_text("raise SystemExit('the folder copy of typer was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    (outcome,) = run_commands([("version", ["--version"])], 1, tmp_path / "logs", report=lambda *_: None)
+    assert outcome.ok, outcome.log.read_text()
+    assert "poscli" in outcome.log.read_text()

@@ -378,6 +378,14 @@ def test_cream_fine_tunes_at_the_train_length_with_its_positions_and_excludes_po
 
 EXTEND_ERRORS = [
     (
+        ["rope", "--method", "yarn", "--target", "1k", "--beta-fast", "-1"],
+        "--beta-fast -1 and --beta-slow 1: both must be positive and --beta-fast the larger",
+    ),  # was a traceback (math domain error)
+    (
+        ["rope", "--method", "ntk-by-parts", "--target", "1k", "--beta-slow", "100", "--beta-fast", "1"],
+        "--beta-fast 1 and --beta-slow 100: both must be positive",
+    ),  # was accepted
+    (
         ["alibi", "--method", "self-extend", "--target", "1k"],
         "--method self-extend remaps rotary positions and does not apply to --pe alibi",
     ),
