@@ -345,7 +345,7 @@ class _Corpora:
 
 
 class _Plan(NamedTuple):
-    folder: Path
+    folder: Path | None  # None: a pretrained transformers model (hf:NAME), ``config["name"]``
     config: dict
     key: SetKey
     lengths: list[int]
@@ -357,22 +357,21 @@ def _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, 
     the reference row."""
     plans, span_lengths, homes = [], {}, {}
     for name in run_names:
-        folder = runs.find_run(name, results)
-        config = runs.read_config(folder)
-        train_config = TrainConfig.from_dict(config["train"])
-        tokenizer = run_tokenizer(train_config.tokenizer, folder)
+        folder, config, tokenizer, train_config = _run_parts(name, results)
         fingerprint = tokenizer.fingerprint()
         corpora.tokenizers[fingerprint] = tokenizer
         trained_on = (train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config), fingerprint)
         spec = data or trained_on[0]
-        foreign = spec != trained_on[0]
+        foreign = spec != trained_on[0] and folder is not None  # a pretrained model reads --data's held-out part
         # a set per corpus as read and tokenized: runs with other tokenizers score other spans
         if foreign:
             key = SetKey(spec, 0.1, CorpusOptions(), fingerprint, True)
         else:
             key = SetKey(*trained_on, False)
+        if folder is None:  # a pretrained model: the held-out documents of --data (default the built-in corpus)
+            key = SetKey(absolute_spec(spec), train_config.heldout_fraction, CorpusOptions(), fingerprint, False)
         corpus = corpora.of(key)
-        if not foreign and not allow_split_mismatch:
+        if not foreign and not allow_split_mismatch and folder is not None:
             check_split(config, corpus)
         run_lengths = lengths or default_lengths(config)
         if stride is not None and stride > min(run_lengths):
@@ -384,6 +383,20 @@ def _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, 
         homes.setdefault(key, trained_on)
         plans.append(_Plan(folder, config, key, run_lengths))
     return plans, span_lengths, homes
+
+
+def _run_parts(name: str, results):
+    """A run's folder, config, tokenizer and training config; for ``hf:NAME`` (a pretrained
+    transformers model) no folder, its config and tokenizer, and the default training config
+    (whose corpus and held-out fraction it is evaluated on unless --data)."""
+    from poscli.model import pretrained
+
+    if pretrained.is_pretrained(name):
+        return None, pretrained.pretrained_config(name), pretrained.pretrained_tokenizer(name), TrainConfig()
+    folder = runs.find_run(name, results)
+    config = runs.read_config(folder)
+    train_config = TrainConfig.from_dict(config["train"])
+    return folder, config, run_tokenizer(train_config.tokenizer, folder), train_config
 
 
 NOT_APPLICABLE = {
@@ -474,7 +487,12 @@ def evaluate_runs(
     collected = _Rows()
     for plan in plans:
         mark = collected.mark()
-        model, config = runs.load_model(plan.folder, str(device))
+        if plan.folder is None:
+            from poscli.model.pretrained import load_pretrained
+
+            model, config = load_pretrained(plan.config["name"], str(device))
+        else:
+            model, config = runs.load_model(plan.folder, str(device))
         if compile:
             compile_model(model, device, min(plan.lengths), report=progress.console.print if progress else print)
         for length in plan.lengths:

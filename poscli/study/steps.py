@@ -196,7 +196,13 @@ def evaluate_runs(run_names: list[str], values: dict[str, Any], console=None):
     results, quiet, sinks, window = values["results"], values["quiet"], values["sinks"], values["window"]
     evaluation = tasks.get(values["task"])
     table = check_table_name(values["table"] or evaluation.default_table)
+    from poscli.model.pretrained import is_pretrained
+
     for run_name in run_names:  # a missing run fails before torch is imported
+        if is_pretrained(run_name):
+            if values["task"] != EVAL_OPTIONS["task"]:
+                raise PoscliError(f"{run_name}: hf: models take the perplexity evaluation for now, not --task")
+            continue
         find_run(run_name, results)
     if window is not None and sinks is None:
         raise PoscliError("--window goes with --sinks S (StreamingLLM); add --sinks 4, or drop --window")

@@ -1,0 +1,112 @@
+"""A pretrained transformers causal LM as something poscli evaluates: ``hf:NAME_OR_DIR``.
+
+``poscli eval hf:DIR`` scores a model transformers loads (a local folder, or a hub name when
+online) with the same protocol as poscli's own runs: the held-out documents of ``--data`` (default:
+the built-in corpus) in the model's own tokenizer, the same windows at every length, intervals,
+bits per byte, the truncation null. Nothing is patched: the model runs as transformers builds it.
+The hub is not reached offline; a name that is not a local folder then fails in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from poscli.errors import PoscliError
+
+PREFIX = "hf:"
+
+
+def is_pretrained(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def source_of(name: str) -> str:
+    """The folder or hub name after ``hf:``."""
+    source = name[len(PREFIX) :]
+    if not source:
+        raise PoscliError("hf: needs a model: hf:PATH (a folder transformers loads) or hf:ORG/NAME (online)")
+    return source
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise PoscliError("hf: models need transformers: pip install 'transformers>=4.57'") from None
+    return transformers
+
+
+def _loading(name: str, what: str, load):
+    """``load()``, with a one-line answer where the model cannot be had (offline, or no such folder)."""
+    try:
+        return load()
+    except (OSError, ValueError) as error:
+        source = source_of(name)
+        where = "no such folder" if not Path(source).exists() and "/" not in source.strip("/") else str(error)
+        first = where.strip().splitlines()[0] if where.strip() else type(error).__name__
+        raise PoscliError(
+            f"{name}: cannot load its {what} ({first}); give a local folder (hf:PATH), or be online for a hub name"
+        ) from None
+
+
+def pretrained_config(name: str) -> dict:
+    """The config a row of poscli's tables needs: name, label, the encoding (``rope`` for a rotary
+    model, otherwise the model type) and the length it was trained at (the original length of a
+    rescaled RoPE, else ``max_position_embeddings``)."""
+    transformers = _transformers()
+    source = source_of(name)
+    config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source))
+    scaling = getattr(config, "rope_scaling", None) or {}
+    length = (
+        scaling.get("original_max_position_embeddings")
+        or getattr(config, "max_position_embeddings", None)
+        or getattr(config, "n_positions", None)
+        or 0
+    )
+    rotary = any(hasattr(config, key) for key in ("rope_theta", "rotary_emb_base", "rope_parameters", "rotary_pct"))
+    pe = "rope" if rotary else config.model_type
+    return {
+        "name": name,
+        "label": f"{name} ({config.model_type})",
+        "model": {"pe": pe, "train_length": int(length)},
+        "pretrained": source,
+    }
+
+
+def pretrained_tokenizer(name: str):
+    """The model's own tokenizer as poscli reads text (``poscli.data.tokenizer.HFTokenizer``): its
+    tokenizer.json, or the fast tokenizer transformers builds."""
+    from poscli.data.tokenizer import TOKENIZER_FILE, HFTokenizer, load_file
+
+    source = source_of(name)
+    if (Path(source) / TOKENIZER_FILE).is_file():
+        loaded = load_file(Path(source))
+    else:
+        transformers = _transformers()
+        fast = _loading(name, "tokenizer", lambda: transformers.AutoTokenizer.from_pretrained(source, use_fast=True))
+        if not hasattr(fast, "backend_tokenizer"):
+            raise PoscliError(f"{name} has no fast tokenizer; poscli reads text through a tokenizer.json")
+        loaded = HFTokenizer(fast.backend_tokenizer, name)
+    loaded.spec = name
+    return loaded
+
+
+def load_pretrained(name: str, device: str = "cpu"):
+    """The model, called as poscli's GPT is (tokens (B, T) -> logits (B, T, V) float32), in eval mode
+    on ``device`` in the dtype it was saved in, and its config. (Torch is imported here, not with the
+    module: ``poscli eval``'s argument checks read ``is_pretrained`` before any model.)"""
+    from torch import nn
+
+    class PretrainedLM(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, tokens):
+            return self.model(tokens).logits.float()
+
+    transformers = _transformers()
+    source = source_of(name)
+    config = pretrained_config(name)
+    model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, dtype="auto"))
+    return PretrainedLM(model).to(device).eval(), config
