@@ -377,9 +377,15 @@ def extend(ctx: typer.Context, run: str, **values: Any):
     if values["resume"]:
         _resume_extension(ctx, run, results, quiet)
         return
-    from poscli.study.steps import extend_run
+    from poscli.model.pretrained import is_pretrained
+    from poscli.study.steps import extend_pretrained_model, extend_run
 
     console = _console()
+    if is_pretrained(run):
+        folder = extend_pretrained_model(run, values)
+        console.print(f"wrote {folder}, checked against poscli's frequencies. Evaluate with: poscli eval hf:{folder}")
+        print(folder)
+        return
     result = extend_run(run, values, console)
     if result is None:
         return

@@ -110,3 +110,72 @@ def load_pretrained(name: str, device: str = "cpu"):
     config = pretrained_config(name)
     model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, dtype="auto"))
     return PretrainedLM(model).to(device).eval(), config
+
+
+def _rope_of(config: dict) -> tuple[int, float, int]:
+    """(rotary dimensions, base, original length) of a rotary model's config.json dict."""
+    parameters = config.get("rope_parameters") or {}
+    if parameters.get("rope_type", "default") != "default" or (config.get("rope_scaling") or {}).get("rope_type"):
+        raise PoscliError("this model's RoPE is already rescaled; extend the model it came from")
+    base = parameters.get("rope_theta") or config.get("rope_theta") or config.get("rotary_emb_base")
+    if base is None:
+        raise PoscliError("this model has no RoPE base in its config (rope_theta): only rotary models are extended")
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    fraction = config.get("partial_rotary_factor") or config.get("rotary_pct") or 1.0
+    return int(head_dim * fraction), float(base), int(config.get("max_position_embeddings") or 0)
+
+
+def extend_pretrained(name: str, method: str, target: int, out: Path, options: dict | None = None) -> Path:
+    """``poscli extend hf:DIR --method M --target N``: a frequency method through the model's own
+    rope scaling (transformers' rope type), written as a folder transformers loads again, the method
+    recorded in its config.json (``poscli_extension``). The frequencies transformers then computes
+    are checked equal to poscli's own (``poscli.extension.methods.rope_parameters``) before the
+    folder is kept. Returns the folder."""
+    import shutil
+
+    import torch
+
+    from poscli.extension import methods
+    from poscli.extension.methods.protocol import FrequencyMethod
+
+    transformers = _transformers()
+    chosen = methods.get(method)
+    if not issubclass(chosen, FrequencyMethod) or chosen.transformers_type is None:
+        usable = [m for m in methods.frequency_method_names()[1:] if methods.get(m).transformers_type is not None]
+        raise PoscliError(
+            f"--method {method}: hf: models take a frequency method transformers has a rope type for: "
+            f"{', '.join(usable)} (ntk and base: a new rope_theta)"
+        )
+    source = source_of(name)
+    config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
+    rotary_dim, base, original = _rope_of(config)
+    if target <= original:
+        raise PoscliError(f"--target {target} is not longer than the model's length {original}")
+    checked = chosen.check_options(options or {})
+    factor = target / original
+    theta, scaling = chosen.transformers_rope(rotary_dim, base, factor, original, checked)
+    if "rope_parameters" in config:  # transformers 5: one dict holds the base and the scaling
+        config["rope_parameters"] = {"rope_theta": theta, **(scaling or {"rope_type": "default"})}
+    config["rope_scaling"] = scaling
+    config["rope_theta" if "rotary_emb_base" not in config else "rotary_emb_base"] = theta
+    config["max_position_embeddings"] = target
+    config["poscli_extension"] = {"from": source, "method": method, "factor": factor, "target": target,
+                                  "original_length": original, "options": checked}  # fmt: skip
+    model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, dtype="auto"))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    if Path(source).is_dir():
+        for kept in Path(source).glob("*token*"):  # tokenizer.json, tokenizer_config.json, special_tokens_map.json
+            shutil.copy2(kept, out / kept.name)
+    else:
+        transformers.AutoTokenizer.from_pretrained(source).save_pretrained(str(out))
+    (out / "config.json").write_text(__import__("json").dumps(config, indent=2) + "\n")
+    extended = transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    rotary = next(module for key, module in extended.named_modules() if key.endswith("rotary_emb"))
+    ours, scale = methods.rope_parameters(method, rotary_dim, base, factor, original, **checked)
+    theirs = rotary.inv_freq.float().cpu()
+    same_scale = abs(float(getattr(rotary, "attention_scaling", 1.0)) - scale) < 1e-6
+    if theirs.shape != ours.shape or not torch.allclose(theirs, ours, rtol=1e-5, atol=0) or not same_scale:
+        shutil.rmtree(out)
+        raise PoscliError(f"transformers {transformers.__version__} computes other frequencies for {method}; not kept")
+    return out

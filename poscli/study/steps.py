@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -80,6 +81,23 @@ def resume_run(name: str, results=None, console=None, quiet: bool = False, given
     from poscli.training.train import resume
 
     return resume(name, results, console=console, show_progress=not quiet, given=fields)
+
+
+def extend_pretrained_model(run: str, values: dict[str, Any]) -> Path:
+    """``poscli extend hf:NAME``: a frequency method written into a copy of the model; returns its folder."""
+    from poscli.model.pretrained import extend_pretrained, source_of
+    from poscli.model.runs import results_dir
+
+    method, target = values["method"], values["target"]
+    if method is None or target is None:
+        raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
+    if values["steps"]:
+        raise PoscliError(f"{run}: hf: models are extended without fine-tuning; drop --steps")
+    given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
+    options = given | method_options(values["method_option"] or [])
+    slug = re.sub(r"[^A-Za-z0-9._+-]", "-", Path(source_of(run)).name or source_of(run))
+    name = values["name"] or f"{slug}+{method}-{target}"
+    return extend_pretrained(run, method, target, results_dir(values["results"]) / "pretrained" / name, options)
 
 
 def extend_run(run: str, values: dict[str, Any], console=None):

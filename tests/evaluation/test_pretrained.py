@@ -48,3 +48,51 @@ def test_a_hub_name_offline_and_a_missing_folder_fail_in_one_line(tmp_path):
 def test_hf_models_refuse_other_tasks_for_now(tmp_path):
     done = poscli("eval", "hf:whatever", "--task", "passkey", "--lengths", "256", "--results", str(tmp_path))
     assert done.returncode == 2 and "hf: models take the perplexity evaluation for now" in done.stderr
+
+
+def tiny_hub_model(folder, architecture: str):
+    """A randomly initialised Llama or Qwen2 built from a config (no download), with a byte-level
+    tokenizer, saved as transformers saves any model."""
+    import json
+
+    import torch
+    import transformers
+
+    from poscli.export.hf import byte_level_tokenizer
+
+    torch.manual_seed(0)
+    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=256, max_position_embeddings=32)  # fmt: skip
+    config = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[architecture](**sizes)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(str(folder))
+    byte_level_tokenizer().save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_a_tiny_llama_and_qwen2_evaluate_and_extend_by_their_own_rope_scaling(tmp_path, architecture):
+    """eval hf:DIR at the model's length and 4x; extend hf:DIR --method yarn writes a folder whose
+    frequencies transformers computes as poscli does (checked by the command), then evaluates at 4x."""
+    import json
+
+    corpus = write_text_corpus(tmp_path / "corpus", documents=12, words=600)
+    folder = tiny_hub_model(tmp_path / architecture, architecture)
+    results = tmp_path / "results"
+    common = ["--data", str(corpus), "--results", str(results), "--no-reference", "--quiet"]
+    done = poscli("eval", f"hf:{folder}", "--lengths", "32,128", "--table", "base", *common)
+    assert done.returncode == 0, done.stderr
+    done = poscli("extend", f"hf:{folder}", "--method", "yarn", "--target", "128", "--results", str(results))
+    assert done.returncode == 0, done.stderr
+    extended = results / "pretrained" / f"{architecture}+yarn-128"
+    written = json.loads((extended / "config.json").read_text())
+    assert written["rope_scaling"]["rope_type"] == "yarn" and written["poscli_extension"]["factor"] == 4.0
+    done = poscli("eval", f"hf:{extended}", "--lengths", "32,128", "--table", "yarn", *common)
+    assert done.returncode == 0, done.stderr
+    base, yarn = pd.read_csv(results / "base.csv"), pd.read_csv(results / "yarn.csv")
+    assert (base["ppl"] > 1).all() and (yarn["ppl"] > 1).all() and (yarn["train_length"] == 32).all()
+    assert list(base["tokens"]) == list(yarn["tokens"])  # the same held-out tokens for both
+    refused = poscli("extend", f"hf:{folder}", "--method", "self-extend", "--target", "128", "--results", str(results))
+    assert refused.returncode == 2 and "hf: models take a frequency method" in refused.stderr
