@@ -9,11 +9,14 @@ The hub is not reached offline; a name that is not a local folder then fails in 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from poscli.errors import PoscliError
 
 PREFIX = "hf:"
+REMAP_KEY = "poscli_remap"  # config.json: a remapping (poscli.extension.remap) poscli's attention applies
+ATTENTION_NAME = "poscli_remap"  # the function registered in transformers' AttentionInterface for it
 
 
 def is_pretrained(name: str) -> bool:
@@ -70,6 +73,7 @@ def pretrained_config(name: str) -> dict:
         "label": f"{name} ({config.model_type})",
         "model": {"pe": pe, "train_length": int(length)},
         "pretrained": source,
+        "remap": getattr(config, REMAP_KEY, None),
     }
 
 
@@ -108,7 +112,11 @@ def load_pretrained(name: str, device: str = "cpu"):
     transformers = _transformers()
     source = source_of(name)
     config = pretrained_config(name)
-    model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, dtype="auto"))
+    settings = {"dtype": "auto"}
+    if config.get("remap"):  # an extension by a remapping: poscli's attention, through transformers' own interface
+        transformers.AttentionInterface.register(ATTENTION_NAME, remapped_attention_function)
+        settings["attn_implementation"] = ATTENTION_NAME
+    model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, **settings))
     return PretrainedLM(model).to(device).eval(), config
 
 
@@ -136,15 +144,17 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
     import torch
 
     from poscli.extension import methods
-    from poscli.extension.methods.protocol import FrequencyMethod
+    from poscli.extension.methods.protocol import FrequencyMethod, RemapMethod
 
     transformers = _transformers()
     chosen = methods.get(method)
+    if issubclass(chosen, RemapMethod):
+        return _remapped_copy(name, chosen, target, out, options or {})
     if not issubclass(chosen, FrequencyMethod) or chosen.transformers_type is None:
         usable = [m for m in methods.frequency_method_names()[1:] if methods.get(m).transformers_type is not None]
         raise PoscliError(
-            f"--method {method}: hf: models take a frequency method transformers has a rope type for: "
-            f"{', '.join(usable)} (ntk and base: a new rope_theta)"
+            f"--method {method}: hf: models take a remapping or a frequency method transformers has a rope type "
+            f"for: {', '.join(usable)} (ntk and base: a new rope_theta)"
         )
     source = source_of(name)
     config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
@@ -161,15 +171,7 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
     config["max_position_embeddings"] = target
     config["poscli_extension"] = {"from": source, "method": method, "factor": factor, "target": target,
                                   "original_length": original, "options": checked}  # fmt: skip
-    model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, dtype="auto"))
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
-    if Path(source).is_dir():
-        for kept in Path(source).glob("*token*"):  # tokenizer.json, tokenizer_config.json, special_tokens_map.json
-            shutil.copy2(kept, out / kept.name)
-    else:
-        transformers.AutoTokenizer.from_pretrained(source).save_pretrained(str(out))
-    (out / "config.json").write_text(__import__("json").dumps(config, indent=2) + "\n")
+    _copy_model(name, source, out, config)
     extended = transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
     rotary = next(module for key, module in extended.named_modules() if key.endswith("rotary_emb"))
     ours, scale = methods.rope_parameters(method, rotary_dim, base, factor, original, **checked)
@@ -179,3 +181,82 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
         shutil.rmtree(out)
         raise PoscliError(f"transformers {transformers.__version__} computes other frequencies for {method}; not kept")
     return out
+
+
+def _copy_model(name: str, source: str, out: Path, config: dict) -> None:
+    """The model's weights and tokenizer into ``out``, with ``config`` as its config.json."""
+    import json
+    import shutil
+
+    transformers = _transformers()
+    model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, dtype="auto"))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    if Path(source).is_dir():
+        for kept in Path(source).glob("*token*"):  # tokenizer.json, tokenizer_config.json, special_tokens_map.json
+            shutil.copy2(kept, out / kept.name)
+    else:
+        transformers.AutoTokenizer.from_pretrained(source).save_pretrained(str(out))
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _remapped_copy(name: str, chosen, target: int, out: Path, options: dict) -> Path:
+    """A remapping (Self-Extend, ReRoPE, DCA, ...) recorded in a copy's config.json (``poscli_remap``),
+    which ``load_pretrained`` computes through transformers' AttentionInterface."""
+    transformers = _transformers()
+    source = source_of(name)
+    config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
+    _, _, original = _rope_of(config)
+    if target <= original:
+        raise PoscliError(f"--target {target} is not longer than the model's length {original}")
+    plan = chosen.plan(original, target, **chosen.check_options(options))
+    config[REMAP_KEY] = plan.to_dict()
+    config["poscli_extension"] = {"from": source, "method": chosen.name, "target": target, "original_length": original}
+    _copy_model(name, source, out, config)
+    return out
+
+
+def _turn(x, delta, inv_freq):
+    """x (B, H, T, hd), rotated in the halves layout at some positions, rotated further by ``delta`` (T,)
+    positions in its first 2 len(inv_freq) dimensions: RoPE's R(p + d) = R(d) R(p)."""
+    import torch
+
+    rotary = 2 * inv_freq.numel()
+    angles = delta.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, r/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (T, r)
+    turned, rest = x[..., :rotary], x[..., rotary:]
+    half = torch.cat((-turned[..., rotary // 2 :], turned[..., : rotary // 2]), dim=-1)
+    return torch.cat((turned * angles.cos().to(x.dtype) + half * angles.sin().to(x.dtype), rest), dim=-1)
+
+
+def remapped_attention_function(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """transformers' attention-interface signature: query (B, H, T, hd) and key, value (B, Hkv, T, hd),
+    rotated by the model at positions 0..T-1 (a plain forward: no cache, no padding). Far keys are
+    turned to the remapping's positions and scored by ``poscli.attention.blockwise.remapped_attention``
+    (or the remapping's own attention: DCA, Ms-PoE). -> ((B, T, H, hd), None)."""
+    import torch
+
+    from poscli.attention.blockwise import remapped_attention
+    from poscli.extension import methods
+    from poscli.extension.scaling import default_inv_freq
+
+    plan = methods.remap_from_dict(dict(getattr(module.config, REMAP_KEY)))
+    rotary_dim, base, _ = _rope_of(module.config.to_dict())
+    inv_freq = default_inv_freq(rotary_dim, base).to(query.device)
+    B, H, T, hd = query.shape
+    groups = H // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)  # (B, H, T, hd)
+    if scaling is not None:
+        query = query * (scaling * math.sqrt(hd))  # remapped_attention divides by sqrt(hd)
+    positions = torch.arange(T, device=query.device)
+
+    def at(x, where):  # x rotated at ``positions``, moved to ``where`` (T,)
+        return _turn(x, where.to(positions.device) - positions, inv_freq)
+
+    if getattr(plan, "custom_attention", False):
+        out = plan.attend(lambda p: at(query, p), lambda p: at(key, p), value, positions, True, 1024)
+    else:
+        far_q, far_k = plan.far_positions(positions)
+        out = remapped_attention(query, key, at(query, far_q), at(key, far_k), value, plan.window, plan.far_keys,
+                                 positions, None, 1024)  # fmt: skip
+    return out.transpose(1, 2).contiguous(), None

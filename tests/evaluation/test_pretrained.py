@@ -73,9 +73,10 @@ def tiny_hub_model(folder, architecture: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["llama", "qwen2"])
-def test_a_tiny_llama_and_qwen2_evaluate_and_extend_by_their_own_rope_scaling(tmp_path, architecture):
+def test_a_tiny_llama_and_qwen2_evaluate_and_extend_by_rope_scaling_and_by_a_remapping(tmp_path, architecture):
     """eval hf:DIR at the model's length and 4x; extend hf:DIR --method yarn writes a folder whose
-    frequencies transformers computes as poscli does (checked by the command), then evaluates at 4x."""
+    frequencies transformers computes as poscli does (checked by the command), then evaluates at 4x;
+    and --method self-extend (grouped-query attention: 4 query heads, 2 key-value heads) evaluates too."""
     import json
 
     corpus = write_text_corpus(tmp_path / "corpus", documents=12, words=600)
@@ -94,5 +95,43 @@ def test_a_tiny_llama_and_qwen2_evaluate_and_extend_by_their_own_rope_scaling(tm
     base, yarn = pd.read_csv(results / "base.csv"), pd.read_csv(results / "yarn.csv")
     assert (base["ppl"] > 1).all() and (yarn["ppl"] > 1).all() and (yarn["train_length"] == 32).all()
     assert list(base["tokens"]) == list(yarn["tokens"])  # the same held-out tokens for both
-    refused = poscli("extend", f"hf:{folder}", "--method", "self-extend", "--target", "128", "--results", str(results))
-    assert refused.returncode == 2 and "hf: models take a frequency method" in refused.stderr
+    done = poscli("extend", f"hf:{folder}", "--method", "self-extend", "--target", "128", "--results", str(results))
+    assert done.returncode == 0, done.stderr  # a remapping, computed through transformers' AttentionInterface
+    remapped = results / "pretrained" / f"{architecture}+self-extend-128"
+    done = poscli("eval", f"hf:{remapped}", "--lengths", "32,128", "--table", "remapped", *common)
+    assert done.returncode == 0, done.stderr
+    assert (pd.read_csv(results / "remapped.csv")["ppl"] > 1).all()
+    refused = poscli("extend", f"hf:{folder}", "--method", "logn", "--target", "128", "--results", str(results))
+    assert refused.returncode == 2 and "hf: models take a remapping or a frequency method" in refused.stderr
+
+
+@pytest.mark.parametrize("method", ["self-extend", "rerope", "dca", "lm-infinite"])
+def test_a_remapped_hf_model_gives_poscli_remapped_logits_on_the_same_weights(tmp_path, method):
+    """An exported RoPE run extended as hf:DIR by a remapping: transformers' model, with poscli's
+    attention registered in its AttentionInterface, gives the logits of poscli's own remapped model
+    (the same weights and plan) past the train length."""
+    import torch
+
+    from poscli.config import ModelConfig
+    from poscli.export.hf import export
+    from poscli.extension import methods
+    from poscli.model import runs
+    from poscli.model.gpt import GPT
+    from poscli.model.pretrained import extend_pretrained, load_pretrained
+    from tests.conftest import tiny_config
+    from tests.export.test_export import make_run
+
+    run = make_run(tmp_path, tiny_config("rope"))
+    export(run, tmp_path / "hf")
+    folder = extend_pretrained(f"hf:{tmp_path / 'hf'}", method, 128, tmp_path / "remapped")
+    hf_model, config = load_pretrained(f"hf:{folder}")
+    plan = methods.plan_remap(method, 32, 128)
+    assert config["remap"] == plan.to_dict()
+    model, _ = runs.load_model(run)
+    remapped = GPT(ModelConfig.from_dict({**model.config.to_dict(), "remap": plan.to_dict()})).eval()
+    remapped.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, 256, (2, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        theirs, ours, plain = hf_model(tokens), remapped(tokens), model(tokens)
+    torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(theirs[:, 40:], plain[:, 40:], atol=1e-3)  # the remapping changed something
