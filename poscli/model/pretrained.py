@@ -16,6 +16,7 @@ from poscli.errors import PoscliError
 
 PREFIX = "hf:"
 REMAP_KEY = "poscli_remap"  # config.json: a remapping (poscli.extension.remap) poscli's attention applies
+SCALING_KEY = "poscli_query_scaling"  # config.json: an attention temperature (a QueryScalingMethod's record)
 ATTENTION_NAME = "poscli_remap"  # the function registered in transformers' AttentionInterface for it
 
 
@@ -74,6 +75,7 @@ def pretrained_config(name: str) -> dict:
         "model": {"pe": pe, "train_length": int(length)},
         "pretrained": source,
         "remap": getattr(config, REMAP_KEY, None),
+        "query_scaling": getattr(config, SCALING_KEY, None),
     }
 
 
@@ -113,7 +115,7 @@ def load_pretrained(name: str, device: str = "cpu"):
     source = source_of(name)
     config = pretrained_config(name)
     settings = {"dtype": "auto"}
-    if config.get("remap"):  # an extension by a remapping: poscli's attention, through transformers' own interface
+    if config.get("remap") or config.get("query_scaling"):  # poscli's attention, through transformers' interface
         transformers.AttentionInterface.register(ATTENTION_NAME, remapped_attention_function)
         settings["attn_implementation"] = ATTENTION_NAME
     model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, **settings))
@@ -144,17 +146,17 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
     import torch
 
     from poscli.extension import methods
-    from poscli.extension.methods.protocol import FrequencyMethod, RemapMethod
+    from poscli.extension.methods.protocol import FrequencyMethod, QueryScalingMethod, RemapMethod
 
     transformers = _transformers()
     chosen = methods.get(method)
-    if issubclass(chosen, RemapMethod):
+    if issubclass(chosen, (RemapMethod, QueryScalingMethod)) and chosen.name != "drope":
         return _remapped_copy(name, chosen, target, out, options or {})
     if not issubclass(chosen, FrequencyMethod) or chosen.transformers_type is None:
         usable = [m for m in methods.frequency_method_names()[1:] if methods.get(m).transformers_type is not None]
         raise PoscliError(
-            f"--method {method}: hf: models take a remapping or a frequency method transformers has a rope type "
-            f"for: {', '.join(usable)} (ntk and base: a new rope_theta)"
+            f"--method {method}: hf: models take a remapping, an attention temperature, or a frequency method "
+            f"transformers has a rope type for: {', '.join(usable)} (ntk and base: a new rope_theta)"
         )
     source = source_of(name)
     config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
@@ -201,16 +203,26 @@ def _copy_model(name: str, source: str, out: Path, config: dict) -> None:
 
 
 def _remapped_copy(name: str, chosen, target: int, out: Path, options: dict) -> Path:
-    """A remapping (Self-Extend, ReRoPE, DCA, ...) recorded in a copy's config.json (``poscli_remap``),
-    which ``load_pretrained`` computes through transformers' AttentionInterface."""
+    """A remapping (Self-Extend, ReRoPE, DCA, ...) or an attention temperature recorded in a copy's
+    config.json (``poscli_remap``, ``poscli_query_scaling``), which ``load_pretrained`` computes through
+    transformers' AttentionInterface."""
     transformers = _transformers()
     source = source_of(name)
     config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
     _, _, original = _rope_of(config)
     if target <= original:
         raise PoscliError(f"--target {target} is not longer than the model's length {original}")
-    plan = chosen.plan(original, target, **chosen.check_options(options))
-    config[REMAP_KEY] = plan.to_dict()
+    from poscli.config import ModelConfig
+    from poscli.extension.methods.protocol import RemapMethod
+
+    checked = chosen.check_options(options)
+    if issubclass(chosen, RemapMethod):
+        config[REMAP_KEY] = chosen.plan(original, target, **checked).to_dict()
+    else:  # the record a poscli run would hold (its method, original length and options)
+        changes = chosen.extended_config(
+            None, ModelConfig(train_length=original), target / original, target, checked, {}
+        )
+        config[SCALING_KEY] = changes["query_scaling"]
     config["poscli_extension"] = {"from": source, "method": chosen.name, "target": target, "original_length": original}
     _copy_model(name, source, out, config)
     return out
@@ -240,15 +252,23 @@ def remapped_attention_function(module, query, key, value, attention_mask, dropo
     from poscli.extension import methods
     from poscli.extension.scaling import default_inv_freq
 
+    B, H, T, hd = query.shape
+    positions = torch.arange(T, device=query.device)
+    recorded = getattr(module.config, SCALING_KEY, None)
+    if recorded:  # an attention temperature: each query scaled, as poscli's GPT does after the rotation
+        recorded = dict(recorded)
+        query = query * methods.get(recorded.pop("method")).query_scale(positions, **recorded).to(query.dtype)[:, None]
+    if not getattr(module.config, REMAP_KEY, None):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     plan = methods.remap_from_dict(dict(getattr(module.config, REMAP_KEY)))
     rotary_dim, base, _ = _rope_of(module.config.to_dict())
     inv_freq = default_inv_freq(rotary_dim, base).to(query.device)
-    B, H, T, hd = query.shape
     groups = H // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)  # (B, H, T, hd)
     if scaling is not None:
         query = query * (scaling * math.sqrt(hd))  # remapped_attention divides by sqrt(hd)
-    positions = torch.arange(T, device=query.device)
 
     def at(x, where):  # x rotated at ``positions``, moved to ``where`` (T,)
         return _turn(x, where.to(positions.device) - positions, inv_freq)

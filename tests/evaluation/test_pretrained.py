@@ -105,11 +105,11 @@ def test_a_tiny_llama_and_qwen2_evaluate_and_extend_by_rope_scaling_and_by_a_rem
     assert refused.returncode == 2 and "hf: models take a remapping or a frequency method" in refused.stderr
 
 
-@pytest.mark.parametrize("method", ["self-extend", "rerope", "dca", "lm-infinite"])
+@pytest.mark.parametrize("method", ["self-extend", "rerope", "dca", "lm-infinite", "llama4-temperature"])
 def test_a_remapped_hf_model_gives_poscli_remapped_logits_on_the_same_weights(tmp_path, method):
-    """An exported RoPE run extended as hf:DIR by a remapping: transformers' model, with poscli's
-    attention registered in its AttentionInterface, gives the logits of poscli's own remapped model
-    (the same weights and plan) past the train length."""
+    """An exported RoPE run extended as hf:DIR by a remapping (or an attention temperature):
+    transformers' model, with poscli's attention registered in its AttentionInterface, gives the
+    logits of poscli's own extended model (the same weights and plan) past the train length."""
     import torch
 
     from poscli.config import ModelConfig
@@ -125,10 +125,15 @@ def test_a_remapped_hf_model_gives_poscli_remapped_logits_on_the_same_weights(tm
     export(run, tmp_path / "hf")
     folder = extend_pretrained(f"hf:{tmp_path / 'hf'}", method, 128, tmp_path / "remapped")
     hf_model, config = load_pretrained(f"hf:{folder}")
-    plan = methods.plan_remap(method, 32, 128)
-    assert config["remap"] == plan.to_dict()
     model, _ = runs.load_model(run)
-    remapped = GPT(ModelConfig.from_dict({**model.config.to_dict(), "remap": plan.to_dict()})).eval()
+    if method == "llama4-temperature":  # an attention temperature: recorded as a poscli run records it
+        changes = {"query_scaling": {"method": method, "original_length": 32, "factor": 4.0, "beta": 0.1,
+                                     "floor_scale": 0.0}}  # fmt: skip
+        assert config["query_scaling"] == changes["query_scaling"]
+    else:
+        changes = {"remap": methods.plan_remap(method, 32, 128).to_dict()}
+        assert config["remap"] == changes["remap"]
+    remapped = GPT(ModelConfig.from_dict({**model.config.to_dict(), **changes})).eval()
     remapped.load_state_dict(model.state_dict())
     tokens = torch.randint(0, 256, (2, 100), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
