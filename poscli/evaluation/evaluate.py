@@ -357,7 +357,7 @@ def _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, 
     the reference row."""
     plans, span_lengths, homes = [], {}, {}
     for name in run_names:
-        folder, config, tokenizer, train_config = _run_parts(name, results)
+        folder, config, tokenizer, train_config = run_parts(name, results)
         fingerprint = tokenizer.fingerprint()
         corpora.tokenizers[fingerprint] = tokenizer
         trained_on = (train_config.data, train_config.heldout_fraction, CorpusOptions.of(train_config), fingerprint)
@@ -385,7 +385,7 @@ def _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, 
     return plans, span_lengths, homes
 
 
-def _run_parts(name: str, results):
+def run_parts(name: str, results):
     """A run's folder, config, tokenizer and training config; for ``hf:NAME`` (a pretrained
     transformers model) no folder, its config and tokenizer, and the default training config
     (whose corpus and held-out fraction it is evaluated on unless --data)."""
@@ -397,6 +397,15 @@ def _run_parts(name: str, results):
     config = runs.read_config(folder)
     train_config = TrainConfig.from_dict(config["train"])
     return folder, config, run_tokenizer(train_config.tokenizer, folder), train_config
+
+
+def load_any(name: str, results, device: str):
+    """A run's model (``runs.load_model``), or an ``hf:`` model's (``poscli.model.pretrained``), and its config."""
+    from poscli.model import pretrained
+
+    if pretrained.is_pretrained(name):
+        return pretrained.load_pretrained(name, device)
+    return runs.load_model(runs.find_run(name, results), device)
 
 
 NOT_APPLICABLE = {
@@ -487,12 +496,7 @@ def evaluate_runs(
     collected = _Rows()
     for plan in plans:
         mark = collected.mark()
-        if plan.folder is None:
-            from poscli.model.pretrained import load_pretrained
-
-            model, config = load_pretrained(plan.config["name"], str(device))
-        else:
-            model, config = runs.load_model(plan.folder, str(device))
+        model, config = load_any(plan.config["name"] if plan.folder is None else str(plan.folder), None, str(device))
         if compile:
             compile_model(model, device, min(plan.lengths), report=progress.console.print if progress else print)
         for length in plan.lengths:

@@ -3,6 +3,7 @@ paper: labelled axes, a title that says what was measured, the train length mark
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -218,8 +219,13 @@ def heatmap_parts(data, table: str) -> list[tuple[str, object]]:
     """A passkey table's heatmaps: (file name, rows) per run, TABLE-RUN.png, and per number of
     keys when a run was scored with more than one (TABLE-RUN-Kkeys.png for K > 1)."""
     if "keys" not in data.columns:
-        return [(f"{table}-{run}.png", part) for run, part in data.groupby("run")]
+        return [(f"{table}-{file_part(run)}.png", part) for run, part in data.groupby("run")]
     return [
-        (f"{table}-{run}{f'-{int(keys)}keys' if int(keys) > 1 else ''}.png", part)
+        (f"{table}-{file_part(run)}{f'-{int(keys)}keys' if int(keys) > 1 else ''}.png", part)
         for (run, keys), part in data.groupby(["run", "keys"])
     ]
+
+
+def file_part(run: str) -> str:
+    """A run's name as part of a file name: an hf:PATH model's slashes and colon made dashes."""
+    return re.sub(r"[^A-Za-z0-9._+@-]+", "-", run).strip("-")

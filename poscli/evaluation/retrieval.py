@@ -24,7 +24,6 @@ from poscli.data.passkey import (
     make_prompt_tokens,
     shortest_prompt_tokens,
 )
-from poscli.data.tokenizer import run_tokenizer
 from poscli.data.tokens import encode
 from poscli.errors import PoscliError
 from poscli.evaluation.stats import wilson_interval
@@ -179,11 +178,13 @@ def evaluate_passkey(
     device = select_device(device)
     if trials < 1:
         raise PoscliError(f"--trials must be at least 1, got {trials}")
-    plans = [_passkey_plan(runs.find_run(name, results), lengths, keys) for name in run_names]
+    from poscli.evaluation.evaluate import load_any
+
+    plans = [_passkey_plan(name, results, lengths, keys) for name in run_names]
     rows = []
-    for folder, run_lengths, template, run_keys, tokenizer in plans:
+    for name, run_lengths, template, run_keys, tokenizer in plans:
         done_before = len(rows)
-        model, config = runs.load_model(folder, str(device))
+        model, config = load_any(name, results, str(device))
         for length in run_lengths:
             label = f"passkey {runs.run_label(config)} @ {length}"
             task = progress.add_task(label, total=len(depths) * trials) if progress else None
@@ -197,16 +198,15 @@ def evaluate_passkey(
     return rows
 
 
-def _passkey_plan(folder, lengths: list[int] | None, keys: int | None) -> tuple:
-    """(folder, lengths, template, keys, tokenizer) of one run, checked before any model loads."""
-    from poscli.evaluation.evaluate import default_lengths
-    from poscli.model import runs
+def _passkey_plan(name: str, results, lengths: list[int] | None, keys: int | None) -> tuple:
+    """(name, lengths, template, keys, tokenizer) of one run (or ``hf:`` model, in its own tokenizer),
+    checked before any model loads."""
+    from poscli.evaluation.evaluate import default_lengths, run_parts
 
-    config = runs.read_config(folder)
+    _, config, tokenizer, _ = run_parts(name, results)
     template, run_keys = run_format(config)
     run_keys = keys or run_keys
     check_format(template, run_keys)
-    tokenizer = run_tokenizer(config["train"].get("tokenizer", "bytes"), folder)
     check_tokenizer(tokenizer)
     run_lengths = lengths or default_lengths(config)
     shortest = shortest_prompt_tokens(template, run_keys, tokenizer) + ANSWER_BUDGET
@@ -215,7 +215,7 @@ def _passkey_plan(folder, lengths: list[int] | None, keys: int | None) -> tuple:
             f"a {template} passkey prompt with {run_keys} key(s) needs at least {shortest} tokens; "
             f"got length {min(run_lengths)} (run {config['name']}); choose longer --lengths"
         )
-    return folder, run_lengths, template, run_keys, tokenizer
+    return name, run_lengths, template, run_keys, tokenizer
 
 
 def _passkey_row(model, config: dict, cell: tuple, device, tokenizer) -> dict:

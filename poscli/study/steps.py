@@ -218,8 +218,8 @@ def evaluate_runs(run_names: list[str], values: dict[str, Any], console=None):
 
     for run_name in run_names:  # a missing run fails before torch is imported
         if is_pretrained(run_name):
-            if values["task"] != EVAL_OPTIONS["task"]:
-                raise PoscliError(f"{run_name}: hf: models take the perplexity evaluation for now, not --task")
+            if values["task"] not in (EVAL_OPTIONS["task"], "passkey"):
+                raise PoscliError(f"{run_name}: hf: models take the perplexity and passkey evaluations for now")
             continue
         find_run(run_name, results)
     if window is not None and sinks is None:

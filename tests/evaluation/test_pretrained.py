@@ -46,8 +46,26 @@ def test_a_hub_name_offline_and_a_missing_folder_fail_in_one_line(tmp_path):
 
 
 def test_hf_models_refuse_other_tasks_for_now(tmp_path):
-    done = poscli("eval", "hf:whatever", "--task", "passkey", "--lengths", "256", "--results", str(tmp_path))
-    assert done.returncode == 2 and "hf: models take the perplexity evaluation for now" in done.stderr
+    done = poscli("eval", "hf:whatever", "--task", "copy", "--sizes", "1-4", "--results", str(tmp_path))
+    assert done.returncode == 2 and "hf: models take the perplexity and passkey evaluations for now" in done.stderr
+
+
+@pytest.mark.slow
+def test_passkey_on_an_exported_run_as_hf_is_the_runs_own(exported):
+    """The same prompts in the model's own tokenizer (here bytes): every cell's accuracy, digit
+    accuracy and answer log-probability equal the run's."""
+    _, results, folder = exported
+    common = ["--task", "passkey", "--lengths", "128", "--depths", "0,50,100", "--trials", "4", "--results",
+              str(results), "--quiet"]  # fmt: skip
+    assert poscli("eval", "r", "--table", "pk-own", *common).returncode == 0
+    done = poscli("eval", f"hf:{folder}", "--table", "pk-hf", *common)
+    assert done.returncode == 0, done.stderr
+    own = pd.read_csv(results / "pk-own.csv").set_index("depth")
+    hf = pd.read_csv(results / "pk-hf.csv").set_index("depth")
+    assert list(hf.index) == list(own.index) == [0, 50, 100]
+    assert (hf["correct"] == own["correct"]).all() and (hf["digit_accuracy"] == own["digit_accuracy"]).all()
+    assert hf["answer_logprob"].tolist() == pytest.approx(own["answer_logprob"].tolist(), rel=1e-4)
+    assert list(results.glob("pk-hf-hf-*.png"))  # the heatmap's file name has no '/' or ':'
 
 
 def tiny_hub_model(folder, architecture: str):
@@ -101,8 +119,8 @@ def test_a_tiny_llama_and_qwen2_evaluate_and_extend_by_rope_scaling_and_by_a_rem
     done = poscli("eval", f"hf:{remapped}", "--lengths", "32,128", "--table", "remapped", *common)
     assert done.returncode == 0, done.stderr
     assert (pd.read_csv(results / "remapped.csv")["ppl"] > 1).all()
-    refused = poscli("extend", f"hf:{folder}", "--method", "logn", "--target", "128", "--results", str(results))
-    assert refused.returncode == 2 and "hf: models take a remapping or a frequency method" in refused.stderr
+    refused = poscli("extend", f"hf:{folder}", "--method", "drope", "--target", "128", "--results", str(results))
+    assert refused.returncode == 2 and "hf: models take a remapping, an attention temperature" in refused.stderr
 
 
 @pytest.mark.parametrize("method", ["self-extend", "rerope", "dca", "lm-infinite", "llama4-temperature"])
