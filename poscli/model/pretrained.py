@@ -131,7 +131,8 @@ def _rope_of(config: dict) -> tuple[int, float, int]:
     if base is None:
         raise PoscliError("this model has no RoPE base in its config (rope_theta): only rotary models are extended")
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    fraction = config.get("partial_rotary_factor") or config.get("rotary_pct") or 1.0
+    fraction = parameters.get("partial_rotary_factor") or config.get("partial_rotary_factor")
+    fraction = fraction or config.get("rotary_pct") or 1.0
     return int(head_dim * fraction), float(base), int(config.get("max_position_embeddings") or 0)
 
 
@@ -167,9 +168,15 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
     factor = target / original
     theta, scaling = chosen.transformers_rope(rotary_dim, base, factor, original, checked)
     if "rope_parameters" in config:  # transformers 5: one dict holds the base and the scaling
-        config["rope_parameters"] = {"rope_theta": theta, **(scaling or {"rope_type": "default"})}
+        kept = config["rope_parameters"] or {}  # what else it holds (GPT-NeoX's partial_rotary_factor)
+        config["rope_parameters"] = {**kept, "rope_theta": theta, **(scaling or {"rope_type": "default"})}
     config["rope_scaling"] = scaling
     config["rope_theta" if "rotary_emb_base" not in config else "rotary_emb_base"] = theta
+    if rotary_dim < (config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]):
+        # transformers 5's GPT-NeoX config re-derives the rotated fraction from rotary_pct (default 0.25)
+        # when it is absent: state it under both names
+        fraction = rotary_dim / (config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+        config["rotary_pct"] = config["partial_rotary_factor"] = fraction
     config["max_position_embeddings"] = target
     config["poscli_extension"] = {"from": source, "method": method, "factor": factor, "target": target,
                                   "original_length": original, "options": checked}  # fmt: skip

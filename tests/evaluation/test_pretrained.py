@@ -81,7 +81,12 @@ def tiny_hub_model(folder, architecture: str):
     torch.manual_seed(0)
     sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=32)  # fmt: skip
-    config = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[architecture](**sizes)
+    if architecture == "gpt_neox":  # GPT-NeoX: one key-value head per query head, half of each head rotated
+        del sizes["num_key_value_heads"]
+        sizes["rotary_pct"] = 0.5
+    classes = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
+               "mistral": transformers.MistralConfig, "gpt_neox": transformers.GPTNeoXConfig}  # fmt: skip
+    config = classes[architecture](**sizes)
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.save_pretrained(str(folder))
     byte_level_tokenizer().save(str(folder / "tokenizer.json"))
@@ -90,7 +95,7 @@ def tiny_hub_model(folder, architecture: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+@pytest.mark.parametrize("architecture", ["llama", "qwen2", "mistral", "gpt_neox"])
 def test_a_tiny_llama_and_qwen2_evaluate_and_extend_by_rope_scaling_and_by_a_remapping(tmp_path, architecture):
     """eval hf:DIR at the model's length and 4x; extend hf:DIR --method yarn writes a folder whose
     frequencies transformers computes as poscli does (checked by the command), then evaluates at 4x;
