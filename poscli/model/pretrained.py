@@ -25,11 +25,13 @@ def is_pretrained(name: str) -> bool:
 
 
 def source_of(name: str) -> str:
-    """The folder or hub name after ``hf:``."""
+    """The folder or hub name after ``hf:``; a path (starting /, . or ~) must exist."""
     source = name[len(PREFIX) :]
     if not source:
         raise PoscliError("hf: needs a model: hf:PATH (a folder transformers loads) or hf:ORG/NAME (online)")
-    return source
+    if source.startswith(("/", ".", "~")) and not Path(source).expanduser().exists():
+        raise PoscliError(f"{name}: cannot load its config (no such folder); give a local folder (hf:PATH)")
+    return str(Path(source).expanduser()) if source.startswith("~") else source
 
 
 def _transformers():
@@ -45,9 +47,7 @@ def _loading(name: str, what: str, load):
     try:
         return load()
     except (OSError, ValueError) as error:
-        source = source_of(name)
-        where = "no such folder" if not Path(source).exists() and "/" not in source.strip("/") else str(error)
-        first = where.strip().splitlines()[0] if where.strip() else type(error).__name__
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise PoscliError(
             f"{name}: cannot load its {what} ({first}); give a local folder (hf:PATH), or be online for a hub name"
         ) from None
