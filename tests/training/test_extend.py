@@ -242,7 +242,7 @@ def test_attention_remappings_extend_without_training_and_evaluate(rope_run):
 @pytest.mark.slow
 def test_issue_34_methods_apply_to_a_rope_run_and_evaluate_at_8x(rope_run):
     """Each temperature, DroPE, Resonance and the remappings of issue 34 on the trained RoPE run (train
-    length 32), then one table at 32 and 8x."""
+    length 32), then one table at 8x."""
     made = []
     for method, steps in [("llama4-temperature", "0"), ("beta-scaling", "0"), ("yarn-beta", "0"),
                           ("resonance", "0"), ("resonance-yarn", "0"), ("drope", "2"), ("string", "0"),
@@ -257,12 +257,12 @@ def test_issue_34_methods_apply_to_a_rope_run_and_evaluate_at_8x(rope_run):
     assert drope["model"]["pe"] == "none" and drope["model"]["train_length"] == 32  # recalibrated at 32
     assert drope["steps_done"] == 2 and drope["model"]["query_scaling"]["method"] == "drope"
     evaluated = poscli(
-        "eval", *made, "--lengths", "32,256", "--results", str(rope_run), "--quiet", "--no-reference",
+        "eval", *made, "--lengths", "256", "--results", str(rope_run), "--quiet", "--no-reference",
         "--table", "temperatures",
     )  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr
     table = pd.read_csv(rope_run / "temperatures.csv")
-    assert len(table) == 2 * len(made) and (table["ppl"] > 1).all()
+    assert len(table) == len(made) and (table["ppl"] > 1).all()
 
 
 @pytest.mark.slow
