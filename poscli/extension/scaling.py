@@ -54,8 +54,10 @@ def ntk_by_parts_inv_freq(
     Dimensions with r_i > beta_fast keep their trained frequency (extrapolate), those with
     r_i < beta_slow are divided by s (interpolate), and a linear ramp in i blends between them:
     the ramp's ends are the dimensions where r = beta_fast and r = beta_slow, floored and ceiled
-    as transformers' ``_compute_yarn_parameters`` does.
+    as transformers' ``_compute_yarn_parameters`` does. Betas out of range are a one-line error
+    (``check_ramp``) for every method built on the ramp (ntk-by-parts, yarn and its variants).
     """
+    check_ramp(beta_fast, beta_slow)
 
     def correction_dim(rotations: float) -> float:
         # the dimension whose wavelength makes `rotations` turns over the original length

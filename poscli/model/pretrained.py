@@ -172,11 +172,11 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
         config["rope_parameters"] = {**kept, "rope_theta": theta, **(scaling or {"rope_type": "default"})}
     config["rope_scaling"] = scaling
     config["rope_theta" if "rotary_emb_base" not in config else "rotary_emb_base"] = theta
-    if rotary_dim < (config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]):
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    if rotary_dim < head_dim:
         # transformers 5's GPT-NeoX config re-derives the rotated fraction from rotary_pct (default 0.25)
         # when it is absent: state it under both names
-        fraction = rotary_dim / (config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
-        config["rotary_pct"] = config["partial_rotary_factor"] = fraction
+        config["rotary_pct"] = config["partial_rotary_factor"] = rotary_dim / head_dim
     config["max_position_embeddings"] = target
     config["poscli_extension"] = {"from": source, "method": method, "factor": factor, "target": target,
                                   "original_length": original, "options": checked}  # fmt: skip
@@ -240,12 +240,12 @@ def _turn(x, delta, inv_freq):
     positions in its first 2 len(inv_freq) dimensions: RoPE's R(p + d) = R(d) R(p)."""
     import torch
 
+    from poscli.encodings.rope import rotate_pairs
+
     rotary = 2 * inv_freq.numel()
     angles = delta.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, r/2)
-    angles = torch.cat((angles, angles), dim=-1)  # (T, r)
-    turned, rest = x[..., :rotary], x[..., rotary:]
-    half = torch.cat((-turned[..., rotary // 2 :], turned[..., : rotary // 2]), dim=-1)
-    return torch.cat((turned * angles.cos().to(x.dtype) + half * angles.sin().to(x.dtype), rest), dim=-1)
+    turned = rotate_pairs(x[..., :rotary], angles.cos().to(x.dtype), angles.sin().to(x.dtype), "halves")
+    return torch.cat((turned, x[..., rotary:]), dim=-1)
 
 
 def remapped_attention_function(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):

@@ -8,8 +8,8 @@ import math
 import torch
 
 from poscli.core.lengths import format_length
-from poscli.errors import PoscliError
 from poscli.extension.methods import register
+from poscli.extension.methods.beta_scaling import checked_beta
 from poscli.extension.methods.protocol import QueryScalingMethod
 
 
@@ -41,10 +41,7 @@ class DroPE(QueryScalingMethod):
 
     @classmethod
     def check_options(cls, options):
-        checked = super().check_options(options)
-        if checked["beta"] < 0:
-            raise PoscliError(f"--beta must be 0 or more, got {checked['beta']:g}")
-        return checked
+        return checked_beta(super().check_options(options))
 
     @classmethod
     def extended_config(cls, encoding, config, factor, target, options, weights):

@@ -14,14 +14,6 @@ class NTKByParts(FrequencyMethod):
     transformers_type = "yarn"
 
     @classmethod
-    def check_options(cls, options):
-        from poscli.extension.scaling import check_ramp
-
-        checked = super().check_options(options)
-        check_ramp(checked["beta_fast"], checked["beta_slow"])
-        return checked
-
-    @classmethod
     def search_space(cls, original_length, target):
         return {"beta_fast": [8.0, 16.0, 32.0, 64.0], "beta_slow": [0.5, 1.0, 2.0]}
 

@@ -14,14 +14,6 @@ class YaRN(FrequencyMethod):
     transformers_type = "yarn"
 
     @classmethod
-    def check_options(cls, options):
-        from poscli.extension.scaling import check_ramp
-
-        checked = super().check_options(options)
-        check_ramp(checked["beta_fast"], checked["beta_slow"])
-        return checked
-
-    @classmethod
     def search_space(cls, original_length, target):
         """The ramp's ends (the paper's 32 and 1 were fitted for LLaMA at 4096) and the temperature
         (0: YaRN's 0.1 ln s + 1; 1: none), the knobs YaRN's issue tracker asks about."""
