@@ -19,8 +19,8 @@ writes to ``--out``:
 - ``BENCH.md``: all of the above as tables, with each of issue 5's targets marked met or not.
 
 Every number is the median of several repeats; ``spread`` is (max - min) / median.
-``--quick`` runs a tiny model at short lengths, its eval rows in one process (the test suite uses it to check
-the tables, not the numbers).
+``--quick`` runs a tiny model at short lengths, its eval rows in one process, and no compiled training (the
+test suite uses it to check the tables, not the numbers; inductor's compile alone would take it ~40 s).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Plan:
             eval_repeats=1,
             matmul_size=64,
             startup_repeats=1,
-            compiled=("rope",),  # one compile checks the table; each takes CPU seconds
+            compiled=(),  # a compile takes the suite ~40 s of a 2-core CPU: make bench measures it
         )
 
 

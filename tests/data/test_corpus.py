@@ -157,3 +157,18 @@ def test_a_bad_split_is_one_line_naming_the_choices(text, phrase):
 def test_a_text_too_short_for_the_split_is_refused():
     with pytest.raises(PoscliError, match="too few"):
         position_split(encode("short text\n"), 0.1, 10)
+
+
+def test_the_held_out_overlap_counts_the_shingles_a_training_document_also_has():
+    rng = np.random.default_rng(0)
+    hashes = rng.integers(0, 300, size=400, dtype=np.uint64)  # repeats: some shared, some not
+    documents = np.sort(rng.integers(0, 8, size=400))
+    heldout = np.array([False, True, False, False, True, False, False, True])
+    held = heldout[documents]
+    got = data.heldout_shingle_overlap((hashes, documents), heldout)
+    in_train = np.array([h in set(hashes[~held].tolist()) for h in hashes[held].tolist()])
+    per_document = [in_train[documents[held] == d].mean() for d in np.flatnonzero(heldout)]
+    assert got == {"share": pytest.approx(in_train.mean()), "worst": pytest.approx(max(per_document))}
+    assert 0 < got["share"] < 1
+    everything_held = data.heldout_shingle_overlap((hashes, documents), np.ones(8, dtype=bool))
+    assert everything_held == {"share": 0.0, "worst": 0.0}  # no training document: nothing shared

@@ -88,6 +88,7 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
     )
     assert json.loads((out / "machine.json").read_text())["torch"] == torch.__version__
     report = (out / "BENCH.md").read_text()
+    assert "## Training with --compile against eager" in report  # not measured by --quick: a compile takes ~40 s
     for heading in (
         "Targets",
         "Matrix-multiply peak",

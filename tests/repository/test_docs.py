@@ -2,15 +2,25 @@
 scratch folder: ```sh blocks with bash (poscli on the PATH, results in the scratch folder),
 ```python blocks with this Python; a ```python block after ``<!-- file: NAME -->`` is written to
 NAME instead (a module a later block imports). A block after ``<!-- not run ... -->`` says why it
-is not (the setup commands that CI itself runs); ```text blocks are output or templates."""
+is not (the setup commands that CI itself runs); ```text blocks are output or templates.
 
+A ```sh block runs command by command in bash, except a plain ``poscli ARGS`` command (no pipe,
+redirection or variable), which runs in this process as ``python -m poscli`` would run it
+(``poscli_in_process``: the same ``main`` and argv, in the block's folder and environment),
+saving each the seconds a fresh interpreter spends importing torch; ``export NAME=VALUE`` holds
+for the commands after it."""
+
+import contextlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import poscli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "recipes" / "README.md"]
@@ -52,12 +62,61 @@ def test_every_runnable_block_runs(path, tmp_path):
             assert done.returncode == 0, f"{path.name}:\n{code}\n{done.stderr[-2000:]}"
             ran += 1
         elif language == "sh":
-            done = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", code], cwd=work, env=env, capture_output=True, text=True
-            )
-            assert done.returncode == 0, f"{path.name}:\n{code}\n{done.stderr[-2000:]}"
+            for command in commands(code):
+                done = run_command(command, work, env)
+                assert done.returncode == 0, f"{path.name}:\n{command}\n{done.stdout[-1000:]}{done.stderr[-2000:]}"
             ran += 1
     assert ran
+
+
+def commands(block: str) -> list[str]:
+    """The block's commands: its lines, a line continued (a trailing backslash, an open quote)
+    joined with the next."""
+    found, pending = [], ""
+    for line in block.splitlines(keepends=True):
+        pending += line
+        try:
+            complete = bool(shlex.split(pending, comments=True)) or not pending.strip()
+        except ValueError:  # an open quote: the command goes on
+            continue
+        if pending.rstrip().endswith("\\"):
+            continue
+        if complete and pending.strip():
+            found.append(pending.strip())
+        pending = ""
+    assert not pending.strip(), f"an unfinished command: {pending}"
+    return found
+
+
+def run_command(command: str, work: Path, env: dict) -> subprocess.CompletedProcess:
+    """One command of a block; ``export`` updates ``env`` for the commands after it."""
+    words = shlex.split(command.replace("\\\n", " "), comments=True)  # a continued line, joined
+    plain = not any(mark in command.split("#")[0] for mark in "|&;<>$`")
+    if words[0] == "export" and plain and all("=" in word for word in words[1:]):
+        env.update(word.split("=", 1) for word in words[1:])
+        return subprocess.CompletedProcess(words, 0, "", "")
+    if words[0] != "poscli" or not plain:
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", command], cwd=work, env=env, capture_output=True, text=True
+        )
+    with environment(env, work):
+        return poscli_in_process(*words[1:], cwd=work)
+
+
+@contextlib.contextmanager
+def environment(env: dict, work: Path):
+    """This process's os.environ replaced by ``env`` and sys.path headed by its PYTHONPATH (relative
+    entries from ``work``), as a fresh ``poscli`` process in ``work`` would see them."""
+    saved_environ, saved_path = dict(os.environ), list(sys.path)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:0] = [str(work / entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        sys.path[:] = saved_path
 
 
 def test_the_readme_is_one_screenful_per_idea_and_lists_every_encoding():
