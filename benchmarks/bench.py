@@ -856,7 +856,8 @@ def run(
     compiled = []
     if only_compile or not only_eval:
         compiled = benchmark_compile(plan, log)
-        write_csv(out / "compile.csv", compiled)
+        if compiled:  # --quick compiles nothing; an empty file would not read back
+            write_csv(out / "compile.csv", compiled)
     elif (out / "compile.csv").exists():
         compiled = pd.read_csv(out / "compile.csv").to_dict("records")
     if not only_eval and not only_compile:
