@@ -70,3 +70,19 @@ def compile_model(model, device: torch.device, length: int, report=print) -> boo
         report(f"--compile: torch.compile failed on {device.type} ({reason}); running eager")
         return False
     return True
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free for a new tensor on ``device``: CUDA's free memory, or Linux's MemAvailable for
+    the CPU; None where neither is known."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "cpu":
+        try:
+            with open("/proc/meminfo", encoding="ascii") as meminfo:
+                for line in meminfo:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+    return None

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from poscli.config import TrainConfig
 from poscli.core.io import atomic_write, locked
@@ -79,6 +80,35 @@ POSITION_COLUMNS = [
 ]
 # Tokens per forward pass when evaluating; long windows go one at a time.
 EVAL_BATCH_TOKENS = 16384
+# Logits (windows x tokens x vocabulary) of one forward, 0.25 GiB in float32: a pretrained model's
+# 32k-150k vocabulary batches fewer windows, and its float64 loss is taken in slices of this size.
+EVAL_BATCH_LOGITS = 1 << 26
+
+
+def eval_batch_size(length: int, vocab_size: int) -> int:
+    """Windows of ``length`` tokens per forward: EVAL_BATCH_TOKENS tokens and EVAL_BATCH_LOGITS logits at most."""
+    return max(1, min(EVAL_BATCH_TOKENS // length, EVAL_BATCH_LOGITS // (length * vocab_size)))
+
+
+def vocab_size(model) -> int:
+    """The model's vocabulary: its config's (poscli's GPT, a transformers model, either compiled);
+    bytes' 256 for a model without one (it sets only how many windows share a forward)."""
+    return int(getattr(getattr(model, "config", None), "vocab_size", 256))
+
+
+def token_losses(logits: Tensor, targets: Tensor) -> np.ndarray:
+    """(B, T) float64 cross-entropy of logits (B, T, V) against targets (B, T), in slices of positions
+    of EVAL_BATCH_LOGITS logits (the float64 copy of a long window of a large vocabulary is the
+    largest tensor of an evaluation); the same logits give the same loss in any batch shape, to 1e-15."""
+    B, T, V = logits.shape
+    step = max(1, EVAL_BATCH_LOGITS // (B * V))
+    slices = [
+        F.cross_entropy(logits[:, i : i + step].transpose(1, 2).double(), targets[:, i : i + step], reduction="none")
+        for i in range(0, T, step)
+    ]  # each (B, step)
+    return torch.cat(slices, dim=1).cpu().numpy()
+
+
 REFERENCE_TOKENS = 1 << 24  # the 3-gram of a prepared corpus counts its first 16M training tokens
 
 
@@ -121,17 +151,13 @@ def perplexity(
     for window in windows:
         by_length.setdefault(window.length, []).append(window)
     for window_length, group in by_length.items():
-        batch_size = max(1, EVAL_BATCH_TOKENS // window_length)
+        batch_size = eval_batch_size(window_length, vocab_size(model))
         positions = np.arange(window_length)
         for first in range(0, len(group), batch_size):
             chunk = group[first : first + batch_size]
             batch = np.stack([eval_set.spans[w.span, w.start : w.end + 1] for w in chunk])  # (B, T + 1)
             batch = torch.from_numpy(batch).to(device=device, dtype=torch.long)
-            logits = model(batch[:, :-1])  # (B, T, V)
-            # float64 loss: the same logits give the same loss in any batch shape, to 1e-15
-            losses = (
-                F.cross_entropy(logits.transpose(1, 2).double(), batch[:, 1:], reduction="none").cpu().numpy()
-            )  # (B, T)
+            losses = token_losses(model(batch[:, :-1]), batch[:, 1:])  # logits (B, T, V) -> (B, T)
             scored = positions[None, :] >= np.array([w.scored_from for w in chunk])[:, None]  # (B, T)
             losses = np.where(scored, losses, 0.0)
             np.add.at(span_loss, [w.span for w in chunk], losses.sum(1))
@@ -486,6 +512,14 @@ def evaluate_runs(
     data = absolute_spec(data) if data is not None else None
     corpora = _Corpora()
     plans, span_lengths, homes = _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, corpora)
+    for plan in plans:  # a pretrained model's longest window must fit: refused now, in one line
+        if plan.folder is None:
+            from poscli.model.pretrained import check_memory
+
+            longest = max(plan.lengths)
+            windows = eval_batch_size(longest, plan.config["model"]["vocab_size"])
+            report = progress.console.print if progress else None
+            check_memory(plan.config["name"], longest, windows, EVAL_BATCH_LOGITS, device, report)
     eval_sets = {
         key: build_eval_set(
             corpora.of(key), span_length, max_tokens, protocol, all_documents=key.foreign,

@@ -72,7 +72,7 @@ def pretrained_config(name: str) -> dict:
     return {
         "name": name,
         "label": f"{name} ({config.model_type})",
-        "model": {"pe": pe, "train_length": int(length)},
+        "model": {"pe": pe, "train_length": int(length), "vocab_size": int(config.vocab_size)},
         "pretrained": source,
         "remap": getattr(config, REMAP_KEY, None),
         "query_scaling": getattr(config, SCALING_KEY, None),
@@ -97,19 +97,35 @@ def pretrained_tokenizer(name: str):
     return loaded
 
 
+def start_token(tokenizer) -> int | None:
+    """The token the model's tokenizer puts before a text of its own accord (Llama's and Gemma's
+    <s>/<bos>; None for Qwen2 or GPT-NeoX, whose tokenizers add none, and for poscli's exports)."""
+    backend = getattr(tokenizer, "tokenizer", None)  # HFTokenizer's tokenizers.Tokenizer; bytes have none
+    if backend is None:
+        return None
+    plain, marked = backend.encode("a", add_special_tokens=False).ids, backend.encode("a").ids
+    return marked[0] if len(marked) == len(plain) + 1 and marked[1:] == plain else None
+
+
 def load_pretrained(name: str, device: str = "cpu"):
     """The model, called as poscli's GPT is (tokens (B, T) -> logits (B, T, V) float32), in eval mode
-    on ``device`` in the dtype it was saved in, and its config. (Torch is imported here, not with the
-    module: ``poscli eval``'s argument checks read ``is_pretrained`` before any model.)"""
+    on ``device`` in the dtype it was saved in, and its config. Each window is read after the start
+    token its tokenizer adds to a text (``start_token``), as the model saw text in training; the
+    logits are those of the window's own tokens. (Torch is imported here, not with the module:
+    ``poscli eval``'s argument checks read ``is_pretrained`` before any model.)"""
+    import torch
     from torch import nn
 
     class PretrainedLM(nn.Module):
-        def __init__(self, model):
+        def __init__(self, model, bos: int | None):
             super().__init__()
-            self.model = model
+            self.model, self.config, self.bos = model, model.config, bos
 
-        def forward(self, tokens):
-            return self.model(tokens).logits.float()
+        def forward(self, tokens):  # (B, T) -> (B, T, V)
+            if self.bos is not None:
+                tokens = torch.cat([torch.full_like(tokens[:, :1], self.bos), tokens], dim=1)  # (B, 1 + T)
+            logits = self.model(tokens, use_cache=False).logits  # no key-value cache: nothing is generated
+            return logits[:, 1:].float() if self.bos is not None else logits.float()
 
     transformers = _transformers()
     source = source_of(name)
@@ -119,7 +135,53 @@ def load_pretrained(name: str, device: str = "cpu"):
         transformers.AttentionInterface.register(ATTENTION_NAME, remapped_attention_function)
         settings["attn_implementation"] = ATTENTION_NAME
     model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, **settings))
-    return PretrainedLM(model).to(device).eval(), config
+    return PretrainedLM(model, start_token(pretrained_tokenizer(name))).to(device).eval(), config
+
+
+DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+GIB = 2**30
+
+
+def inference_memory(name: str, length: int, windows: int, loss_slice: int) -> dict[str, int]:
+    """Bytes one forward of ``windows`` windows of ``length`` tokens (and the start token) needs, by
+    part: the weights (their files' size in a folder, else counted from the config), one layer's
+    widest activations (hidden states, attention inputs and output, the MLP's intermediate, a causal
+    mask of length^2 values), and the logits in the model's dtype and float32 with the float64
+    loss of a slice of ``loss_slice`` logits. An estimate of the peak, not a bound."""
+    transformers = _transformers()
+    source = source_of(name)
+    config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source))
+    config = getattr(config, "text_config", None) or config
+    size = DTYPE_BYTES.get(str(getattr(config, "dtype", None) or "float32").removeprefix("torch."), 4)
+    width = config.hidden_size
+    mlp = getattr(config, "intermediate_size", None) or 4 * width
+    vocabulary = config.vocab_size
+    files = [*Path(source).glob("*.safetensors"), *Path(source).glob("*.bin")] if Path(source).is_dir() else []
+    heads = 1 if getattr(config, "tie_word_embeddings", False) else 2
+    counted = (heads * vocabulary * width + config.num_hidden_layers * (4 * width * width + 3 * width * mlp)) * size
+    tokens = windows * (length + 1)
+    return {
+        "weights": sum(f.stat().st_size for f in files) or counted,
+        "activations": tokens * (6 * width + 3 * mlp) * size + (length + 1) ** 2 * size,
+        "logits": tokens * vocabulary * (size + 4) + loss_slice * 16,
+    }
+
+
+def check_memory(name: str, length: int, windows: int, loss_slice: int, device, report=None) -> None:
+    """Refuse, in one line, a length whose ``inference_memory`` is more than ``device`` has free;
+    ``report`` (a print) receives the estimate."""
+    from poscli.core.device import free_memory
+
+    parts = inference_memory(name, length, windows, loss_slice)
+    need, free = sum(parts.values()), free_memory(device)
+    detail = ", ".join(f"{part} {value / GIB:.2f}" for part, value in parts.items())
+    if free is not None and need > free:
+        raise PoscliError(
+            f"{name} at length {length} needs about {need / GIB:.1f} GiB ({detail}) and {device} has "
+            f"{free / GIB:.1f} GiB free: give shorter --lengths, or run where there is more memory"
+        )
+    if report is not None:
+        report(f"{name} at {length}: about {need / GIB:.2f} GiB ({detail}; {windows} window(s) per forward)")
 
 
 def _rope_of(config: dict) -> tuple[int, float, int]:

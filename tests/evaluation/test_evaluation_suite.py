@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -238,3 +239,17 @@ def test_perplexity_rows_reach_the_table_run_by_run(passkey_run):
     table = pd.read_csv(passkey_run / "partial-ppl.csv")
     assert set(table["length"]) == {32, 128} and (passkey_run / "partial-ppl_spans.csv").exists()
     assert not (passkey_run / "partial-ppl.md").exists()
+
+
+def test_the_loss_taken_in_slices_equals_the_loss_taken_whole(monkeypatch):
+    """A long window of a large vocabulary: its float64 loss in slices of positions is the loss of
+    the whole logits; batches stay within the logits budget."""
+    import torch.nn.functional as F
+
+    from poscli.evaluation import evaluate
+
+    logits, targets = torch.randn(3, 50, 70, generator=torch.Generator().manual_seed(0)), torch.randint(0, 70, (3, 50))
+    whole = F.cross_entropy(logits.transpose(1, 2).double(), targets, reduction="none").numpy()
+    monkeypatch.setattr(evaluate, "EVAL_BATCH_LOGITS", 3 * 70 * 7)  # slices of 7 positions, the last of 1
+    np.testing.assert_allclose(evaluate.token_losses(logits, targets), whole, rtol=1e-13)
+    assert evaluate.eval_batch_size(10, 70) == 2 and evaluate.eval_batch_size(1000, 70) == 1

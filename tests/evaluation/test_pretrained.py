@@ -174,3 +174,43 @@ def test_a_remapped_hf_model_gives_poscli_remapped_logits_on_the_same_weights(tm
         theirs, ours, plain = hf_model(tokens), remapped(tokens), model(tokens)
     torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(theirs[:, 40:], plain[:, 40:], atol=1e-3)  # the remapping changed something
+
+
+def test_a_window_is_read_after_the_start_token_the_models_tokenizer_adds(tmp_path):
+    """A tokenizer that puts <s> (id 1) before a text: each window is read after it and only the
+    window's own logits come back; a tokenizer that adds nothing (an export's) reads the bare window."""
+    import torch
+    from tokenizers import processors
+
+    from poscli.export.hf import byte_level_tokenizer
+    from poscli.model.pretrained import load_pretrained
+
+    folder = tiny_hub_model(tmp_path / "llama", "llama")
+    tokens = torch.randint(2, 256, (2, 20), generator=torch.Generator().manual_seed(0))
+    bare, _ = load_pretrained(f"hf:{folder}")
+    with torch.no_grad():
+        assert bare.bos is None
+        torch.testing.assert_close(bare(tokens), bare.model(tokens).logits, rtol=0, atol=0)
+        tokenizer = byte_level_tokenizer()
+        tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+        tokenizer.save(str(folder / "tokenizer.json"))
+        marked, _ = load_pretrained(f"hf:{folder}")
+        after_start = marked.model(torch.cat([torch.ones(2, 1, dtype=torch.long), tokens], 1)).logits[:, 1:]
+        assert marked.bos == 1 and marked(tokens).shape == (2, 20, 256)
+        torch.testing.assert_close(marked(tokens), after_start, rtol=0, atol=0)
+        assert not torch.allclose(marked(tokens), bare(tokens), atol=1e-4)  # the start token changes the logits
+
+
+def test_a_length_that_cannot_fit_is_refused_in_one_line_before_any_window(tmp_path):
+    """The estimate counts the weights as their files' size and grows with the length; a window of
+    a million tokens (a 10^12-value causal mask) is refused before the evaluation set is built."""
+    from poscli.model.pretrained import inference_memory
+
+    folder = tiny_hub_model(tmp_path / "llama", "llama")
+    name = f"hf:{folder}"
+    short, long = inference_memory(name, 64, 1, 1 << 10), inference_memory(name, 640, 1, 1 << 10)
+    assert short["weights"] == long["weights"] == (folder / "model.safetensors").stat().st_size
+    assert long["activations"] > 10 * short["activations"] and long["logits"] > short["logits"]  # the mask: quadratic
+    done = poscli("eval", name, "--lengths", "1m", "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "at length 1048576 needs about" in done.stderr and "give shorter --lengths" in done.stderr
