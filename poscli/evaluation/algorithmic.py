@@ -10,7 +10,9 @@ teacher-forced, as passkey's: an instance is *exact* when every answer token (th
 included) is the argmax given the true answer before it, which is what greedy decoding would
 return; ``token_accuracy`` is the share of answer tokens that are. ``--sizes 1-64`` (or ``1,2,4,8``)
 are the sizes evaluated, ``--trials`` the instances per size; the instances are the same for every
-run (seeded by task, size and trial). Byte-level runs only. Shape legend: B instances, T tokens.
+run (seeded by task, size and trial). poscli's byte-level runs, and ``hf:`` models in their own
+tokenizer (prompt and answer encoded apart, the answer scored in the model's tokens, after the start
+token the tokenizer adds; ``poscli.model.pretrained``). Shape legend: B instances, T tokens.
 """
 
 from __future__ import annotations
@@ -94,30 +96,44 @@ class AlgorithmicTask(Task):
         device = select_device(options["device"])
         rows = []
         for name in run_names:
-            model, config = self.load_byte_run(name, results, device)
-            own = config["train"].get("task") == self.name  # trained on this task: its sizes are in distribution
-            trained = (config["train"].get("task_sizes") or self.default_sizes) if own else None
+            model, config, tokenizer = self.load_scorable(name, results, device)
+            train = config.get("train", {})  # an hf: model records no training
+            own = train.get("task") == self.name  # trained on this task: its sizes are in distribution
+            trained = (train.get("task_sizes") or self.default_sizes) if own else None
             bar = progress.add_task(f"{self.name} {name}", total=len(sizes)) if progress else None
             for size in sizes:
                 row = {"run": config["name"], "label": runs.run_label(config), "pe": config["model"]["pe"],
-                       "seed": config["train"].get("seed", 0), "task": self.name, "trained_sizes": trained or "",
+                       "seed": train.get("seed", 0), "task": self.name, "trained_sizes": trained or "",
                        "size": size,
                        "in_distribution": bool(trained) and size in parse_sizes(trained), "trials": trials}  # fmt: skip
-                rows.append(row | self.cell(model, size, trials, device))
+                rows.append(row | self.cell(model, size, trials, device, tokenizer))
                 if progress:
                     progress.advance(bar)
         return rows
 
-    def cell(self, model, size: int, trials: int, device) -> dict[str, Any]:
+    def load_scorable(self, name: str, results, device):
+        """A byte-level run (``load_byte_run``), or an ``hf:`` model and its tokenizer. -> (model,
+        config, tokenizer: None for bytes)."""
+        from poscli.model import pretrained
+
+        if not pretrained.is_pretrained(name):
+            return (*self.load_byte_run(name, results, device), None)
+        model, config = pretrained.load_pretrained(name, str(device))
+        return model, config, pretrained.pretrained_tokenizer(name)
+
+    def cell(self, model, size: int, trials: int, device, tokenizer=None) -> dict[str, Any]:
         """One size: exact match with its Wilson interval, token accuracy; n/a where the run has no
-        positions that far (a learned table)."""
+        positions that far (a learned table). ``tokenizer``: an hf: model's (None: bytes)."""
         from poscli.errors import NotApplicable
         from poscli.evaluation.stats import wilson_interval
 
         examples = self.examples(size, trials)
+        masks = [self.scored(answer) for _, answer in examples]
+        if tokenizer is not None and not all(mask.all() for mask in masks):
+            raise PoscliError(f"--task {self.name} scores some characters of each answer: byte-level models only")
         tokens = max(len(prompt) + len(answer) for prompt, answer in examples)
         try:
-            exact, token_accuracy = score(model, examples, device, [self.scored(answer) for _, answer in examples])
+            exact, token_accuracy = score(model, examples, device, masks, tokenizer)
         except NotApplicable as reason:
             nan = float("nan")
             return {"tokens": tokens, "exact": 0, "accuracy": nan, "ci_low": nan, "ci_high": nan,
@@ -167,23 +183,29 @@ class AlgorithmicTask(Task):
         return [path]
 
 
-def score(model, examples: list[tuple[str, str]], device, scored: list[np.ndarray] | None = None):
+def score(model, examples: list[tuple[str, str]], device, scored: list[np.ndarray] | None = None, tokenizer=None):
     """Teacher-forced scores of (prompt, answer) pairs in one padded batch: per instance, exact (every
     scored answer token is the argmax given the true tokens before it) and the share of scored
     answer tokens that are. ``scored``: per instance, which answer tokens count ((A,) bool; None:
-    all). Right padding changes nothing before it (causal attention). -> (B,) bool, (B,) float."""
+    all). ``tokenizer``: the model's (prompt and answer encoded apart, so the answer's first token
+    starts at the answer); None: bytes. Right padding changes nothing before it (causal attention).
+    -> (B,) bool, (B,) float."""
     import torch
 
     from poscli.data.tokens import encode
 
-    texts = [encode(prompt + answer).astype(np.int64) for prompt, answer in examples]
-    tokens = torch.zeros(len(texts), max(map(len, texts)), dtype=torch.long)  # (B, T), padded with byte 0
+    encoded = [
+        [(encode if tokenizer is None else tokenizer.encode)(part).astype(np.int64) for part in pair]
+        for pair in examples
+    ]  # per instance: prompt (P,), answer (A,)
+    texts = [np.concatenate(pair) for pair in encoded]
+    tokens = torch.zeros(len(texts), max(map(len, texts)), dtype=torch.long)  # (B, T), padded with token 0
     for row, text in enumerate(texts):
         tokens[row, : len(text)] = torch.from_numpy(text)
     with torch.inference_mode():
         best = model(tokens.to(device)).argmax(-1).cpu().numpy()  # (B, T): the prediction of each next token
     exact, share = np.zeros(len(texts), bool), np.zeros(len(texts))
-    for row, ((prompt, _), text) in enumerate(zip(examples, texts)):
+    for row, ((prompt, _), text) in enumerate(zip(encoded, texts)):
         hits = best[row, len(prompt) - 1 : len(text) - 1] == text[len(prompt) :]  # (A,)
         hits = hits if scored is None else hits[scored[row]]
         exact[row], share[row] = bool(hits.all()), float(hits.mean())

@@ -214,12 +214,15 @@ def evaluate_runs(run_names: list[str], values: dict[str, Any], console=None):
     results, quiet, sinks, window = values["results"], values["quiet"], values["sinks"], values["window"]
     evaluation = tasks.get(values["task"])
     table = check_table_name(values["table"] or evaluation.default_table)
+    from poscli.evaluation.algorithmic import AlgorithmicTask
     from poscli.model.pretrained import is_pretrained
 
     for run_name in run_names:  # a missing run fails before torch is imported
         if is_pretrained(run_name):
-            if values["task"] not in (EVAL_OPTIONS["task"], "passkey"):
-                raise PoscliError(f"{run_name}: hf: models take the perplexity and passkey evaluations for now")
+            if values["task"] not in (EVAL_OPTIONS["task"], "passkey") and not isinstance(evaluation, AlgorithmicTask):
+                raise PoscliError(
+                    f"{run_name}: hf: models take the perplexity, passkey and algorithmic evaluations for now"
+                )
             continue
         find_run(run_name, results)
     if window is not None and sinks is None:

@@ -273,3 +273,11 @@ def test_a_tiny_model_masters_copy_at_its_sizes_and_is_scored_in_and_out_of_dist
     assert list(table["in_distribution"]) == [True] * 4 + [False] * 4
     assert table.loc[[1, 2, 3, 4], "accuracy"].mean() >= 0.9
     assert "not mastered" not in (results / "copy.md").read_text().split("\n")[4]
+    # exported, the same model evaluated as hf:DIR (its byte-level tokenizer) scores the same instances the same
+    assert poscli("export", "copy4", str(tmp_path / "hf"), "--no-check", "--results", str(results)).returncode == 0
+    done = poscli("eval", f"hf:{tmp_path / 'hf'}", "--task", "copy", "--sizes", "1-8", "--trials", "20",
+                  "--table", "copy-hf", "--results", str(results))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    exported = pd.read_csv(results / "copy-hf.csv").set_index("size")
+    assert list(exported["exact"]) == list(table["exact"]) and list(exported["in_distribution"]) == [False] * 8
+    assert list(exported["token_accuracy"]) == list(table["token_accuracy"])

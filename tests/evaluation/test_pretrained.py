@@ -57,8 +57,43 @@ def test_a_hub_name_offline_and_a_missing_folder_fail_in_one_line(tmp_path):
 
 
 def test_hf_models_refuse_other_tasks_for_now(tmp_path):
-    done = poscli("eval", "hf:whatever", "--task", "copy", "--sizes", "1-4", "--results", str(tmp_path))
-    assert done.returncode == 2 and "hf: models take the perplexity and passkey evaluations for now" in done.stderr
+    done = poscli("eval", "hf:whatever", "--task", "multiquery", "--results", str(tmp_path))
+    assert done.returncode == 2 and "hf: models take the perplexity, passkey and algorithmic evaluations" in done.stderr
+
+
+def test_an_algorithmic_task_in_a_models_own_tokenizer_scores_the_answers_tokens():
+    """A tokenizer that merges letters (a BPE trained here): a model that always predicts the true
+    next token is exact on every instance, one that predicts a wrong token on none (the answer scored
+    in the model's tokens, not in bytes)."""
+    import numpy as np
+    import torch
+
+    from poscli.data.tokenizer import train_bpe
+    from poscli.evaluation import tasks
+    from poscli.evaluation.algorithmic import score
+
+    reverse = tasks.get("reverse")
+    examples = reverse.examples(6, 8)
+    tokenizer = train_bpe(["".join(p + a for p, a in examples) * 20], 300)
+    sequences = [np.concatenate([tokenizer.encode(p), tokenizer.encode(a)]) for p, a in examples]
+    assert max(map(len, sequences)) < max(len(p + a) for p, a in examples)  # merged: fewer tokens than bytes
+
+    class Oracle(torch.nn.Module):  # the argmax at each position is the true next token (or, if wrong, the next one)
+        def __init__(self, shift):
+            super().__init__()
+            self.shift = shift
+
+        def forward(self, tokens):  # (B, T) -> (B, T, V)
+            logits = torch.zeros(*tokens.shape, 300)
+            for row, sequence in enumerate(sequences):
+                following = torch.from_numpy(sequence[1:].astype(np.int64))
+                logits[row, torch.arange(len(following)), (following + self.shift) % 300] = 1.0
+            return logits
+
+    exact, share = score(Oracle(0), examples, "cpu", None, tokenizer)
+    assert exact.all() and (share == 1).all()
+    exact, share = score(Oracle(1), examples, "cpu", None, tokenizer)
+    assert not exact.any() and (share == 0).all()
 
 
 @pytest.mark.slow
