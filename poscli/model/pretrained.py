@@ -209,17 +209,19 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
     import torch
 
     from poscli.extension import methods
-    from poscli.extension.methods.protocol import FrequencyMethod, QueryScalingMethod, RemapMethod
+    from poscli.extension.methods.protocol import QueryScalingMethod, RemapMethod
 
     transformers = _transformers()
     chosen = methods.get(method)
     if issubclass(chosen, (RemapMethod, QueryScalingMethod)) and chosen.name != "drope":
         return _remapped_copy(name, chosen, target, out, options or {})
-    if not issubclass(chosen, FrequencyMethod) or chosen.transformers_type is None:
-        usable = [m for m in methods.frequency_method_names()[1:] if methods.get(m).transformers_type is not None]
+    rope = _rope_method(chosen)
+    if rope is None:
+        usable = [m for m in methods.frequency_method_names()[1:] if _rope_method(methods.get(m)) is not None]
         raise PoscliError(
             f"--method {method}: hf: models take a remapping, an attention temperature, or a frequency method "
             f"transformers has a rope type for: {', '.join(usable)} (ntk and base: a new rope_theta)"
+            + ("; DroPE recalibrates by training, which hf: extension does not do" if method == "drope" else "")
         )
     source = source_of(name)
     config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
@@ -228,16 +230,19 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
         raise PoscliError(f"--target {target} is not longer than the model's length {original}")
     checked = chosen.check_options(options or {})
     factor = target / original
-    theta, scaling = chosen.transformers_rope(rotary_dim, base, factor, original, checked)
+    theta, scaling = rope.transformers_rope(rotary_dim, base, factor, original, _own(rope, checked))
+    if rope is not chosen:  # yarn-beta: YaRN's rope type, and the temperature as an attention function computes it
+        config[SCALING_KEY] = {"method": method, "original_length": original,
+                               **{key: value for key, value in checked.items() if key not in rope.options}}  # fmt: skip
     if "rope_parameters" in config:  # transformers 5: one dict holds the base and the scaling
         kept = config["rope_parameters"] or {}  # what else it holds (GPT-NeoX's partial_rotary_factor)
         config["rope_parameters"] = {**kept, "rope_theta": theta, **(scaling or {"rope_type": "default"})}
     config["rope_scaling"] = scaling
     config["rope_theta" if "rotary_emb_base" not in config else "rotary_emb_base"] = theta
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    if rotary_dim < head_dim:
+    if rotary_dim < head_dim or config.get("model_type") == "gpt_neox":
         # transformers 5's GPT-NeoX config re-derives the rotated fraction from rotary_pct (default 0.25)
-        # when it is absent: state it under both names
+        # when it is absent, and its to_dict() leaves it out: state it under both names
         config["rotary_pct"] = config["partial_rotary_factor"] = rotary_dim / head_dim
     config["max_position_embeddings"] = target
     config["poscli_extension"] = {"from": source, "method": method, "factor": factor, "target": target,
@@ -252,6 +257,26 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
         shutil.rmtree(out)
         raise PoscliError(f"transformers {transformers.__version__} computes other frequencies for {method}; not kept")
     return out
+
+
+def _rope_method(chosen):
+    """The frequency method whose transformers rope type writes ``chosen``'s frequencies: itself, or
+    for a frequency method with an attention temperature (``yarn-beta``) the parent that has one;
+    None where transformers has no rope type for them."""
+    from poscli.extension.methods.protocol import FrequencyMethod
+
+    if not issubclass(chosen, FrequencyMethod):
+        return None
+    if chosen.transformers_type is not None:
+        return chosen
+    if not hasattr(chosen, "query_scale"):
+        return None
+    return next((c for c in chosen.__mro__[1:] if getattr(c, "transformers_type", None)), None)
+
+
+def _own(method, options: dict) -> dict:
+    """The options ``method`` declares, of ``options``."""
+    return {key: value for key, value in options.items() if key in method.options}
 
 
 def _copy_model(name: str, source: str, out: Path, config: dict) -> None:

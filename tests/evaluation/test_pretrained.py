@@ -36,6 +36,13 @@ def test_an_exported_run_evaluated_as_hf_gives_the_runs_own_perplexity(exported)
     for length in (32, 64):
         assert hf.loc[length, "tokens"] == own.loc[length, "tokens"] > 0  # the same held-out tokens
         assert hf.loc[length, "ppl"] == pytest.approx(own.loc[length, "ppl"], rel=1e-4)
+    # extended by YaRN to 4x (the export's GPT-NeoX layout rotates the whole head), then evaluated there
+    done = poscli("extend", f"hf:{folder}", "--method", "yarn", "--target", "128", "--results", str(results))
+    assert done.returncode == 0, done.stderr
+    done = poscli("eval", f"hf:{results / 'pretrained' / 'hf+yarn-128'}", "--data", str(corpus), "--lengths", "128",
+                  "--table", "hf-yarn", "--results", str(results), "--no-reference", "--quiet")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert pd.read_csv(results / "hf-yarn.csv")["ppl"].between(1, 256).all()
 
 
 def test_a_hub_name_offline_and_a_missing_folder_fail_in_one_line(tmp_path):
@@ -174,11 +181,13 @@ def test_a_tiny_llama_and_qwen2_evaluate_and_extend_by_rope_scaling_and_by_a_rem
     assert refused.returncode == 2 and "hf: models take a remapping, an attention temperature" in refused.stderr
 
 
-@pytest.mark.parametrize("method", ["self-extend", "rerope", "dca", "lm-infinite", "llama4-temperature"])
+@pytest.mark.parametrize("method", ["self-extend", "rerope", "dca", "lm-infinite", "llama4-temperature", "yarn-beta"])
 def test_a_remapped_hf_model_gives_poscli_remapped_logits_on_the_same_weights(tmp_path, method):
     """An exported RoPE run extended as hf:DIR by a remapping (or an attention temperature):
     transformers' model, with poscli's attention registered in its AttentionInterface, gives the
     logits of poscli's own extended model (the same weights and plan) past the train length."""
+    import json
+
     import torch
 
     from poscli.config import ModelConfig
@@ -199,6 +208,13 @@ def test_a_remapped_hf_model_gives_poscli_remapped_logits_on_the_same_weights(tm
         changes = {"query_scaling": {"method": method, "original_length": 32, "factor": 4.0, "beta": 0.1,
                                      "floor_scale": 0.0}}  # fmt: skip
         assert config["query_scaling"] == changes["query_scaling"]
+    elif method == "yarn-beta":  # YaRN's rope type in config.json, the temperature through the attention function
+        from poscli import encodings
+
+        chosen = methods.get(method)
+        changes = chosen.extended_config(encodings.get("rope"), model.config, 4.0, 128, chosen.check_options({}), {})
+        assert config["query_scaling"] == {"method": "yarn-beta", "original_length": 32, "beta": 0.1}
+        assert json.loads((folder / "config.json").read_text())["rope_scaling"]["rope_type"] == "yarn"
     else:
         changes = {"remap": methods.plan_remap(method, 32, 128).to_dict()}
         assert config["remap"] == changes["remap"]
