@@ -8,6 +8,7 @@ from torch import Tensor
 from poscli.attention.blockwise import RelativeBias
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding, causal_distance
+from poscli.errors import PoscliError
 
 
 def alibi_slopes(n_head: int) -> list[float]:
@@ -47,3 +48,9 @@ class ALiBi(PositionalEncoding):
 
     def relative_bias(self, q: Tensor, layer: int) -> RelativeBias:
         return RelativeBias(slopes=self.slopes)  # -m_h (i - j), linear in the distance
+
+    def transformers_layout(self):
+        raise PoscliError(
+            "transformers' ALiBi models are other networks: MPT has no biases in its MLP and LayerNorms (poscli's "
+            "GPT has), Falcon divides the bias by sqrt(head dim) in bfloat16, BLOOM normalizes the embeddings"
+        )

@@ -148,11 +148,13 @@ def exportable_encodings() -> list[str]:
     """Built-in encodings a transformers architecture expresses (at their default options)."""
     from poscli.config import ModelConfig
 
-    return [
-        name
-        for name in encodings.builtin_names()
-        if encodings.build(ModelConfig(pe=name)).transformers_layout() is not None
-    ]
+    def expressed(name: str) -> bool:
+        try:
+            return encodings.build(ModelConfig(pe=name)).transformers_layout() is not None
+        except PoscliError:  # an encoding that says why no architecture fits (ALiBi)
+            return False
+
+    return [name for name in encodings.builtin_names() if expressed(name)]
 
 
 def layout_of(model, name: str) -> dict:

@@ -116,7 +116,7 @@ def test_check_export_reports_the_difference_at_the_extended_length(tmp_path):
 
 def test_encodings_transformers_lacks_answer_in_one_line(tmp_path):
     assert set(exportable_encodings()) == {"rope", "learned"}
-    for pe in ("alibi", "t5", "xpos", "none"):
+    for pe in ("t5", "xpos", "none"):
         with pytest.raises(
             NotApplicable,
             match=f"--pe {pe}, which no transformers architecture has; poscli export takes runs of --pe learned, rope",
@@ -171,7 +171,18 @@ def test_cli_refuses_an_unexportable_run_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["export", "tiny-alibi", str(tmp_path / "hf"), "--results", str(results)])
     err = capsys.readouterr().err
-    assert done.value.code == 2 and len(err.strip().splitlines()) == 1 and "tiny-alibi has --pe alibi" in err
+    assert done.value.code == 2 and len(err.strip().splitlines()) == 1 and "tiny-alibi cannot be exported" in err
+    assert "MPT has no biases in its MLP and LayerNorms" in err
+
+
+def test_mpt_the_transformers_alibi_architecture_has_none_of_the_biases_an_alibi_run_has():
+    """Why an ALiBi run is not exported as MPT: MPT's linear layers and LayerNorms have no biases,
+    poscli's GPT's MLP and LayerNorms do (if transformers adds them, this fails and export can follow)."""
+    model = transformers.MptForCausalLM(transformers.MptConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=256,
+                                                               attn_config={"alibi": True}))  # fmt: skip
+    ours = GPT(tiny_config("alibi"))
+    assert not [name for name, _ in model.named_parameters() if name.endswith(".bias")]
+    assert {"blocks.0.mlp.0.bias", "blocks.0.norm_attn.bias"} <= {name for name, _ in ours.named_parameters()}
 
 
 def test_exports_carry_special_tokens_and_a_generation_config_that_pipelines_accept(tmp_path):
