@@ -396,6 +396,7 @@ def _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, 
             key = SetKey(*trained_on, False)
         if folder is None:  # a pretrained model: the held-out documents of --data (default the built-in corpus)
             key = SetKey(absolute_spec(spec), train_config.heldout_fraction, CorpusOptions(), fingerprint, False)
+            trained_on = key[:4]  # its 3-gram row: fitted on that corpus' train split
         corpus = corpora.of(key)
         if not foreign and not allow_split_mismatch and folder is not None:
             check_split(config, corpus)
@@ -568,27 +569,64 @@ def _evaluate_length(collected: _Rows, model, config, eval_set: EvalSet, length,
         collected.add(identity, eval_set, result)
 
 
+def _reference_train(corpora: _Corpora, home: tuple, byte_runs: bool) -> np.ndarray | None:
+    """The bytes the 3-gram is fitted on: the train split of ``home`` (a set's runs' corpus; of a
+    prepared corpus, its first REFERENCE_TOKENS tokens, read, not loaded whole); None where the
+    corpus holds no bytes (prepared in another tokenizer)."""
+    corpus = corpora.get(*home) if byte_runs else load_corpus(*home[:3])
+    if corpus.tokenizer != "bytes":
+        return None
+    train = corpus.train_tokens()
+    return train.read(0, min(len(train), REFERENCE_TOKENS)) if isinstance(train, TokenFile) else train
+
+
+def _byte_losses(ngram, tokenizer, eval_set: EvalSet) -> tuple[np.ndarray, np.ndarray]:
+    """Per span of a set in another tokenizer's tokens: the 3-gram's summed loss on the UTF-8 bytes
+    of its tokens 1 .. (the ones a model scores; token 0 is context), and their byte count as
+    bits per byte counts them (``token_bytes``). The perplexity of the row is then per model token:
+    exp(nats of the same text / the model's tokens). -> (S,), (S,)."""
+    token_bytes = eval_set.token_bytes
+    losses, counts = np.zeros(eval_set.num_spans), np.zeros(eval_set.num_spans)
+    for index, span in enumerate(eval_set.spans):
+        first = len(tokenizer.decode(span[:1]).encode("utf-8"))
+        text = np.frombuffer(tokenizer.decode(span).encode("utf-8"), dtype=np.uint8)
+        losses[index] = ngram.token_losses(text)[max(first - 1, 0) :].sum()  # targets: bytes first ..
+        counts[index] = token_bytes[span[1:]].sum()
+    return losses, counts
+
+
 def _reference_rows(collected: _Rows, eval_sets: dict, plans: list[_Plan], homes: dict, corpora: _Corpora, stride):
-    """The context-free 3-gram row (``poscli.evaluation.reference``) on every byte-level set, at
-    every length asked of it, fitted on the train split of the set's runs' corpus."""
+    """The context-free 3-gram row (``poscli.evaluation.reference``) on every set, at every length
+    asked of it, fitted on the bytes of the train split of the set's runs' corpus: on a byte-level
+    set over its tokens, on a set in another tokenizer (a BPE run, an hf: model) over the same text's
+    bytes (``_byte_losses``)."""
     from poscli.evaluation.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
 
     for key, eval_set in eval_sets.items():
-        if corpora.tokenizers[key.fingerprint].spec != "bytes":
-            continue  # the 3-gram reference is over bytes (a dense 256^3 table)
-        train = corpora.get(*homes[key]).train_tokens()
-        if isinstance(train, TokenFile):  # a prepared corpus: its first REFERENCE_TOKENS tokens, read, not loaded whole
-            train = train.read(0, min(len(train), REFERENCE_TOKENS))
-        ngram = NGram.fit(train)
-        span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])
+        tokenizer = corpora.tokenizers[key.fingerprint]
+        train = _reference_train(corpora, homes[key], tokenizer.spec == "bytes")
+        if train is None:
+            continue  # a corpus prepared in other tokens: no bytes to fit the 3-gram on
+        ngram = NGram.fit(train)  # over bytes (a dense 256^3 table), whatever the runs' tokenizer
+        if tokenizer.spec == "bytes":
+            span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])
+            span_bytes = None
+        else:  # the same text in bytes: the nats of the bytes of tokens 1 .. of each span
+            span_loss, span_bytes = _byte_losses(ngram, tokenizer, eval_set)
         span_tokens = np.full(eval_set.num_spans, float(eval_set.span_length))
-        config = {"name": REFERENCE_RUN, "model": {"pe": "reference", "train_length": 0}}
+        # in another tokenizer: a row of its own (per that tokenizer's token), beside a byte set's on the same corpus
+        bytes_set = span_bytes is None
+        name = REFERENCE_RUN if bytes_set else f"{REFERENCE_RUN}-{key.fingerprint[:8]}"
+        label = f"3-gram, no positions ({homes[key][0]} train split)"
+        if not bytes_set:
+            short = tokenizer.spec.rstrip("/").rsplit("/", 1)[-1]  # an hf: model's folder or hub name, not its path
+            label = f"3-gram over bytes, no positions ({homes[key][0]} train split), per {short} token"
+        config = {"name": name, "model": {"pe": "reference", "train_length": 0}}
         for length in sorted({n for plan in plans if plan.key == key for n in plan.lengths}):
-            identity = {
-                **_identity({**config, "label": REFERENCE_LABEL}, eval_set, length, stride),
-                "label": f"3-gram, no positions ({homes[key][0]} train split)",
+            identity = {**_identity({**config, "label": REFERENCE_LABEL}, eval_set, length, stride), "label": label}
+            result = summarize(eval_set, span_loss, span_tokens, span_bytes) | {
+                "windows": len(eval_set.windows(length, stride))
             }
-            result = summarize(eval_set, span_loss, span_tokens) | {"windows": len(eval_set.windows(length, stride))}
             collected.add(identity, eval_set, result)
 
 

@@ -265,3 +265,38 @@ def test_a_length_that_cannot_fit_is_refused_in_one_line_before_any_window(tmp_p
     done = poscli("eval", name, "--lengths", "1m", "--results", str(tmp_path / "results"))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "at length 1048576 needs about" in done.stderr and "give shorter --lengths" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_3gram_row_of_a_model_in_another_tokenizer_scores_the_same_text_in_bytes(exported, tmp_path):
+    """The 3-gram row is fitted and scored over bytes whatever the model's tokenizer: through an
+    export's byte-level tokenizer it is the run's own 3-gram row (perplexity and bits per byte), and
+    through a BPE tokenizer it spends about the same bits on each byte of the same held-out documents."""
+    import json
+
+    from poscli.data.tokenizer import train_bpe
+
+    corpus, results, folder = exported
+    common = ["--lengths", "64", "--results", str(results), "--quiet"]
+    assert poscli("eval", "r", "--table", "ref-own", *common).returncode == 0
+    done = poscli("eval", f"hf:{folder}", "--data", str(corpus), "--table", "ref-hf", *common)
+    assert done.returncode == 0, done.stderr
+    own = pd.read_csv(results / "ref-own.csv").set_index("pe").loc["reference"]
+    through_hf = pd.read_csv(results / "ref-hf.csv").set_index("pe").loc["reference"]
+    assert through_hf["run"].startswith("reference-3gram-") and through_hf["label"].endswith(", per hf token")
+    assert through_hf["ppl"] == pytest.approx(own["ppl"], rel=1e-9) and through_hf["bpb"] == pytest.approx(own["bpb"])
+
+    bpe = tiny_hub_model(tmp_path / "bpe", "llama")
+    texts = [path.read_text() for path in sorted(corpus.iterdir())]
+    train_bpe(texts, 300).save(bpe)
+    config = json.loads((bpe / "config.json").read_text())
+    (bpe / "config.json").write_text(json.dumps({**config, "vocab_size": 300}))
+    import transformers
+
+    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(bpe)).save_pretrained(bpe)
+    done = poscli("eval", f"hf:{bpe}", "--data", str(corpus), "--table", "ref-bpe", *common)
+    assert done.returncode == 0, done.stderr
+    rows = pd.read_csv(results / "ref-bpe.csv").set_index("pe")
+    reference = rows.loc["reference"]
+    assert reference["ppl"] > own["ppl"]  # per BPE token, each of which stands for several bytes
+    assert reference["bpb"] == pytest.approx(own["bpb"], rel=0.05)
