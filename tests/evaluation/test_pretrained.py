@@ -138,7 +138,8 @@ def tiny_hub_model(folder, architecture: str):
         del sizes["num_key_value_heads"]
         sizes["rotary_pct"] = 0.5
     classes = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
-               "mistral": transformers.MistralConfig, "gpt_neox": transformers.GPTNeoXConfig}  # fmt: skip
+               "mistral": transformers.MistralConfig, "gpt_neox": transformers.GPTNeoXConfig,
+               "gemma": transformers.GemmaConfig}  # fmt: skip
     config = classes[architecture](**sizes)
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.save_pretrained(str(folder))
@@ -148,7 +149,7 @@ def tiny_hub_model(folder, architecture: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("architecture", ["llama", "qwen2", "gpt_neox"])
+@pytest.mark.parametrize("architecture", ["llama", "qwen2", "gpt_neox", "gemma"])
 def test_a_tiny_llama_and_qwen2_evaluate_and_extend_by_rope_scaling_and_by_a_remapping(tmp_path, architecture):
     """eval hf:DIR at the model's length and 4x; extend hf:DIR --method yarn writes a folder whose
     frequencies transformers computes as poscli does (checked by the command), then evaluates at 4x;
