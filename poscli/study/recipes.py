@@ -202,6 +202,7 @@ class _RecipeParser:
                 name = _render(entry["name"], options, where)
                 group = _render(entry["name"], {**options, "seed": "*"}, where, group=True)
                 steps.append(Step("train", name, group=group, detail=_describe(options), options=options))
+                self.check_values(steps[-1], "train", index)
         _check_unique([s.name for s in steps], self.path)
         return steps
 
@@ -224,6 +225,7 @@ class _RecipeParser:
                     lineage = {"parent": parent.name, "parent_options": parent.options}
                     detail = f"{parent.name}: {_describe(options)}"
                     steps.append(Step("extend", name, group=group, detail=detail, options={**options, **lineage}))
+                    self.check_values(steps[-1], "extend", index)
         _check_unique([s.name for s in [*train_steps, *steps]], self.path)
         return steps
 
@@ -245,7 +247,22 @@ class _RecipeParser:
             groups = {s.name: s.group for s in matched}
             detail = f"{len(names)} runs"
             steps.append(Step("eval", str(entry["table"]), runs=names, detail=detail, options=options, groups=groups))
+            self.check_values(steps[-1], "eval", index)
         return steps
+
+    def check_values(self, step: Step, section: str, index: int) -> None:
+        """The step's values as its command would check them (``poscli.study.steps.check_step``), so a
+        typo in any table fails now, in one line naming the step and the key, before anything runs."""
+        from poscli.study.steps import check_step
+
+        try:
+            check_step(step.kind, step.name, step.positional, step.options)
+        except PoscliError as error:
+            flag = re.search(r"--([a-z][a-z-]*)", str(error))
+            key = flag[1].replace("-", "_") if flag else section
+            if section == "train" and _line_of(self.text, key, section, index) is None:
+                section, index = "defaults", 0  # the value came from [defaults]
+            self.fail(f"[[{step.kind}]] {step.name}: {error}", key, section, index)
 
     def with_budgets(self, entry: dict, matched: list[Step], index: int) -> list[Step]:
         """``budgets``: the matched runs, and (true) or instead of them ("only") their snapshots."""

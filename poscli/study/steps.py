@@ -284,6 +284,36 @@ def _flags(options: dict) -> list[str]:
     return flags
 
 
+def check_step(kind: str, name: str, positional: list[str], options: dict) -> None:
+    """What ``run_step`` would refuse, found before anything runs (``poscli run`` checks every step of
+    a recipe this way, ``--dry-run`` too): every option read as its flag reads it; a training's plan
+    (``train_plan``: the encodings and their options, the training config, its task or mix); an
+    extension's method against its parent's encoding, with its options and fine-tuning
+    (``check_extension``); an evaluation's task."""
+    if kind == "train":
+        from poscli.training.options import train_plan
+
+        train_plan(parsed(TRAIN_DECLARED, {**options, "name": name}))
+    elif kind == "extend":
+        values = parsed(EXTEND_DECLARED, {key: value for key, value in options.items() if key not in LINEAGE_KEYS})
+        if values["options_from"] is not None or values["factors"] is not None:
+            return  # the options come from a file or a search the step itself runs
+        from poscli.training.extend import check_extension
+        from poscli.training.options import train_defaults, with_size
+
+        given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
+        options_given = given | method_options(values["method_option"] or [])
+        parent = with_size(parsed(TRAIN_DECLARED, {**train_defaults(), **options.get("parent_options", {})}))
+        train_length = parent["train_length"]
+        settings = {key: values[key] for key in ("factor", "pose", "cream", "mixed_short")}
+        check_extension(positional[0], parent["pe"], train_length, values["method"], values["target"], options_given,
+                        values["steps"], **settings)  # fmt: skip
+    else:
+        from poscli.evaluation import tasks
+
+        tasks.check_name(parsed(EVAL_DECLARED, options)["task"])
+
+
 def run_step(kind: str, name: str, positional: list[str], options: dict, results=None, resume=False, out=None) -> None:
     """One step of a recipe: ``poscli KIND`` with the recipe's ``options`` (option names as keys,
     values as TOML gives them: read as the command line reads its flags). ``name``: the run to

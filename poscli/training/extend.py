@@ -131,6 +131,28 @@ def _finetune_config(
     return TrainConfig.from_dict({**parent_train, **changes, "seed": seed, "device": device, **positions_from, **mixed})
 
 
+def check_extension(
+    parent: str, pe: str, train_length: int, method: str, target: int, options: dict, steps, **settings
+) -> None:
+    """What ``extend`` refuses before it loads a weight, from the parent's name, encoding and train
+    length alone: the method, whether it applies (a parent that needs no rescaling is an error here),
+    its options (a frequency method's computed once, which checks their ranges), the factor, the
+    fine-tuning steps and position scheme (``settings``: factor, pose, cream, mixed_short). A recipe
+    checks its [[extend]] steps so before it trains their parents."""
+    from poscli.extension.methods.protocol import FrequencyMethod
+
+    try:
+        chosen = applicable_method({"name": parent, "model": {"pe": pe}}, method, target)
+    except Answer as answer:
+        raise PoscliError(str(answer)) from None
+    checked = chosen.check_options(options)
+    factor = _checked_factor(settings.get("factor"), target, train_length)
+    if issubclass(chosen, FrequencyMethod):  # computed once: each option's range is checked there
+        chosen.frequencies(64, 10000.0, factor, train_length, target, **checked)
+    scheme = _position_scheme(settings.get("pose", False), settings.get("cream", False))
+    _mixed_windows(settings.get("mixed_short"), training_steps(chosen, steps, scheme), train_length)
+
+
 def applicable_method(parent: dict, method: str, target: int):
     """The ExtensionMethod class ``method`` if it applies to the run ``parent`` (its config.json);
     an encoding that needs no rescaling is answered (exit 0), a method that does not apply is an error."""

@@ -95,6 +95,22 @@ MALFORMED = [
     (GOOD + '\n[[compare]]\ntable = "mini"\npublished = "vaswani2017"\n', "vaswani2017", "published must be one of"),
     (GOOD.replace('table = "mini"\n', ""), None, "needs 'table'"),
     (GOOD.replace("steps = 0\n", 'steps = 0\nresults = "elsewhere"\n'), "elsewhere", "'results'"),
+    # values, checked as the commands check them, before anything runs (the step named)
+    (GOOD.replace('pe = ["rope", "alibi"]', 'pe = ["rope", "ropee"]'), "ropee", "m-ropee-s0: unknown encoding 'ropee'"),
+    (GOOD.replace("steps = 3", "steps = -2"), "steps = -2", "--steps must be at least 1"),
+    (GOOD.replace('method = ["yarn", "base"]', 'method = ["yarnn"]'), "yarnn", "unknown extension method 'yarnn'"),
+    (
+        GOOD.replace('runs = "m-rope-s*"', 'runs = "m-alibi-s*"'),
+        None,
+        "m-alibi-s0+yarn: run 'm-alibi-s0' uses --pe alibi",
+    ),
+    (GOOD.replace("target = 128", "target = 16"), "target = 16", "--target 16 is not longer than the run's"),
+    (GOOD.replace("steps = 0\n", "steps = 0\nbeta_fast = -1\n"), "beta_fast = -1", "--beta-fast -1 and --beta-slow 1"),
+    (
+        GOOD.replace('lengths = "32,128"', 'lengths = "32,128"\ntask = "passkeyy"'),
+        "passkeyy",
+        "unknown evaluation task",
+    ),
 ]
 
 
