@@ -243,6 +243,7 @@ class TrainConfig(FlatConfig):
     device: str = "auto"
     compile: bool = False  # torch.compile the model (falls back to eager, with one line, where the backend is missing)
     log_every: int = 10
+    logger: str = "jsonl"  # also log to "tensorboard" or "wandb" (poscli.training.loggers); metrics.jsonl always
     checkpoint_every: int = 200
     # Fractions of --steps after which the weights are kept as snapshots (RUN@STEP), e.g. "0.25,0.5":
     # the model at smaller training budgets, for verdicts against the budget. "": none.

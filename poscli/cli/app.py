@@ -535,7 +535,10 @@ def evaluate(run_names: list[str], **values: Any):
     _record(values["results"], table)
 
 
-plot_app = typer.Typer(help="Figures that need no trained model.", no_args_is_help=True)
+plot_app = typer.Typer(
+    help="Figures: training curves of runs (loss); sinusoidal and RoPE decay (decay, no model needed).",
+    no_args_is_help=True,
+)
 app.add_typer(plot_app, name="plot")
 
 
@@ -557,6 +560,26 @@ def plot_decay_command(
     csv_path, png_path = write_decay(results, dim, base, max_distance, pairs, seed)
     print(f"wrote {csv_path} and {png_path}")
     _record(results, "decay")
+
+
+@plot_app.command("loss", epilog="Examples: poscli plot loss rope alibi | poscli plot loss results/runs/tstl-* --facet")
+def plot_loss_command(
+    run_names: Annotated[list[str], typer.Argument(metavar="RUN...", help="Runs: names or run folders.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", metavar="FILE", help="The figure (default RESULTS/loss.png).")
+    ] = None,
+    facet: Annotated[bool, typer.Option("--facet", help="One panel per run instead of one axis for all.")] = False,
+    results: Results = None,
+):
+    """Training curves: each run's training loss and its held-out loss at the train length against tokens seen."""
+    from poscli.model import runs
+
+    folders = [runs.find_run(name, results) for name in run_names]  # a missing run fails before matplotlib
+    from poscli.evaluation.plots import plot_loss
+
+    path = out or runs.results_dir(results) / "loss.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"wrote {plot_loss({f.name: runs.training_curve(f) for f in folders}, path, facet)}")
 
 
 data_app = typer.Typer(help="Corpora: their sources; tokenize once into token files on disk.", no_args_is_help=True)

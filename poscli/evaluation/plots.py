@@ -229,3 +229,36 @@ def heatmap_parts(data, table: str) -> list[tuple[str, object]]:
 def file_part(run: str) -> str:
     """A run's name as part of a file name: an hf:PATH model's slashes and colon made dashes."""
     return re.sub(r"[^A-Za-z0-9._+@-]+", "-", run).strip("-")
+
+
+def plot_loss(curves: dict[str, dict], path: Path, facet: bool = False) -> Path:
+    """Training curves: each run's training loss (the batch's, at every logged step) against tokens
+    seen, and its held-out loss at the train length after the last step with its 95% interval;
+    runs overlaid on one axis, or (``facet``) one panel each. ``curves``: run name -> {"tokens",
+    "loss" (arrays), "heldout": (tokens, loss, low, high) or None, "length": train length}."""
+    names = list(curves)
+    columns = min(3, len(names)) if facet else 1
+    rows = -(-len(names) // columns) if facet else 1
+    size = (5 * columns, 3.4 * rows) if facet else (7, 4.2)
+    figure, grid = plt.subplots(rows, columns, figsize=size, squeeze=False, sharey=facet)
+    axes_of = {name: grid.flat[i] if facet else grid.flat[0] for i, name in enumerate(names)}
+    if not facet:
+        _distinct_colors(grid.flat[0], len(names))
+    for name in names:
+        curve, axes = curves[name], axes_of[name]
+        (line,) = axes.plot(
+            curve["tokens"], curve["loss"], linewidth=1, label=f"{name} (train, length {curve['length']})"
+        )
+        if curve["heldout"] is not None:
+            tokens, loss, low, high = curve["heldout"]
+            axes.errorbar([tokens], [loss], yerr=[[loss - low], [high - loss]], marker="o", color=line.get_color(),
+                          capsize=3, label=f"{name} held-out")  # fmt: skip
+    for axes in grid.flat[: len(names) if facet else 1]:
+        axes.set_xlabel("tokens seen")
+        axes.set_ylabel("loss (nats/token)")
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=7)
+    for axes in grid.flat[len(names) if facet else 1 :]:
+        axes.set_visible(False)
+    figure.suptitle("training loss (logged batches), held-out loss at the train length", fontsize=10)
+    return _save(figure, path)

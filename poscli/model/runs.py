@@ -193,6 +193,47 @@ def read_config(run: Path) -> dict:
         raise PoscliError(f"cannot read {run / CONFIG_FILE}: {error}") from error
 
 
+def read_metrics(run: Path) -> list[dict]:
+    """The records of ``run``'s metrics.jsonl (none if it has none); a torn last line, a write cut
+    short by a kill, is left out, a damaged line before it is a one-line error."""
+    import json
+
+    path = run / METRICS_FILE
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break
+            raise PoscliError(f"{path}, line {number}: not a JSON record; delete the line to go on") from None
+    return records
+
+
+def training_curve(run: Path) -> dict:
+    """What ``poscli plot loss`` draws of a run: tokens seen (step x batch size x train length) and
+    the logged training loss at each logged step, the held-out loss at the train length after the
+    last step with its 95% interval (None before the run finished), and the train length."""
+    import math
+
+    config = read_config(run)
+    tokens_per_step = int(config["train"]["batch_size"]) * int(config["model"]["train_length"])
+    records = [record for record in read_metrics(run) if "loss" in record]
+    heldout = config.get("heldout")
+    return {
+        "tokens": [record["step"] * tokens_per_step for record in records],
+        "loss": [record["loss"] for record in records],
+        "heldout": None
+        if not heldout or heldout.get("loss") is None or math.isnan(heldout["loss"])
+        else (config.get("steps_done", 0) * tokens_per_step, heldout["loss"], math.log(heldout["ci_low"]),
+              math.log(heldout["ci_high"])),
+        "length": int(config["model"]["train_length"]),
+    }  # fmt: skip
+
+
 def write_config(run: Path, config: dict) -> None:
     write_json(run / CONFIG_FILE, config)
 

@@ -313,6 +313,13 @@ TRAIN_DECLARED: dict[str, Option] = declare(
         metavar="N",
     ),
     Option(
+        "logger",
+        "jsonl",
+        "Also log the training curve to tensorboard (RUN/tensorboard) or wandb (offline unless WANDB_MODE says "
+        "otherwise); RUN/metrics.jsonl is always written.",
+        choices=("jsonl", "tensorboard", "wandb"),
+    ),
+    Option(
         "snapshots",
         "",
         "Keep the weights after these fractions of --steps as runs NAME@STEP, e.g. 0.25,0.5 (poscli eval NAME@STEP).",
@@ -773,6 +780,9 @@ def train_plan(values: dict[str, Any]) -> tuple[list[str], ModelConfig, TrainCon
     }
     train_config = TrainConfig(**train)
     train_config.validate()
+    from poscli.training.loggers import check_logger
+
+    check_logger(train_config.logger)  # its package installed, before any run starts
     configs = [encodings.resolve_options(ModelConfig(**model, pe=name, pe_options=options)) for name in names]
     for config in configs:
         positions.configured(encodings.get(config.pe), config, train_config)  # --random-positions fits the encoding

@@ -39,6 +39,7 @@ from poscli.evaluation.evaluate import perplexity
 from poscli.extension import positions as position_schemes
 from poscli.model import runs
 from poscli.model.gpt import GPT
+from poscli.training import loggers
 from poscli.training.distributed import Group, check_batch, data_parallel_loss, group_from_environment
 from poscli.training.distributed import start as start_group
 from poscli.training.optim import make_optimizer
@@ -483,13 +484,9 @@ def _cut_metrics(run: Path, step: int) -> None:
     path = run / runs.METRICS_FILE
     if not path.exists():
         return
-    kept = [
-        line
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and json.loads(line)["step"] <= step
-    ]
+    kept = [record for record in runs.read_metrics(run) if record["step"] <= step]  # a torn last line: dropped
     with atomic_write(path) as handle:
-        handle.write("".join(line + "\n" for line in kept))
+        handle.write("".join(json.dumps(record) + "\n" for record in kept))
 
 
 class _StopRequest:
@@ -559,12 +556,13 @@ class _Log:
     """Every ``log_every`` steps (and the last): a line in metrics.jsonl and the progress bar's
     loss, speed and time left; the bar's count on every step."""
 
-    def __init__(self, metrics, progress: Progress, name: str, step: int, train_config, tokens_per_step: int, start):
+    def __init__(self, metrics, progress: Progress, name: str, step: int, train_config, tokens_per_step: int, start,
+                 logger):  # fmt: skip
         self.task = progress.add_task(
             f"train {name}", total=train_config.steps, completed=step, loss="-", speed="-", left="-"
         )
         self.metrics, self.progress, self.config = metrics, progress, train_config
-        self.tokens_per_step, self.start = tokens_per_step, start
+        self.tokens_per_step, self.start, self.logger = tokens_per_step, start, logger
         self.window_start, self.window_tokens = time.perf_counter(), 0
 
     def step(self, step: int, loss: torch.Tensor, lr: float, budget_seconds: float | None) -> None:
@@ -582,6 +580,8 @@ class _Log:
         record = {"step": step, "loss": round(loss.item(), 5), "lr": lr, "tokens_per_s": round(speed)}
         self.metrics.write(json.dumps({**record, "elapsed_s": round(elapsed, 2)}) + "\n")
         self.metrics.flush()
+        scalars = {"train/loss": record["loss"], "train/lr": lr, "train/tokens_per_s": record["tokens_per_s"]}
+        self.logger.scalars(scalars, step * self.tokens_per_step)
         self.progress.update(
             self.task, completed=step, loss=f"{loss.item():.3f}", speed=f"{speed:,.0f}", left=f"{max(0, left):.0f}s"
         )
@@ -642,6 +642,18 @@ def _train_loop(
     """The steps from ``start_step`` to the end. Every process of a data-parallel group runs it;
     only rank 0 (the one with a ``run`` folder) writes, logs and evaluates."""
     group = Group() if group is None else group
+    train_config = TrainConfig.from_dict(config["train"])
+    start_tokens = start_step * train_config.batch_size * config["model"]["train_length"]
+    with loggers.opened(train_config.logger, run, config, group.is_main, start_tokens) as logger:
+        loop = (run, config, model, optimizer, generator, corpus, device, console, show_progress)
+        return _steps(*loop, start_step, elapsed_before, group, tokenizer, logger)
+
+
+def _steps(
+    run, config, model, optimizer, generator, corpus, device, console, show_progress, start_step, elapsed_before,
+    group: Group, tokenizer, logger: loggers.Logger,
+) -> TrainResult | None:  # fmt: skip
+    """``_train_loop``'s body, with the run's logger (``poscli.training.loggers``) open."""
     main = group.is_main
     loss_fn = data_parallel_loss(model, group)
     model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
@@ -668,7 +680,7 @@ def _train_loop(
     model.train()
     try:
         with progress, _StopRequest() as stop:
-            log = _Log(metrics, progress, config["name"], step, train_config, tokens_per_step, start)
+            log = _Log(metrics, progress, config["name"], step, train_config, tokens_per_step, start, logger)
             while step < train_config.steps:
                 if _stopping(stop, group):
                     checkpoint("interrupted")
@@ -703,7 +715,10 @@ def _train_loop(
     if not main:
         return None
     checkpoint("evaluating")
-    return _finish(run, config, model, corpus, device, tokenizer, (start_step, step), seconds, elapsed_before)
+    result = _finish(run, config, model, corpus, device, tokenizer, (start_step, step), seconds, elapsed_before)
+    if not math.isnan(result.heldout_loss):
+        logger.scalars({"heldout/loss": result.heldout_loss}, step * tokens_per_step)
+    return result
 
 
 def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, steps, seconds, elapsed_before):

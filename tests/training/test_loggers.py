@@ -1,0 +1,99 @@
+"""Training curves: --logger tensorboard writes what TensorBoard reads, --logger wandb logs offline,
+poscli plot loss draws a run's curve, and a torn metrics.jsonl no longer stops a resume."""
+
+import importlib.machinery
+import json
+import math
+import sys
+import types
+
+import pytest
+
+from poscli.model import runs
+from tests.cli.test_cli import TINY, poscli
+from tests.conftest import write_text_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_text_corpus(tmp_path_factory.mktemp("loggers") / "corpus")
+
+
+def train(corpus, results, *extra):
+    done = poscli("train", "--pe", "rope", "--data", str(corpus), "--steps", "20", "--results", str(results),
+                  *TINY, *extra)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return results / "runs" / extra[extra.index("--name") + 1]
+
+
+def test_tensorboard_event_files_hold_the_runs_curve_against_tokens_seen(corpus, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = train(corpus, tmp_path / "results", "--name", "tb", "--logger", "tensorboard")
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert {"train/loss", "train/lr", "train/tokens_per_s", "heldout/loss"} <= set(events.Tags()["scalars"])
+    logged = runs.read_metrics(run)  # metrics.jsonl: the same numbers, per step
+    curve = events.Scalars("train/loss")
+    assert [e.step for e in curve] == [record["step"] * 4 * 32 for record in logged]  # tokens: step x batch x length
+    assert [e.value for e in curve] == pytest.approx([record["loss"] for record in logged], rel=1e-6)
+    heldout = json.loads((run / "config.json").read_text())["heldout"]["loss"]
+    assert events.Scalars("heldout/loss")[0].value == pytest.approx(heldout, rel=1e-6)
+
+
+def test_wandb_logs_offline_unless_told_otherwise(corpus, tmp_path, monkeypatch):
+    """W&B is an optional extra; a stand-in module records what poscli asks of it."""
+    calls = []
+
+    class Run:
+        def log(self, values):
+            calls.append(("log", values))
+
+        def finish(self):
+            calls.append(("finish", None))
+
+    fake = types.ModuleType("wandb")
+    fake.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    fake.init = lambda **settings: calls.append(("init", settings)) or Run()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    run = train(corpus, tmp_path / "results", "--name", "wb", "--logger", "wandb")
+    settings = calls[0][1]
+    assert calls[0][0] == "init" and settings["mode"] == "offline" and settings["dir"] == str(run)
+    logged = [values for kind, values in calls if kind == "log"]
+    assert [v["train/loss"] for v in logged if "train/loss" in v] == [r["loss"] for r in runs.read_metrics(run)]
+    assert "heldout/loss" in logged[-1] and calls[-1] == ("finish", None)
+
+
+def test_a_logger_whose_package_is_missing_is_refused_before_training(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb fails, as where it is not installed
+    done = poscli("train", "--pe", "rope", "--steps", "2", "--logger", "wandb", "--results", str(tmp_path), *TINY)
+    assert done.returncode == 2 and "--logger wandb needs the wandb package: pip install 'poscli[wandb]'" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_plot_loss_draws_each_runs_curve_and_its_held_out_loss(corpus, tmp_path):
+    results = tmp_path / "results"
+    run = train(corpus, results, "--name", "a")
+    train(corpus, results, "--name", "b", "--lr", "3e-3")
+    curve = runs.training_curve(run)
+    heldout = json.loads((run / "config.json").read_text())["heldout"]
+    assert curve["tokens"][-1] == 20 * 4 * 32 and curve["heldout"][0] == 20 * 4 * 32
+    assert curve["heldout"][1:] == pytest.approx((heldout["loss"], math.log(heldout["ci_low"]),
+                                                  math.log(heldout["ci_high"])))  # fmt: skip
+    for extra in ([], ["--facet", "--out", str(tmp_path / "facet.png")]):
+        done = poscli("plot", "loss", "a", "b", "--results", str(results), *extra)
+        assert done.returncode == 0, done.stderr
+    assert (results / "loss.png").stat().st_size > 10_000 and (tmp_path / "facet.png").stat().st_size > 10_000
+    missing = poscli("plot", "loss", "nope", "--results", str(results))
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_a_torn_last_line_of_the_metrics_is_left_out(tmp_path):
+    """A kill mid-write leaves half a line; reading (and resuming, which cuts the file) skips it."""
+    from poscli.training.train import _cut_metrics
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 10, "loss": 5.0}\n{"step": 20, "loss": 4.0}\n{"step": 3')
+    assert [r["step"] for r in runs.read_metrics(tmp_path)] == [10, 20]
+    _cut_metrics(tmp_path, 10)
+    assert [r["step"] for r in runs.read_metrics(tmp_path)] == [10]
