@@ -136,6 +136,7 @@ class TrainResult:
     heldout_length: int = 0
     heldout_bpb: float | None = None  # bits per UTF-8 byte of the scored text (None: loss / ln 2, byte tokens)
     task_accuracy: dict | None = None  # a task run or mix: exact match at its training sizes (tasks.task_accuracy)
+    heldout_tokens: int = 0  # the held-out tokens scored (TrainConfig.eval_tokens of them, at most)
 
     def summary(self) -> str:
         """One line for the console: steps, time, and the held-out perplexity at the train length
@@ -143,9 +144,11 @@ class TrainResult:
         parts = []
         if not math.isnan(self.heldout_loss):
             bpb = self.heldout_bpb if self.heldout_bpb is not None else self.heldout_loss / math.log(2)
+            sample = f" on {self.heldout_tokens:,} held-out tokens" if self.heldout_tokens else ""
             parts.append(
-                f"held-out loss at length {self.heldout_length}: {self.heldout_loss:.4f} nats/token (perplexity "
-                f"{self.heldout_perplexity:.3f}, {bpb:.3f} bits/byte)"
+                f"held-out loss at length {self.heldout_length}{sample}: {self.heldout_loss:.4f} nats/token "
+                f"(perplexity {self.heldout_perplexity:.3f}, {bpb:.3f} bits/byte; poscli eval's table scores a "
+                "sample of its own, the same tokens at every length)"
             )
         if self.task_accuracy:
             a = self.task_accuracy
@@ -757,6 +760,7 @@ def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, s
         heldout_length=model_config.train_length,
         heldout_bpb=heldout["bpb"],
         task_accuracy=config.get("task_accuracy"),
+        heldout_tokens=int(heldout.get("tokens") or 0),
     )
 
 
