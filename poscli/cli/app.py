@@ -240,8 +240,20 @@ def root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = False,
+    trust_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-code",
+            help="Import user code (package.module:Class) a run or recipe names from the current folder too; by "
+            "default only from PYTHONPATH and installed packages.",
+        ),
+    ] = False,
 ):
     """Train tiny GPTs with pluggable positional encodings and measure how they extrapolate."""
+    if trust_code:  # the environment, so a recipe's steps and torchrun's processes inherit it
+        from poscli.core.registry import TRUST_VARIABLE
+
+        os.environ[TRUST_VARIABLE] = "1"
 
 
 # --------------------------------------------------------------------------- commands

@@ -12,9 +12,12 @@ point in the axis' group (``[project.entry-points."poscli.encodings"]`` in its p
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
+import os
 import pkgutil
 import re
+import sys
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -23,6 +26,43 @@ from poscli.errors import PoscliError
 T = TypeVar("T")
 
 USER_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")  # package.module:Class
+
+
+TRUST_VARIABLE = "POSCLI_TRUST_CODE"  # "1": import user code from the current folder too (poscli --trust-code)
+
+
+def implicit_current_folder() -> str | None:
+    """The entry ``python -m`` or ``-c`` puts first on sys.path, the current folder, unless the user
+    named that folder on PYTHONPATH (or Python runs with -P); None where there is none (the
+    ``poscli`` script itself does not put the current folder on the path)."""
+    if sys.flags.safe_path or not sys.path or sys.path[0] not in ("", os.getcwd()):
+        return None
+    named = {os.path.abspath(entry) for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry}
+    return None if os.path.abspath(sys.path[0] or ".") in named else sys.path[0]
+
+
+def import_user_module(module_name: str, asked_by: str):
+    """``module_name`` imported from the user's path (PYTHONPATH, installed packages), never from the
+    current folder that ``python -m`` puts first: a run's config.json or a recipe received from
+    someone else names code, and a file beside it must not run by being there. ``poscli
+    --trust-code`` (POSCLI_TRUST_CODE=1) imports from the current folder too."""
+    trusted, implicit, saved = os.environ.get(TRUST_VARIABLE) == "1", implicit_current_folder(), list(sys.path)
+    if trusted:
+        sys.path.append(os.getcwd())
+    elif implicit is not None:
+        sys.path[:] = [entry for entry in sys.path if entry != implicit]
+    try:
+        return importlib.import_module(module_name)
+    except ImportError:
+        here = importlib.machinery.PathFinder.find_spec(module_name.split(".")[0], [os.getcwd()])
+        if not trusted and here is not None:
+            raise PoscliError(
+                f"{asked_by}: {module_name!r} is in the current folder, which poscli does not import code from; "
+                "put its folder on PYTHONPATH, or give poscli --trust-code if you trust it"
+            ) from None
+        raise
+    finally:
+        sys.path[:] = saved
 
 
 class Registry(Generic[T]):
@@ -126,7 +166,7 @@ class Registry(Generic[T]):
         what loads it again."""
         module_name, _, class_name = spec.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            module = import_user_module(module_name, f"{self.flag} {name}")
         except ImportError as error:
             raise PoscliError(
                 f"{self.flag} {name}: cannot import {module_name!r} ({error}); put its folder on PYTHONPATH or "
