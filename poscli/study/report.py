@@ -137,7 +137,7 @@ def write_report(results=None) -> Path:
             if image.exists():
                 lines += [f"![{image.stem}]({image.name})", ""]
     if (folder / "decay.png").exists():
-        lines += ["## Attention decay (chapter section 4.5)\n"]
+        lines += ["## Attention decay: mean q.k against distance, sinusoidal and RoPE\n"]
         commands = _commands(history, "decay")
         if commands:
             lines += ["Produced by:\n", "```", *commands, "```", ""]
