@@ -721,13 +721,21 @@ def run_recipe(
             "every finished run's rows, and needs no weights to go on.",
         ),
     ] = False,
+    launcher: Annotated[
+        str,
+        typer.Option(
+            metavar="local|slurm|submitit-local",
+            help="local: this machine; slurm: each step a Slurm job through submitit (pip install 'poscli[slurm]'; "
+            "POSCLI_SLURM_PARTITION, _GPUS, _CPUS, _TIMEOUT_MIN); submitit-local: the same jobs as local processes.",
+        ),
+    ] = "local",
     results: Results = None,
 ):
     """Run a whole study: train, extend, evaluate, summarise over seeds, compare with the papers, report.
     Steps already done are skipped and interrupted runs resumed, so running it again continues."""
     from poscli.study.recipes import run_recipe as run
 
-    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console(), each=each)
+    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console(), each=each, launcher=launcher)
 
 
 @app.command(

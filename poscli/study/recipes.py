@@ -483,17 +483,28 @@ def _evaluated(rows, name: str, step: Step) -> bool:
 
 
 def run_recipe(
-    path: str | Path, results=None, jobs: int = 1, dry_run: bool = False, console=None, each: bool = False
+    path: str | Path,
+    results=None,
+    jobs: int = 1,
+    dry_run: bool = False,
+    console=None,
+    each: bool = False,
+    launcher: str = "local",
 ) -> Recipe:
     """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet. With ``each``,
     every trained run (and its snapshots) is evaluated by each [[eval]] that names it as soon as it
     is trained, before the next run starts: a long study stopped at any point keeps the tables of
-    every finished run, and a run whose rows are in every table needs no weights to count as done."""
+    every finished run, and a run whose rows are in every table needs no weights to count as done.
+    ``launcher``: ``local`` (this process, or ``jobs`` processes), or cluster jobs through submitit
+    (``slurm``, ``submitit-local``: ``poscli.study.cluster``)."""
     from rich.console import Console
 
     console = console or Console(stderr=True, soft_wrap=True)
     if jobs < 1:
         raise PoscliError(f"--jobs must be at least 1, got {jobs}")
+    from poscli.study.cluster import check_launcher
+
+    check_launcher(launcher)
     recipe = load_recipe(path)
     check_state(recipe, results, each)
     todo = [s for s in recipe.steps if s.status != "done"]
@@ -523,7 +534,7 @@ def run_recipe(
             if line.startswith(("finished", "FAILED")):
                 progress.advance(overall)
 
-        runner = _Runner(recipe, results, log_dir, report)
+        runner = _Runner(recipe, results, log_dir, report, launcher)
         if each:
             for step in [s for s in todo if s.kind == "train"]:
                 for name, each_step in _each_steps(recipe, step, [s for s in todo if s.kind == "extend"]):
@@ -572,17 +583,24 @@ class _Runner:
     the failed steps and their logs if any fails; Ctrl-C stops the recipe (runs in progress save
     checkpoints) with the command that continues it."""
 
-    def __init__(self, recipe: Recipe, results, log_dir: Path, report):
+    def __init__(self, recipe: Recipe, results, log_dir: Path, report, launcher: str = "local"):
         self.recipe, self.results, self.log_dir, self.report = recipe, results, log_dir, report
+        self.launcher = launcher
 
     def phase(self, named: list[tuple[str, Step]], parallel: int, phase: str) -> None:
         from poscli.training.train import TrainingInterrupted
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            failed = (
-                self.in_processes(named, parallel) if parallel > 1 else [n for n, s in named if not self.here(n, s)]
-            )
+            if self.launcher != "local":  # cluster jobs (poscli.study.cluster)
+                from poscli.study.cluster import run_as_jobs
+
+                calls = [(name, step.call(self.results)) for name, step in named]
+                failed = run_as_jobs(calls, parallel, self.launcher, self.log_dir, self.report)
+            elif parallel > 1:
+                failed = self.in_processes(named, parallel)
+            else:
+                failed = [n for n, s in named if not self.here(n, s)]
         except (KeyboardInterrupt, TrainingInterrupted):
             raise RecipeInterrupted(
                 f"interrupted during the {phase} phase; the runs in progress saved checkpoints. "

@@ -825,3 +825,42 @@ def test_a_dry_run_prints_each_command_as_the_shell_reads_it(tmp_path):
     line = next(line for line in (plan.stdout + plan.stderr).splitlines() if "--name lg-copy-hybrid-s0" in line)
     argv = shlex.split(line.strip())
     assert argv[argv.index("--pe-option") + 1] == "layers=rope@8;rope@8;none" and argv[-1] == "lg-copy-hybrid-s0"
+
+
+TWO_RUNS = (
+    TINY.split("[[train]]")[0].replace('name = "tiny"', 'name = "jobs"')
+    + """
+[[train]]
+name = "j-{{pe}}"
+pe = ["rope", "alibi"]
+
+[[eval]]
+runs = "j-*"
+table = "jobs"
+lengths = "32,64"
+max_tokens = "512"
+"""
+)
+
+
+@pytest.mark.slow
+def test_a_two_run_recipe_as_submitit_jobs_completes_and_resumes(tmp_path_factory):
+    """--launcher submitit-local: each step a job of submitit's LocalExecutor (the Slurm path's offline
+    twin); the same rules: a second run resumes the interrupted run alone and re-evaluates it."""
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "jobs")
+    recipe = write(tmp_path_factory.mktemp("jobs-recipe"), TWO_RUNS.format(corpus=corpus))
+    first = poscli("run", str(recipe), "--results", str(results), "--launcher", "submitit-local", "--jobs", "2")
+    assert first.returncode == 0, first.stderr
+    assert "started train-j-rope (job " in first.stderr and "finished eval-jobs" in first.stderr
+    assert set(pd.read_csv(results / "jobs.csv")["run"]) == {"j-rope", "j-alibi", "reference-3gram"}
+    assert list((results / "logs" / "submitit").glob("*_result.pkl"))  # submitit's own files beside the logs
+    config_path = results / "runs" / "j-rope" / "config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "status": "interrupted"}))
+    second = poscli("run", str(recipe), "--results", str(results), "--launcher", "submitit-local")
+    assert second.returncode == 0, second.stderr
+    assert "started train-j-rope" in second.stderr and "started train-j-alibi" not in second.stderr
+    assert json.loads(config_path.read_text())["status"] == "finished"
+    unknown = poscli("run", str(recipe), "--results", str(results), "--launcher", "pbs")
+    assert unknown.returncode == 2 and "choose one of local, slurm, submitit-local" in unknown.stderr
