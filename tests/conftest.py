@@ -95,6 +95,10 @@ def pytest_collection_modifyitems(items):
 
 
 REPOSITORY = Path(__file__).resolve().parent.parent
+# The checkout on PYTHONPATH, named: user code the tests give by name (examples.power_penalty:PowerPenalty)
+# is then on the user's path, which is where poscli imports a package.module:Class from (not the
+# current folder, poscli.core.registry.import_user_module); the processes the tests start inherit it.
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPOSITORY), *filter(None, [os.environ.get("PYTHONPATH")])])
 IN_PROCESS = "POSCLI_TEST_IN_PROCESS"  # read by run_poscli only: the plugin needs no copy of poscli
 
 

@@ -49,8 +49,8 @@ def import_user_module(module_name: str, asked_by: str):
     trusted, implicit, saved = os.environ.get(TRUST_VARIABLE) == "1", implicit_current_folder(), list(sys.path)
     if trusted:
         sys.path.append(os.getcwd())
-    elif implicit is not None:
-        sys.path[:] = [entry for entry in sys.path if entry != implicit]
+    elif implicit is not None:  # that entry only: a folder a program put on the path itself stays on it
+        del sys.path[len(sys.path) - 1 - sys.path[::-1].index(implicit)]
     try:
         return importlib.import_module(module_name)
     except ImportError:
