@@ -454,8 +454,13 @@ def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1, options: Co
                 f"--heldout-split {options.heldout_split} holds out a whole split; it does not combine with --split "
                 f"{options.split}"
             )
-        from poscli.data.sources.base import RowOptions
+        from poscli.data.sources.base import DatasetSource, RowOptions
 
+        if not isinstance(sources.resolve(spec, options.rows), DatasetSource):  # it would hold out the same text
+            raise PoscliError(
+                f"--heldout-split {options.heldout_split} holds out a split of a dataset; --data {spec} has no splits "
+                "(text files): leave it out, and --heldout-fraction chooses the held-out documents"
+            )
         rows = options.rows or RowOptions()
         held = _cached_documents(spec, dataclasses.replace(rows, split=options.heldout_split))
         tokens = np.concatenate([tokens, held[0]])

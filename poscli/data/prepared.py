@@ -157,8 +157,13 @@ def check_request(out: Path, fraction: float) -> None:
     """Refuse, in one line, a held-out share outside (0, 0.5) or an output folder already in use."""
     if not 0 < fraction < 0.5:
         raise PoscliError(f"--heldout-fraction {fraction}: use a share between 0 and 0.5, e.g. 0.01")
-    if Path(out).exists() and any(Path(out).iterdir()):
-        raise PoscliError(f"{out} exists and is not empty; choose another --out or remove it")
+    if Path(out).exists():
+        found = list(Path(out).iterdir())
+        if found and all(path.name.endswith(".partial") for path in found):  # what a killed prepare left
+            for path in found:
+                path.unlink()
+        elif found:
+            raise PoscliError(f"{out} exists and is not empty; choose another --out or remove it")
 
 
 def choose_tokenizer(spec: str, source: str, rows, fraction: float, sample_bytes: int):
@@ -244,12 +249,17 @@ def prepare(
 
     dtype = token_dtype(tokenizer.vocab_size)
     partial = {name: out / f"{name}.bin.partial" for name in ("train", "heldout")}
-    with open(partial["train"], "wb") as train_file, open(partial["heldout"], "wb") as heldout_file:
-        writer = _SplitWriter(train_file, heldout_file, tokenizer, dtype, fraction)
-        for batch in _batches(documents):
-            writer.add(batch)
-            if progress:
-                progress(len(writer.lengths), writer.read_bytes)
+    try:
+        with open(partial["train"], "wb") as train_file, open(partial["heldout"], "wb") as heldout_file:
+            writer = _SplitWriter(train_file, heldout_file, tokenizer, dtype, fraction)
+            for batch in _batches(documents):
+                writer.add(batch)
+                if progress:
+                    progress(len(writer.lengths), writer.read_bytes)
+    except BaseException:  # a source that fails to read, Ctrl-C: no half-written files left behind
+        for path in partial.values():
+            path.unlink(missing_ok=True)
+        raise
     held = sum(writer.heldout)
     if held == 0 or held == len(writer.heldout):
         for path in partial.values():

@@ -172,3 +172,10 @@ def test_the_held_out_overlap_counts_the_shingles_a_training_document_also_has()
     assert 0 < got["share"] < 1
     everything_held = data.heldout_shingle_overlap((hashes, documents), np.ones(8, dtype=bool))
     assert everything_held == {"share": 0.0, "worst": 0.0}  # no training document: nothing shared
+
+
+def test_a_held_out_split_of_text_files_is_refused_not_the_training_text_again(text_corpus):
+    """Text files have no dataset splits: --heldout-split there would read the training text again as
+    the held-out text (every held-out token seen in training)."""
+    with pytest.raises(PoscliError, match="--heldout-split test holds out a split of a dataset; --data .* has no"):
+        load_corpus(str(text_corpus), options=data.CorpusOptions(heldout_split="test"))

@@ -90,3 +90,25 @@ def test_a_big_text_file_is_cut_at_line_ends_into_documents_that_join_back(tmp_p
     assert all(len(c.encode()) <= 4096 + 20 for c in chunks) and len(chunks) > 50
     corpus = prepare(file_chunks(path, 4096), tmp_path / "p", ByteTokenizer(), 0.1, str(path))
     assert 0 < corpus.heldout.sum() < len(chunks)
+
+
+def test_a_source_that_fails_midway_leaves_no_partial_files_and_a_killed_prepares_are_cleared(tmp_path):
+    """A corpus that cannot be read (here: an error after the first batch) leaves no *.partial files;
+    a folder holding only what a killed prepare left (*.partial) is taken, not refused."""
+    from poscli.data.prepared import check_request
+
+    def failing():
+        yield from (f"document {i} " * 20 for i in range(300))
+        raise PoscliError("cannot read the rest")
+
+    with pytest.raises(PoscliError, match="cannot read the rest"):
+        prepare(failing(), tmp_path / "out", ByteTokenizer(), 0.1, "failing")
+    assert not list((tmp_path / "out").glob("*.partial"))
+    (tmp_path / "killed").mkdir()
+    (tmp_path / "killed" / "train.bin.partial").write_bytes(b"half")
+    check_request(tmp_path / "killed", 0.1)
+    assert not list((tmp_path / "killed").iterdir())
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "meta.json").write_text("{}")
+    with pytest.raises(PoscliError, match="exists and is not empty"):
+        check_request(tmp_path / "used", 0.1)
