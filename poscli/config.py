@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,9 +24,13 @@ LEGACY_OPTION_KEYS = {
 }
 
 
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()
+
+
 class FlatConfig:
-    """Serialises a dataclass to a plain dict (for config.json) and back; unknown keys are ignored
-    so a config written by a newer poscli still loads."""
+    """Serialises a dataclass to a plain dict (for config.json) and back; unknown keys are left out
+    so a config written by a newer poscli still loads, with one line on stderr naming them (a newer
+    poscli's setting this one ignores may change what the run computes)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -33,7 +38,16 @@ class FlatConfig:
     @classmethod
     def from_dict(cls: type[C], values: dict[str, Any]) -> C:
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in cls.migrate(values).items() if k in known})
+        values = cls.migrate(values)
+        unknown = tuple(sorted(set(values) - known))
+        if unknown and (cls.__name__, unknown) not in _WARNED:
+            _WARNED.add((cls.__name__, unknown))
+            print(
+                f"warning: a config.json holds {cls.__name__} keys this poscli does not know ({', '.join(unknown)}), "
+                "left out: was it written by a newer poscli?",
+                file=sys.stderr,
+            )
+        return cls(**{k: v for k, v in values.items() if k in known})
 
     @classmethod
     def migrate(cls, values: dict[str, Any]) -> dict[str, Any]:

@@ -28,10 +28,25 @@ def atomic_write(path: str | os.PathLike, mode: str = "w"):
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
+        _sync_folder(path.parent)  # the rename itself on disk: a power cut after it keeps the new file
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+
+
+def _sync_folder(folder: Path) -> None:
+    """fsync a folder, so the renames in it survive a crash (POSIX; a no-op where folders cannot be opened)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass  # some filesystems refuse to sync a folder; the file itself is synced
+    finally:
+        os.close(descriptor)
 
 
 @contextlib.contextmanager

@@ -27,3 +27,24 @@ def test_atomic_write_gives_files_the_usual_permissions(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "f.md").stat().st_mode) == 0o644
+
+
+def test_the_folder_is_synced_after_the_rename(tmp_path, monkeypatch):
+    """The file is fsynced before the rename and its folder after it, so the new name survives a crash."""
+    import stat
+
+    from poscli.core import io
+
+    synced = []
+    real = io.os.fsync
+    monkeypatch.setattr(io.os, "fsync", lambda fd: synced.append(stat.S_ISDIR(io.os.fstat(fd).st_mode)) or real(fd))
+    io.write_text(tmp_path / "config.json", "{}")
+    assert synced == [False, True]  # the temporary file, then the folder holding the new name
+
+
+def test_a_config_key_this_poscli_does_not_know_is_named_on_stderr_not_dropped_in_silence(capsys):
+    from poscli.config import ModelConfig
+
+    config = ModelConfig.from_dict({"pe": "rope", "n_layer": 2, "attention_temperature_v9": 1.5})
+    assert config.pe == "rope" and config.n_layer == 2
+    assert "ModelConfig keys this poscli does not know (attention_temperature_v9)" in capsys.readouterr().err
