@@ -93,8 +93,7 @@ def extend_pretrained_model(run: str, values: dict[str, Any]) -> Path:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
     if values["steps"]:
         raise PoscliError(f"{run}: hf: models are extended without fine-tuning; drop --steps")
-    given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
-    options = given | method_options(values["method_option"] or [])
+    options = user_method_options(values)
     slug = re.sub(r"[^A-Za-z0-9._+-]", "-", Path(source_of(run)).name or source_of(run))
     name = values["name"] or f"{slug}+{method}-{target}"
     return extend_pretrained(run, method, target, results_dir(values["results"]) / "pretrained" / name, options)
@@ -115,11 +114,9 @@ def extend_run(run: str, values: dict[str, Any], console=None):
         method, tuned = read_options(source, method)
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
-    given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
     options = (
         tuned
-        | given
-        | method_options(values["method_option"] or [])
+        | user_method_options({**values, "method": method})
         | _factors(values["factors"], run, target, results, values["device"], console, quiet)
     )
     from poscli.training.extend import extend
@@ -130,6 +127,26 @@ def extend_run(run: str, values: dict[str, Any], console=None):
         run, method, target, options=options, results=results, console=console, show_progress=not quiet,
         **{key: values[key] for key in settings},
     )  # fmt: skip
+
+
+def user_method_options(values: dict[str, Any]) -> dict[str, Any]:
+    """The method options a user gave (its flags, then -M KEY=VALUE pairs). A 0 for an option whose
+    default is 0 (worked out from the lengths, e.g. Self-Extend's window and group) is refused: it
+    would silently mean the default."""
+    given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
+    given |= method_options(values["method_option"] or [])
+    if values["method"]:
+        from poscli.extension import methods
+
+        declared = methods.get(values["method"]).options
+        for key, value in given.items():
+            if declared.get(key) == 0.0 and not isinstance(value, tuple) and float(value) == 0:
+                flag = "--" + key.replace("_", "-")
+                raise PoscliError(
+                    f"{flag} 0: --method {values['method']} works {flag} out from the lengths when it is left out; "
+                    "leave it out for that, or give a positive value"
+                )
+    return given
 
 
 def method_options(pairs: list[str]) -> dict[str, float | tuple[float, ...]]:
@@ -301,8 +318,7 @@ def check_step(kind: str, name: str, positional: list[str], options: dict) -> No
         from poscli.training.extend import check_extension
         from poscli.training.options import train_defaults, with_size
 
-        given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
-        options_given = given | method_options(values["method_option"] or [])
+        options_given = user_method_options(values)
         parent = with_size(parsed(TRAIN_DECLARED, {**train_defaults(), **options.get("parent_options", {})}))
         train_length = parent["train_length"]
         settings = {key: values[key] for key in ("factor", "pose", "cream", "mixed_short")}

@@ -386,6 +386,13 @@ EXTEND_ERRORS = [
         "--beta-fast 1 and --beta-slow 100: both must be positive",
     ),  # was accepted
     (
+        ["rope", "--method", "self-extend", "--target", "1k", "--window", "0"],
+        "--window 0: --method self-extend works --window out from the lengths when it is left out",
+    ),  # was accepted as the default
+    (["rope", "--method", "self-extend", "--target", "1k", "--group", "0"], "--group 0: --method self-extend"),
+    (["rope", "--method", "leaky-rerope", "--target", "1k", "--leak", "0"], "--leak 0: --method leaky-rerope"),
+    (["rope", "--method", "dca", "--target", "1k", "-M", "chunk=0"], "--chunk 0: --method dca"),
+    (
         ["alibi", "--method", "self-extend", "--target", "1k"],
         "--method self-extend remaps rotary positions and does not apply to --pe alibi",
     ),
