@@ -59,10 +59,34 @@ def _finish_length_plot(figure, axes, table, xlabel: str, ylabel: str, title: st
     return _save(figure, path)
 
 
+# Okabe & Ito's eight colours, told apart with every kind of colour blindness (Wong, 2011, Nature Methods)
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def _distinct_colors(axes, count: int) -> None:
-    """More lines than the default 10-colour cycle: take distinct colours from tab20."""
-    if count > 10:
-        axes.set_prop_cycle(color=plt.cm.tab20(np.linspace(0, 1, count, endpoint=False)))
+    """A colour-blind-safe cycle: Okabe & Ito's colours (black last, which the 3-gram row takes
+    anyway), then the same seven again with another line style and marker, so 28 lines stay apart."""
+    from cycler import cycler
+
+    colours = OKABE_ITO[:7]
+    blocks = max(1, -(-count // len(colours)))
+    styles = [style for style in LINE_STYLES[: min(blocks, len(LINE_STYLES))] for _ in colours]
+    markers = [marker for marker in "os^D"[: min(blocks, len(LINE_STYLES))] for _ in colours]
+    axes.set_prop_cycle(
+        cycler(color=list(colours) * min(blocks, len(LINE_STYLES))) + cycler(linestyle=styles) + cycler(marker=markers)
+    )
+
+
+def short_labels(names) -> dict[str, str]:
+    """Legend labels for run or group names: the words every name shares at its start dropped
+    (``tstl-``), and a seed wildcard (``-s*``) dropped: ``tstl-alibi-s*`` reads ``alibi``."""
+    names = [str(name) for name in names]
+    words = [name.split("-") for name in names]
+    shared = 0
+    while len(names) > 1 and all(len(w) > shared + 1 and w[shared] == words[0][shared] for w in words):
+        shared += 1
+    return {name: re.sub(r"-s\*(?=$|\+|@)", "", "-".join(w[shared:])) or name for name, w in zip(names, words)}
 
 
 def plot_perplexity(table, path: Path, title: str) -> Path:
@@ -78,14 +102,8 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
         part = part.sort_values("length")
         name = label if len(modes) == 1 else f"{label} ({mode})"
         reference = (part["pe"] == "reference").all()
-        line = axes.plot(
-            part["length"],
-            part["ppl"],
-            marker="o",
-            label=name,
-            linestyle="--" if reference else "-",
-            color="black" if reference else None,
-        )[0]
+        style = {"linestyle": "--", "color": "black", "marker": "o"} if reference else {}
+        line = axes.plot(part["length"], part["ppl"], label=name, **style)[0]
         if "ci_low" in part.columns:
             axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.12)
     _plain_log_y(axes)
@@ -100,18 +118,13 @@ def plot_seed_summary(summary, path: Path, title: str) -> Path:
     figure, axes = plt.subplots(figsize=(11, 5))
     rows = summary[summary["seeds"] > 0]
     _distinct_colors(axes, rows["group"].nunique())
+    short = short_labels(rows.loc[rows["pe"] != "reference", "group"].unique())
     for group, part in rows.groupby("group", sort=False):
         part = part.sort_values("length")
         reference = (part["pe"] == "reference").all()
-        label = group if reference else f"{group} ({int(part['seeds'].max())} seeds)"
-        line = axes.plot(
-            part["length"],
-            part["mean"],
-            marker="o",
-            label=label,
-            linestyle="--" if reference else "-",
-            color="black" if reference else None,
-        )[0]
+        label = group if reference else f"{short[group]} ({int(part['seeds'].max())} seeds)"
+        style = {"linestyle": "--", "color": "black", "marker": "o"} if reference else {}
+        line = axes.plot(part["length"], part["mean"], label=label, **style)[0]
         axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.15)
     _plain_log_y(axes)
     return _finish_length_plot(
