@@ -183,24 +183,50 @@ def plot_loss_by_position(table, path: Path, title: str) -> Path:
     )
 
 
-def plot_passkey_heatmap(table, path: Path, title: str) -> Path:
-    """Passkey accuracy per (length, depth) cell for one run: length on x, depth on y."""
+def _heatmap(axes, table, title: str, font: int = 8):
+    """One run's passkey accuracy per (length, depth) cell on ``axes``: length on x, depth on y."""
     pivot = table.pivot_table(index="depth", columns="length", values="accuracy").sort_index(ascending=False)
-    figure, axes = plt.subplots(figsize=(1.2 + 1.1 * len(pivot.columns), 1.2 + 0.6 * len(pivot.index)))
     image = axes.imshow(pivot.values, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     axes.set_xticks(range(len(pivot.columns)), [str(c) for c in pivot.columns])
     axes.set_yticks(range(len(pivot.index)), [f"{d:g}%" for d in pivot.index])
     for (y, x), value in np.ndenumerate(pivot.values):
-        axes.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=8)
+        axes.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=font)
     axes.set_xlabel("context length (tokens)")
     axes.set_ylabel("key depth")
-    axes.set_title(title, fontsize=10)
+    axes.set_title(title, fontsize=10 if font >= 8 else 8)
+    return image, pivot.shape
+
+
+def plot_passkey_heatmap(table, path: Path, title: str) -> Path:
+    """Passkey accuracy per (length, depth) cell for one run: length on x, depth on y."""
+    rows, columns = table.pivot_table(index="depth", columns="length", values="accuracy").shape
+    figure, axes = plt.subplots(figsize=(1.2 + 1.1 * columns, 1.2 + 0.6 * rows))
+    image, _ = _heatmap(axes, table, title)
     figure.colorbar(image, ax=axes, label="exact-match accuracy")
     return _save(figure, path)
 
 
+def plot_passkey_facets(parts: list[tuple[str, object]], path: Path, title: str) -> Path:
+    """Every run's heatmap of one passkey table in one figure, a panel each (``parts``: (panel
+    title, the run's rows)), four to a row, one colour scale."""
+    columns = min(4, len(parts))
+    rows = -(-len(parts) // columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False, layout="constrained")
+    image = None
+    for axes, (name, part) in zip(grid.flat, parts):
+        image, _ = _heatmap(axes, part, name, font=6)
+    for axes in grid.flat[len(parts) :]:
+        axes.set_visible(False)
+    figure.suptitle(title)
+    figure.colorbar(image, ax=grid.ravel().tolist(), label="exact-match accuracy", shrink=min(0.6, 3 / rows))
+    with atomic_write(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=100 if rows <= 8 else 60)
+    plt.close(figure)
+    return path
+
+
 def plot_decay(result: dict, path: Path, dim: int, base: float, pairs: int) -> Path:
-    """Mean q.k against relative distance, sinusoidal versus RoPE (chapter section 4.5)."""
+    """Mean q.k against relative distance, sinusoidal versus RoPE."""
     figure, axes = plt.subplots(figsize=(8, 4.5))
     axes.plot(result["distance"], result["sinusoidal"], label="sinusoidal: (q + PE_i) . (k + PE_j)", linewidth=1)
     axes.plot(result["distance"], result["rope"], label="RoPE: R(i) q . R(j) k", linewidth=1)

@@ -22,3 +22,22 @@ def test_legends_drop_the_shared_prefix_and_the_seed_wildcard():
     groups = ["tstl-alibi-s*", "tstl-rope-s*", "tstl-rope-s*+yarn", "tstl-rope-s*@200"]
     assert list(short_labels(groups).values()) == ["alibi", "rope", "rope+yarn", "rope@200"]
     assert short_labels(["rope"]) == {"rope": "rope"}  # a single name keeps itself
+
+
+def test_a_passkey_table_of_many_runs_is_one_faceted_figure_not_a_file_per_run(tmp_path):
+    """From the committed passkey-extension table: 8 runs give TABLE-heatmaps.png alone; 2 runs give
+    it and each run's own heatmap."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from poscli.evaluation import tasks
+    from poscli.evaluation.tasks.passkey import FACETS_ONLY
+
+    table = pd.read_csv(Path(__file__).resolve().parents[2] / "results/reference/passkey-extension.csv")
+    names = sorted(table["run"].unique())
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    many = tasks.get("passkey").plots(table[table["run"].isin(names[: FACETS_ONLY + 2])], tmp_path / "a", "pk")
+    assert [p.name for p in many] == ["pk-heatmaps.png"]
+    few = tasks.get("passkey").plots(table[table["run"].isin(names[:2])], tmp_path / "b", "pk")
+    assert len(few) == 3 and few[-1].name == "pk-heatmaps.png"

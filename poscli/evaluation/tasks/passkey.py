@@ -11,6 +11,8 @@ from poscli.core.lengths import parse_lengths
 from poscli.evaluation.tasks import register
 from poscli.evaluation.tasks.base import Task
 
+FACETS_ONLY = 6  # a passkey table of more runs gets the one faceted figure, not a heatmap file per run
+
 
 @register("passkey")
 class Passkey(Task):
@@ -60,19 +62,25 @@ class Passkey(Task):
         return (None, "") if summary is None else (summary, passkey_seed_markdown(summary))
 
     def plots(self, data, folder: Path, table: str) -> list[Path]:
-        from poscli.evaluation.plots import heatmap_parts, plot_passkey_heatmap
+        """TABLE-heatmaps.png, every run's heatmap as a panel of one figure; and, for a table of at most
+        FACETS_ONLY runs, each run's own (TABLE-RUN.png), which a larger table would multiply."""
+        from poscli.evaluation.plots import heatmap_parts, plot_passkey_facets, plot_passkey_heatmap
         from poscli.evaluation.retrieval import EFFECTIVE_THRESHOLD, run_effective_lengths
 
-        written = []
-        for name, part in heatmap_parts(data, table):
-            if part["accuracy"].notna().any():
-                keys = int(part["keys"].iloc[0]) if "keys" in part else 1
-                several = f", {keys} keys" if keys > 1 else ""
-                trials = int(part["trials"].iloc[0])
-                effective = next(iter(run_effective_lengths(part).values()))
+        parts = [(name, part) for name, part in heatmap_parts(data, table) if part["accuracy"].notna().any()]
+        written, panels = [], []
+        for name, part in parts:
+            keys = int(part["keys"].iloc[0]) if "keys" in part else 1
+            several = f", {keys} keys" if keys > 1 else ""
+            effective = next(iter(run_effective_lengths(part).values()))
+            panels.append((f"{part['label'].iloc[0]}{several}: effective {effective}", part))
+            if len(parts) <= FACETS_ONLY:
                 title = (
-                    f"passkey accuracy: {part['label'].iloc[0]}{several} ({trials} trials per cell)\n"
-                    f"effective length {effective} (RULER: every length up to it at >= {EFFECTIVE_THRESHOLD:g})"
+                    f"passkey accuracy: {part['label'].iloc[0]}{several} ({int(part['trials'].iloc[0])} trials per "
+                    f"cell)\neffective length {effective} (RULER: every length up to it at >= {EFFECTIVE_THRESHOLD:g})"
                 )
                 written.append(plot_passkey_heatmap(part, folder / name, title))
+        if panels:
+            title = f"passkey accuracy ({table}); effective length: every length up to it at >= {EFFECTIVE_THRESHOLD:g}"
+            written.append(plot_passkey_facets(panels, folder / f"{table}-heatmaps.png", title))
         return written
