@@ -594,6 +594,25 @@ def plot_loss_command(
     print(f"wrote {plot_loss({f.name: runs.training_curve(f) for f in folders}, path, facet)}")
 
 
+@plot_app.command("table", epilog="Example: poscli plot table tstl --runs 'tstl-rope-*' 'tstl-alibi-*'")
+def plot_table_command(
+    table: Annotated[str, typer.Argument(metavar="TABLE", help="A results table, e.g. tstl (RESULTS/TABLE.csv).")],
+    runs: Annotated[
+        list[str], typer.Option("--runs", metavar="PATTERN", help="Runs to draw: names or shell patterns (repeat).")
+    ],
+    name: Annotated[
+        str | None, typer.Option("--name", metavar="NAME", help="The figures' name (default TABLE-subset).")
+    ] = None,
+    results: Results = None,
+):
+    """Figures of some runs of a table (the 3-gram row kept): RESULTS/NAME.png and its companions."""
+    from poscli.evaluation.plots import draw_subset
+    from poscli.model.runs import check_table_name, results_dir
+
+    written = draw_subset(results_dir(results), table, runs, check_table_name(name or f"{table}-subset"))
+    print("wrote " + ", ".join(str(path) for path in written))
+
+
 data_app = typer.Typer(help="Corpora: their sources; tokenize once into token files on disk.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 

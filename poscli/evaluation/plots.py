@@ -301,3 +301,26 @@ def plot_loss(curves: dict[str, dict], path: Path, facet: bool = False) -> Path:
         axes.set_visible(False)
     figure.suptitle("training loss (logged batches), held-out loss at the train length", fontsize=10)
     return _save(figure, path)
+
+
+def draw_subset(folder: Path, table: str, patterns: list[str], name: str) -> list[Path]:
+    """The plots of the runs of ``table`` whose names match one of ``patterns`` (shell patterns, e.g.
+    ``tstl-rope-*``; the 3-gram row kept), drawn as the table's task draws them, under the name
+    ``name`` in ``folder``: a figure of some runs of a table that has many."""
+    import fnmatch
+
+    import pandas as pd
+
+    from poscli.errors import PoscliError
+    from poscli.evaluation import tasks
+
+    csv_path = folder / f"{table}.csv"
+    if not csv_path.exists():
+        raise PoscliError(f"no table {table!r} in {folder} (no {csv_path.name}); poscli report lists the tables")
+    data = pd.read_csv(csv_path, keep_default_na=False, na_values=["nan", "NaN", ""])
+    chosen = data["run"].astype(str).map(lambda run: any(fnmatch.fnmatchcase(run, p) for p in patterns))
+    if not chosen.any():
+        raise PoscliError(f"--runs {' '.join(patterns)} matches no run of {table}; it has {data['run'].nunique()} runs")
+    kept = chosen | (data["pe"] == "reference") if "pe" in data.columns else chosen
+    task = tasks.owner(data)
+    return task.plots(data[kept], folder, name) if task is not None else []

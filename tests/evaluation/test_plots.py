@@ -41,3 +41,17 @@ def test_a_passkey_table_of_many_runs_is_one_faceted_figure_not_a_file_per_run(t
     assert [p.name for p in many] == ["pk-heatmaps.png"]
     few = tasks.get("passkey").plots(table[table["run"].isin(names[:2])], tmp_path / "b", "pk")
     assert len(few) == 3 and few[-1].name == "pk-heatmaps.png"
+
+
+def test_plot_table_draws_the_runs_a_pattern_names_with_the_3gram_row(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from tests.cli.test_cli import poscli
+
+    shutil.copy(Path(__file__).resolve().parents[2] / "results/reference/tstl.csv", tmp_path / "tstl.csv")
+    done = poscli("plot", "table", "tstl", "--runs", "tstl-rope-*", "--results", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "tstl-subset.png").stat().st_size > 10_000
+    none = poscli("plot", "table", "tstl", "--runs", "nope-*", "--results", str(tmp_path))
+    assert none.returncode == 2 and "--runs nope-* matches no run of tstl; it has 31 runs" in none.stderr
