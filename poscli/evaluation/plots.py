@@ -89,13 +89,52 @@ def short_labels(names) -> dict[str, str]:
     return {name: re.sub(r"-s\*(?=$|\+|@)", "", "-".join(w[shared:])) or name for name, w in zip(names, words)}
 
 
+FACET_ABOVE = 12  # a perplexity figure of more lines than this gets a panel per encoding
+
+
 def plot_perplexity(table, path: Path, title: str) -> Path:
-    """Perplexity versus evaluation length, one line per run (and mode), log-log axes."""
-    figure, axes = plt.subplots(figsize=(11, 5))
-    rows = table.dropna(subset=["ppl"])
+    """Perplexity versus evaluation length, one line per run (and mode), log-log axes; with more
+    than FACET_ABOVE lines of several encodings, a panel per encoding (the 3-gram row in each)."""
+    import pandas as pd
+
     from poscli.evaluation.evalset import NULL_PREFIX
 
+    rows = table.dropna(subset=["ppl"])
     rows = rows[~rows["mode"].astype(str).str.startswith(NULL_PREFIX)]  # the null is in the tables, not the figure
+    encodings = [pe for pe in rows["pe"].unique() if pe != "reference"]
+    if rows.groupby(["label", "mode"]).ngroups <= FACET_ABOVE or len(encodings) < 2:
+        figure, axes = plt.subplots(figsize=(11, 5))
+        _perplexity_lines(axes, rows)
+        _plain_log_y(axes)
+        return _finish_length_plot(
+            figure, axes, table, "evaluation length (tokens)", "perplexity (held-out, per byte)", title, path
+        )
+    columns = min(3, len(encodings))
+    panels = -(-len(encodings) // columns)
+    figure, grid = plt.subplots(
+        panels, columns, figsize=(5.5 * columns, 4 * panels), squeeze=False, sharey=True, layout="constrained"
+    )
+    reference = rows[rows["pe"] == "reference"]
+    for axes, pe in zip(grid.flat, encodings):
+        part = rows[rows["pe"] == pe]
+        _perplexity_lines(axes, part if reference.empty else pd.concat([reference, part]))
+        _mark_train_lengths(axes, part["train_length"])
+        _length_axis(axes)
+        _plain_log_y(axes)
+        axes.set(title=pe, xlabel="evaluation length (tokens)", ylabel="perplexity (held-out, per byte)")
+        axes.grid(True, which="both", alpha=0.3)
+        axes.legend(fontsize=6)
+    for axes in grid.flat[len(encodings) :]:
+        axes.set_visible(False)
+    figure.suptitle(title)
+    with atomic_write(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _perplexity_lines(axes, rows) -> None:
+    """One line per (label, mode) of ``rows`` with its interval band; the 3-gram row black and dashed."""
     modes = rows["mode"].unique()
     _distinct_colors(axes, rows.groupby(["label", "mode"]).ngroups)
     for (label, mode), part in rows.groupby(["label", "mode"], sort=False):
@@ -106,10 +145,6 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
         line = axes.plot(part["length"], part["ppl"], label=name, **style)[0]
         if "ci_low" in part.columns:
             axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.12)
-    _plain_log_y(axes)
-    return _finish_length_plot(
-        figure, axes, table, "evaluation length (tokens)", "perplexity (held-out, per byte)", title, path
-    )
 
 
 def plot_seed_summary(summary, path: Path, title: str) -> Path:

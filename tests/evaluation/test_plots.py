@@ -2,6 +2,7 @@
 Okabe & Ito's (told apart with colour blindness), and legends name groups by what differs."""
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -24,6 +25,7 @@ def test_legends_drop_the_shared_prefix_and_the_seed_wildcard():
     assert short_labels(["rope"]) == {"rope": "rope"}  # a single name keeps itself
 
 
+@pytest.mark.slow
 def test_a_passkey_table_of_many_runs_is_one_faceted_figure_not_a_file_per_run(tmp_path):
     """From the committed passkey-extension table: 8 runs give TABLE-heatmaps.png alone; 2 runs give
     it and each run's own heatmap."""
@@ -55,3 +57,20 @@ def test_plot_table_draws_the_runs_a_pattern_names_with_the_3gram_row(tmp_path):
     assert (tmp_path / "tstl-subset.png").stat().st_size > 10_000
     none = poscli("plot", "table", "tstl", "--runs", "nope-*", "--results", str(tmp_path))
     assert none.returncode == 2 and "--runs nope-* matches no run of tstl; it has 31 runs" in none.stderr
+
+
+@pytest.mark.slow
+def test_a_perplexity_figure_of_many_runs_gets_a_panel_per_encoding(tmp_path):
+    """tstl.csv's 30 runs of 10 encodings: four rows of panels (3 per row); four runs: one axis."""
+    from pathlib import Path
+
+    import pandas as pd
+    from PIL import Image
+
+    from poscli.evaluation.plots import plot_perplexity
+
+    table = pd.read_csv(Path(__file__).resolve().parents[2] / "results/reference/tstl.csv")
+    many = Image.open(plot_perplexity(table, tmp_path / "many.png", "all"))
+    few = Image.open(plot_perplexity(table[table["run"].str.match(r"tstl-(rope|alibi)-s[01]$")], tmp_path / "few.png",
+                                     "four"))  # fmt: skip
+    assert many.size[1] >= 4 * 4 * 100 and few.size[1] < 4 * 4 * 100  # 4 rows of 4-inch panels at 100 dpi
