@@ -436,6 +436,31 @@ def _cached_documents(spec: str, rows=None):
     return tokens, offsets, doc_hashes, groups, shingles
 
 
+def _check_rows_apply(spec: str, options: CorpusOptions) -> None:
+    """The dataset options given for a corpus that is not a dataset (the built-in corpus, text files)
+    are refused, not ignored: --data-split, --text-column, --join-rows, --streaming, --heldout-split."""
+    from poscli.data import sources
+    from poscli.data.sources.base import DatasetSource, RowOptions
+
+    rows, plain = options.rows or RowOptions(), RowOptions()
+    given = [
+        flag
+        for flag, value, default in (
+            ("--data-split", rows.split, plain.split),
+            ("--text-column", rows.text_column, plain.text_column),
+            ("--join-rows", rows.join_rows, plain.join_rows),
+            ("--streaming", rows.streaming, plain.streaming),
+            ("--heldout-split", options.heldout_split, None),
+        )
+        if value != default
+    ]
+    if given and not isinstance(sources.resolve(spec, options.rows), DatasetSource):
+        raise PoscliError(
+            f"{given[0]} reads the rows of a dataset; --data {spec} is not one (the built-in corpus or text "
+            f"files): leave {' and '.join(given)} out"
+        )
+
+
 def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1, options: CorpusOptions | None = None):
     """Tokenize (or read from cache) the corpus ``spec`` and split it into train / held-out: by
     document (near-duplicates kept together), by position (``--split tail`` / ``blocks:K``; a
@@ -447,6 +472,7 @@ def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1, options: Co
     if not sources.is_named(spec) and prepared.is_prepared(spec):
         return prepared.open_prepared(spec)
     kind, blocks = parse_split(options.split)
+    _check_rows_apply(spec, options)
     tokens, offsets, doc_hashes, groups, shingles = _cached_documents(spec, options.rows)
     if options.heldout_split:
         if kind in ("tail", "blocks"):
@@ -454,13 +480,8 @@ def load_corpus(spec: str = "stdlib", heldout_fraction: float = 0.1, options: Co
                 f"--heldout-split {options.heldout_split} holds out a whole split; it does not combine with --split "
                 f"{options.split}"
             )
-        from poscli.data.sources.base import DatasetSource, RowOptions
+        from poscli.data.sources.base import RowOptions
 
-        if not isinstance(sources.resolve(spec, options.rows), DatasetSource):  # it would hold out the same text
-            raise PoscliError(
-                f"--heldout-split {options.heldout_split} holds out a split of a dataset; --data {spec} has no splits "
-                "(text files): leave it out, and --heldout-fraction chooses the held-out documents"
-            )
         rows = options.rows or RowOptions()
         held = _cached_documents(spec, dataclasses.replace(rows, split=options.heldout_split))
         tokens = np.concatenate([tokens, held[0]])

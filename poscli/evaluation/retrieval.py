@@ -178,6 +178,8 @@ def evaluate_passkey(
     device = select_device(device)
     if trials < 1:
         raise PoscliError(f"--trials must be at least 1, got {trials}")
+    if keys is not None and keys < 1:  # was read as "the run's own number of keys"
+        raise PoscliError(f"--keys must be at least 1 for --task passkey, got {keys}")
     from poscli.evaluation.evaluate import load_any
 
     plans = [_passkey_plan(name, results, lengths, keys) for name in run_names]

@@ -185,6 +185,8 @@ ERRORS = [
         "--keys must be at least 1 for --task multivalue, got 0",
     ),
     (["eval", "alibi", "--task", "multivalue", "--trials", "0"], "--trials must be at least 1 for --task multivalue"),
+    (["eval", "alibi", "--task", "passkey", "--keys", "0"], "--keys must be at least 1 for --task passkey, got 0"),
+    (["train", "--pe", "rope", "--steps", "2", "--data-split", "test"], "--data-split reads the rows of a dataset"),
     (["extend", "alibi", "--method", "logn", "--target", "1k", "-M", "window"], "--method-option 'window': write KEY="),
     (
         ["extend", "alibi", "--method", "logn", "--target", "1k", "-M", "w=x"],

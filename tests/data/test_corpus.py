@@ -177,5 +177,10 @@ def test_the_held_out_overlap_counts_the_shingles_a_training_document_also_has()
 def test_a_held_out_split_of_text_files_is_refused_not_the_training_text_again(text_corpus):
     """Text files have no dataset splits: --heldout-split there would read the training text again as
     the held-out text (every held-out token seen in training)."""
-    with pytest.raises(PoscliError, match="--heldout-split test holds out a split of a dataset; --data .* has no"):
+    with pytest.raises(PoscliError, match="--heldout-split reads the rows of a dataset; --data .* is not one"):
         load_corpus(str(text_corpus), options=data.CorpusOptions(heldout_split="test"))
+    from poscli.data.sources.base import RowOptions
+
+    for rows, flag in ((RowOptions(split="test"), "--data-split"), (RowOptions(text_column="body"), "--text-column")):
+        with pytest.raises(PoscliError, match=f"{flag} reads the rows of a dataset; --data stdlib is not one"):
+            load_corpus("stdlib", options=data.CorpusOptions(rows=rows))  # was ignored without a word
