@@ -1,3 +1,4 @@
+import contextlib
 import os
 import random
 import shutil
@@ -115,18 +116,24 @@ def run_poscli(*args, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     ``package_with`` (another copy of poscli) needs a process of its own."""
     if env.get(IN_PROCESS) != "1":
         return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, env=env, cwd=cwd)
-    folder = env["PYTHONPATH"].split(os.pathsep)[0]
-    saved_path, saved_variable = list(sys.path), os.environ.get("PYTHONPATH")
-    sys.path.insert(0, folder)
-    os.environ["PYTHONPATH"] = env["PYTHONPATH"]
-    try:
+    with in_environment(env, cwd):
         return poscli_in_process(*args, cwd=cwd)
+
+
+@contextlib.contextmanager
+def in_environment(env: dict, cwd: Path):
+    """This process's os.environ replaced by ``env`` and sys.path headed by its PYTHONPATH (relative
+    entries from ``cwd``), as a fresh ``poscli`` process started in ``cwd`` with ``env`` would see them."""
+    saved_environ, saved_path = dict(os.environ), list(sys.path)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:0] = [str(Path(cwd) / entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    try:
+        yield
     finally:
+        os.environ.clear()
+        os.environ.update(saved_environ)
         sys.path[:] = saved_path
-        if saved_variable is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved_variable
 
 
 def package_with(tmp_path: Path, member: str, text: str) -> dict:

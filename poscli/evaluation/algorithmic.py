@@ -118,8 +118,8 @@ class AlgorithmicTask(Task):
 
         if not pretrained.is_pretrained(name):
             return (*self.load_byte_run(name, results, device), None)
-        model, config = pretrained.load_pretrained(name, str(device))
-        return model, config, pretrained.pretrained_tokenizer(name)
+        tokenizer = pretrained.pretrained_tokenizer(name)
+        return (*pretrained.load_pretrained(name, str(device), tokenizer), tokenizer)
 
     def cell(self, model, size: int, trials: int, device, tokenizer=None) -> dict[str, Any]:
         """One size: exact match with its Wilson interval, token accuracy; n/a where the run has no

@@ -426,12 +426,13 @@ def run_parts(name: str, results):
     return folder, config, run_tokenizer(train_config.tokenizer, folder), train_config
 
 
-def load_any(name: str, results, device: str):
-    """A run's model (``runs.load_model``), or an ``hf:`` model's (``poscli.model.pretrained``), and its config."""
+def load_any(name: str, results, device: str, tokenizer=None):
+    """A run's model (``runs.load_model``), or an ``hf:`` model's (``poscli.model.pretrained``; ``tokenizer``:
+    its tokenizer, when the caller read it already), and its config."""
     from poscli.model import pretrained
 
     if pretrained.is_pretrained(name):
-        return pretrained.load_pretrained(name, device)
+        return pretrained.load_pretrained(name, device, tokenizer)
     return runs.load_model(runs.find_run(name, results), device)
 
 
@@ -531,7 +532,8 @@ def evaluate_runs(
     collected = _Rows()
     for plan in plans:
         mark = collected.mark()
-        model, config = load_any(plan.config["name"] if plan.folder is None else str(plan.folder), None, str(device))
+        name = plan.config["name"] if plan.folder is None else str(plan.folder)
+        model, config = load_any(name, None, str(device), corpora.tokenizers[plan.key.fingerprint])
         if compile:
             compile_model(model, device, min(plan.lengths), report=progress.console.print if progress else print)
         for length in plan.lengths:

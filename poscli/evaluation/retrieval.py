@@ -186,7 +186,7 @@ def evaluate_passkey(
     rows = []
     for name, run_lengths, template, run_keys, tokenizer in plans:
         done_before = len(rows)
-        model, config = load_any(name, results, str(device))
+        model, config = load_any(name, results, str(device), tokenizer)
         for length in run_lengths:
             label = f"passkey {runs.run_label(config)} @ {length}"
             task = progress.add_task(label, total=len(depths) * trials) if progress else None

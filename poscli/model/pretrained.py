@@ -107,11 +107,12 @@ def start_token(tokenizer) -> int | None:
     return marked[0] if len(marked) == len(plain) + 1 and marked[1:] == plain else None
 
 
-def load_pretrained(name: str, device: str = "cpu"):
+def load_pretrained(name: str, device: str = "cpu", tokenizer=None):
     """The model, called as poscli's GPT is (tokens (B, T) -> logits (B, T, V) float32), in eval mode
     on ``device`` in the dtype it was saved in, and its config. Each window is read after the start
     token its tokenizer adds to a text (``start_token``), as the model saw text in training; the
-    logits are those of the window's own tokens. (Torch is imported here, not with the module:
+    logits are those of the window's own tokens (``tokenizer``: the model's, when the caller has
+    it already; otherwise read here). (Torch is imported here, not with the module:
     ``poscli eval``'s argument checks read ``is_pretrained`` before any model.)"""
     import torch
     from torch import nn
@@ -135,7 +136,8 @@ def load_pretrained(name: str, device: str = "cpu"):
         transformers.AttentionInterface.register(ATTENTION_NAME, remapped_attention_function)
         settings["attn_implementation"] = ATTENTION_NAME
     model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, **settings))
-    return PretrainedLM(model, start_token(pretrained_tokenizer(name))).to(device).eval(), config
+    bos = start_token(tokenizer if tokenizer is not None else pretrained_tokenizer(name))
+    return PretrainedLM(model, bos).to(device).eval(), config
 
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}

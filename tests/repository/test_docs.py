@@ -10,7 +10,6 @@ redirection or variable), which runs in this process as ``python -m poscli`` wou
 saving each the seconds a fresh interpreter spends importing torch; ``export NAME=VALUE`` holds
 for the commands after it."""
 
-import contextlib
 import os
 import re
 import shlex
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import poscli_in_process
+from tests.conftest import in_environment, poscli_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "recipes" / "README.md"]
@@ -99,24 +98,8 @@ def run_command(command: str, work: Path, env: dict) -> subprocess.CompletedProc
         return subprocess.run(
             ["bash", "-euo", "pipefail", "-c", command], cwd=work, env=env, capture_output=True, text=True
         )
-    with environment(env, work):
+    with in_environment(env, work):
         return poscli_in_process(*words[1:], cwd=work)
-
-
-@contextlib.contextmanager
-def environment(env: dict, work: Path):
-    """This process's os.environ replaced by ``env`` and sys.path headed by its PYTHONPATH (relative
-    entries from ``work``), as a fresh ``poscli`` process in ``work`` would see them."""
-    saved_environ, saved_path = dict(os.environ), list(sys.path)
-    os.environ.clear()
-    os.environ.update(env)
-    sys.path[:0] = [str(work / entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_environ)
-        sys.path[:] = saved_path
 
 
 def test_the_readme_is_one_screenful_per_idea_and_lists_every_encoding():
