@@ -455,7 +455,20 @@ EXTEND_DECLARED: dict[str, Option] = declare(
     Option("limit", None, "lm-infinite: the distance cap (default the train length).", kind=int, metavar="D"),
     Option("chunk", None, "dca: the chunk size s (default 3/4 of the train length).", kind=int, metavar="S"),
     Option("ratio_min", None, "ms-poe: the smallest head's position ratio (default 1.2).", kind=float, metavar="R"),
-    Option("ratio_max", None, "ms-poe: the largest head's position ratio (default 1.8).", kind=float, metavar="R"),
+    Option(
+        "ratio_max",
+        None,
+        "ms-poe: the ratios' upper end, r_min + (r_max - r_min) i / H (default 1.8).",
+        kind=float,
+        metavar="R",
+    ),  # fmt: skip
+    Option(
+        "head_order",
+        None,
+        "ms-poe: which head takes which ratio: by each input's attention outliers (the authors' default), reversed "
+        "(their 'normal'), or index.",
+        choices=("attention", "reversed", "index"),
+    ),
     Option(
         "beta",
         None,
@@ -655,7 +668,7 @@ LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--rando
 # of your own takes -M KEY=VALUE); tests/extension/test_methods.py checks them against the methods.
 METHOD_FLAGS = ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor", "rope_base",
                 "window", "group", "leak", "sinks", "beta", "floor_scale", "shift", "local", "limit", "chunk",
-                "ratio_min", "ratio_max")  # fmt: skip
+                "ratio_min", "ratio_max", "head_order")  # fmt: skip
 
 # `poscli extend`'s and `poscli eval`'s options and their defaults: recipes' [[extend]] and [[eval]]
 # accept exactly these (and `runs`, `name`, `budgets`).

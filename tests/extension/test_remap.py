@@ -207,28 +207,80 @@ def test_pose_positions_skip_in_order_and_cover_distances_up_to_the_target():
     assert torch.equal(pose_positions(32, 512, 1, generator, torch.device("cpu")), torch.arange(32))
 
 
-@pytest.mark.parametrize("grad", [False, True])
-def test_ms_poe_rotates_each_head_at_its_own_compressed_distance(grad):
-    """Zhang et al. (2024): head h sees key j at distance (i - j) / r_h, r_h from 1.2 to 1.8 over the
-    heads; computed pair by pair in float64 per head."""
-    torch.manual_seed(0)
-    plan = methods.plan_remap("ms-poe", 32, 256)
-    config = tiny_config("rope", remap=plan.to_dict())
-    layer: CausalSelfAttention = GPT(config).blocks[0].attn
-    T, H, hd = 50, config.n_head, config.head_dim
-    x = torch.randn(1, T, config.d_model)
-    with torch.set_grad_enabled(grad):
-        got = layer(x, torch.arange(T), True, plan)  # (1, T, C)
+def _ms_poe_by_hand(layer, x, ratio_of_head):
+    """Zhang et al. (2024): head h sees key j at distance (i - j) / r_h; pair by pair in float64. -> (T, C)"""
+    config = layer.config
+    T, H, hd = x.shape[1], config.n_head, config.head_dim
     q, k, v = (t.view(T, H, hd).transpose(0, 1).double() for t in layer.qkv(x)[0].split(config.d_model, dim=-1))
-    ratios = plan.ratios(H)
-    assert ratios[0] == pytest.approx(1.2) and ratios[-1] == pytest.approx(1.8)
     inv_freq = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
     distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).double()  # (T, T)
     heads = []
     for h in range(H):
-        d = (distance / ratios[h]).clamp(min=0)
+        d = (distance / ratio_of_head[h]).clamp(min=0)
         scores = (rotate_by(q[h][:, None, :].expand(T, T, hd), d, inv_freq) * k[h][None, :, :]).sum(-1) / math.sqrt(hd)
         scores = scores.masked_fill(distance < 0, float("-inf"))
         heads.append(torch.softmax(scores, -1) @ v[h])  # (T, hd)
-    expected = layer.proj.weight.double() @ torch.stack(heads, 1).reshape(T, config.d_model).T  # (C, T)
-    torch.testing.assert_close(got[0].double(), expected.T, rtol=1e-4, atol=1e-5)
+    return (layer.proj.weight.double() @ torch.stack(heads, 1).reshape(T, config.d_model).T).T
+
+
+def _sharpened(layer):
+    """The layer with its query weights scaled up, head by head, so its heads' attention has outliers
+    (at initialization every weight is near the mean and every head's statistic is 0)."""
+    config = layer.config
+    with torch.no_grad():
+        layer.qkv.weight[config.d_model : 2 * config.d_model] *= 20.0  # every key
+        for h, scale in enumerate((4.0, 16.0, 2.0, 8.0)):  # an order that is neither the heads' nor reversed
+            layer.qkv.weight[h * config.head_dim : (h + 1) * config.head_dim] *= scale
+    return layer
+
+
+def _outlier_order(layer, x):
+    """The authors' head statistic by hand: each head's share of the last query's weights (un-rotated
+    q and k) above 3x their mean; heads sorted by it, largest first."""
+    config = layer.config
+    T, H, hd = x.shape[1], config.n_head, config.head_dim
+    q, k, _ = (t.view(T, H, hd).transpose(0, 1).double() for t in layer.qkv(x)[0].split(config.d_model, dim=-1))
+    shares = []
+    for h in range(H):
+        weights = torch.softmax(k[h] @ q[h][-1] / math.sqrt(hd), 0)  # (T,)
+        shares.append(float((weights > 3 / T).double().mean()))
+    return sorted(range(H), key=lambda h: -shares[h]), shares
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("head_order", ["attention", "reversed", "index"])
+def test_ms_poe_rotates_each_head_at_its_own_compressed_distance(grad, head_order):
+    """Head h takes ratio r_{order[h]}, r_i = 1.2 + 0.6 i / H (the authors' code); order: each input's
+    outlier statistic, reversed head order, or head order. Computed pair by pair in float64."""
+    torch.manual_seed(5)
+    plan = methods.plan_remap("ms-poe", 32, 256, head_order=head_order)
+    config = tiny_config("rope", remap=plan.to_dict())
+    layer: CausalSelfAttention = _sharpened(GPT(config).blocks[0].attn)
+    T, H = 50, config.n_head
+    x = torch.randn(1, T, config.d_model)
+    with torch.set_grad_enabled(grad):
+        got = layer(x, torch.arange(T), True, plan)  # (1, T, C)
+    ratios = [1.2 + 0.6 * i / H for i in range(H)]
+    torch.testing.assert_close(plan.ratios(H), torch.tensor(ratios, dtype=torch.float64))
+    order, shares = _outlier_order(layer, x)
+    # distinct shares, and an order that tells head -> ratio from ratio -> head (not its own inverse)
+    assert len(set(shares)) == H and [order.index(h) for h in range(H)] != order
+    index = {"attention": order, "reversed": list(range(H - 1, -1, -1)), "index": list(range(H))}[head_order]
+    expected = _ms_poe_by_hand(layer, x, [ratios[index[h]] for h in range(H)])
+    torch.testing.assert_close(got[0].double(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_ms_poe_orders_the_heads_of_each_input_on_its_own():
+    """Two inputs in one batch whose statistics differ get each its own order (not the batch's first)."""
+    torch.manual_seed(1)
+    plan = methods.plan_remap("ms-poe", 32, 256)
+    config = tiny_config("rope", remap=plan.to_dict())
+    layer: CausalSelfAttention = _sharpened(GPT(config).blocks[0].attn)
+    inputs = [torch.randn(1, 40, config.d_model) for _ in range(6)]
+    orders = [_outlier_order(layer, x)[0] for x in inputs]
+    first, other = next((a, b) for a in range(6) for b in range(6) if orders[a] != orders[b])
+    batch = torch.cat([inputs[first], inputs[other]])
+    with torch.no_grad():
+        got = layer(batch, torch.arange(40), True, plan)  # (2, T, C)
+        for row, which in enumerate((first, other)):
+            torch.testing.assert_close(got[row], layer(inputs[which], torch.arange(40), True, plan)[0])
