@@ -12,7 +12,7 @@ order), not to hold (it supports the opposite) or to be undecided (it supports n
   with RoPE -> the same test.
 - Golovneva et al. (2024), CoPE: solves selective copy, counting and flip-flop where RoPE fails,
   out of distribution too -> higher exact match than RoPE beyond the training sizes on selective
-  copy and flip-flop (poscli has no counting task), ``recent_tasks``.
+  copy, counting (``--task counting``, a format of poscli's) and flip-flop, ``recent_tasks``.
 - Yang et al. (2025), RNoPE-SWA (sliding-window RoPE layers interleaved with global NoPE layers,
   ``--pe hybrid``): retrieval beyond the training length where RoPE fails -> passkey accuracy above
   RoPE's beyond the train length, ``recent_retrieval``.
@@ -47,7 +47,7 @@ TASK_CLAIMS = (
         "cope",
         "Golovneva et al., 2024",
         "CoPE solves selective copy, counting and flip-flop where RoPE fails, out of distribution too",
-        ("selective-copy", "flip-flop"),  # poscli has no counting task yet
+        ("selective-copy", "counting", "flip-flop"),
     ),
 )
 RETRIEVAL_CLAIMS = (

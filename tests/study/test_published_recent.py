@@ -66,7 +66,7 @@ def test_a_task_claim_with_an_unmastered_encoding_is_not_comparable():
     text = recent_tasks(generalization.seed_summary(rows, groups), {})
     assert "not comparable" in line_with(text, "flip-flop, sizes 9-16")
     assert "cope n/a (no seed mastered)" in line_with(text, "flip-flop, sizes 9-16")
-    assert "not in this table: selective-copy." in text
+    assert "not in this table: selective-copy, counting." in text
 
 
 def passkey_summary(counts: dict[str, dict[int, list[int]]], pe: dict[str, str]):

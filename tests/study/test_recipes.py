@@ -496,7 +496,7 @@ def test_the_length_generalization_recipe_plans_the_studies_issues_32_and_33_nam
     randomized = [s for s in recipe.train if "random" in s.name]
     studied = {"copy", "reverse", "duplicate", "addition-reversed", "associative-recall"}  # duplicate: Ruoss et al.'s
     pes = {"none", "learned", "sinusoidal", "rope", "alibi", "t5", "fire", "kerple"}
-    strings, copes = ("copy", "reverse", "duplicate"), ("selective-copy", "flip-flop")  # issue 33: CoPE's tasks
+    strings, copes = ("copy", "reverse", "duplicate"), ("selective-copy", "counting", "flip-flop")  # CoPE's tasks
     recent = {"fox", "cope", "stick-breaking", "pope", "dpb", "scaled-sinusoidal"}
     seeds = (0, 1, 2)
     assert plain == (
