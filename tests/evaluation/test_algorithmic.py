@@ -282,3 +282,22 @@ def test_a_tiny_model_masters_copy_at_its_sizes_and_is_scored_in_and_out_of_dist
     exported = pd.read_csv(results / "copy-hf.csv").set_index("size")
     assert list(exported["exact"]) == list(table["exact"]) and list(exported["in_distribution"]) == [False] * 8
     assert list(exported["token_accuracy"]) == list(table["token_accuracy"])
+
+
+def test_the_markdown_keeps_the_numbers_of_runs_evaluated_before_the_last(tmp_path):
+    """TABLE.md is written from the merged table: rows read back from the CSV (an empty note reads as
+    NaN) show their accuracy, not n/a, beside the rows just evaluated."""
+    task = tasks.get("copy")
+
+    def rows(run: str, note: str = "") -> list[dict]:
+        return [{"run": run, "label": run, "pe": "rope", "seed": 0, "task": "copy", "trained_sizes": "1-2",
+                 "size": size, "in_distribution": size <= 2, "tokens": 5, "trials": 4, "exact": 3,
+                 "accuracy": 0.75, "ci_low": 0.3, "ci_high": 0.95, "token_accuracy": 0.9, "note": note}
+                for size in (1, 2, 3)]  # fmt: skip
+
+    task.write(rows("first"), {}, tmp_path, "t")
+    task.write(rows("second") + rows("learned", note="n/a: no positions there"), {}, tmp_path, "t")
+    lines = {line.split(" | ")[0]: line for line in (tmp_path / "t.md").read_text().splitlines()}
+    assert lines["| first"].count("0.75 [0.30, 0.95]") == 3 and "n/a" not in lines["| first"]
+    assert lines["| second"].count("0.75 [0.30, 0.95]") == 3
+    assert lines["| learned"].count("n/a") == 3
