@@ -41,15 +41,18 @@ class MsPoEPlan(Remap):
         """(H,) float64, the compression ratios r_0 < ... < r_{H-1}."""
         return self.ratio_min + (self.ratio_max - self.ratio_min) * torch.arange(heads, dtype=torch.float64) / heads
 
-    def assignment(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """Which ratio each head of each input takes. q, k: (B, H, T, hd), not rotated -> (B, H) long."""
-        B, H, T, hd = q.shape
+    def assignment(self, rotate_q, rotate_k, positions: torch.Tensor, heads: int) -> torch.Tensor:
+        """Which ratio each head of each input takes -> (B, H) long, or (1, H) for a fixed order.
+        Only the per-input order un-rotates queries and keys (rotated at position 0)."""
+        device = positions.device
         if self.head_order == "index":
-            return torch.arange(H, device=q.device).expand(B, H)
+            return torch.arange(heads, device=device)[None]
         if self.head_order == "reversed":
-            return torch.arange(H - 1, -1, -1, device=q.device).expand(B, H)
-        scores = torch.einsum("bhd,bhtd->bht", q[:, :, -1].float(), k.float()) / hd**0.5  # (B, H, T): the last query
-        weights = torch.softmax(scores, dim=-1)
+            return torch.arange(heads - 1, -1, -1, device=device)[None]
+        unrotated = torch.zeros(len(positions), dtype=torch.float64, device=device)
+        q, k = rotate_q(unrotated), rotate_k(unrotated)  # (B, H, T, hd) each
+        scores = torch.einsum("bhd,bhtd->bht", q[:, :, -1].float(), k.float()) / q.shape[-1] ** 0.5  # the last query
+        weights = torch.softmax(scores, dim=-1)  # (B, H, T)
         share = (weights > OUTLIER_MULTIPLE * weights.mean(-1, keepdim=True)).float().mean(-1)  # (B, H)
         return torch.argsort(-share, dim=-1, stable=True)
 
@@ -58,12 +61,11 @@ class MsPoEPlan(Remap):
         fused kernel: memory bounded at any length). -> (B, H, T, hd)."""
         from poscli.attention.blockwise import fused_causal_attention
 
-        unrotated = torch.zeros(len(positions), dtype=torch.float64, device=positions.device)
-        assigned = self.assignment(rotate_q(unrotated), rotate_k(unrotated))  # (B, H)
+        assigned = self.assignment(rotate_q, rotate_k, positions, v.shape[1])  # (B or 1, H)
         q = k = None
         for i, ratio in enumerate(self.ratios(v.shape[1]).tolist()):
             compressed = positions.to(torch.float64) / ratio  # (T,)
-            takes = (assigned == i)[:, :, None, None]  # (B, H, 1, 1)
+            takes = (assigned == i)[:, :, None, None]  # (B or 1, H, 1, 1)
             q_i, k_i = rotate_q(compressed), rotate_k(compressed)  # (B, H, T, hd) each
             q = q_i if q is None else torch.where(takes, q_i, q)
             k = k_i if k is None else torch.where(takes, k_i, k)
