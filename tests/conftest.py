@@ -1,4 +1,5 @@
 import contextlib
+import importlib
 import os
 import random
 import shutil
@@ -100,7 +101,8 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 # is then on the user's path, which is where poscli imports a package.module:Class from (not the
 # current folder, poscli.core.registry.import_user_module); the processes the tests start inherit it.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPOSITORY), *filter(None, [os.environ.get("PYTHONPATH")])])
-IN_PROCESS = "POSCLI_TEST_IN_PROCESS"  # read by run_poscli only: the plugin needs no copy of poscli
+IN_PROCESS = "POSCLI_TEST_IN_PROCESS"  # read by run_poscli only: run the command in this process
+COPY = "POSCLI_TEST_COPY"  # read by run_poscli only: the folder of the copy of poscli to import instead
 
 
 @pytest.fixture(scope="session")
@@ -110,14 +112,47 @@ def small_corpus(tmp_path_factory):
 
 
 def run_poscli(*args, env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m poscli ARGS`` in ``env`` (e.g. one whose PYTHONPATH holds a plugin), captured. An
-    environment from ``module_outside`` (the plugin beside this very poscli) runs in this process,
+    """``python -m poscli ARGS`` in ``env`` (e.g. one whose PYTHONPATH holds a plugin), captured, run
+    in this process: an environment from ``module_outside`` (the plugin beside this very poscli) with
     its folder on sys.path and PYTHONPATH (for the processes a recipe starts); one from
-    ``package_with`` (another copy of poscli) needs a process of its own."""
+    ``package_with`` (another copy of poscli) with that copy imported in place of this one for the
+    call (``another_poscli``). Any other environment gets a process of its own."""
     if env.get(IN_PROCESS) != "1":
         return subprocess.run([sys.executable, "-m", "poscli", *args], capture_output=True, text=True, env=env, cwd=cwd)
-    with in_environment(env, cwd):
+    with in_environment(env, cwd), another_poscli(env.get(COPY)):
         return poscli_in_process(*args, cwd=cwd)
+
+
+def _is_library(module) -> bool:
+    """A module of the interpreter or of an installed package (torch, numpy, ...), as against one of
+    poscli, of a copy of it, or of user code a test wrote (which may hold a copy's classes)."""
+    path = getattr(module, "__file__", None)
+    return (
+        path is None
+        or Path(path).resolve().is_relative_to(Path(sys.base_prefix).resolve())
+        or any(Path(path).resolve().is_relative_to(Path(prefix).resolve()) for prefix in {sys.prefix, sys.exec_prefix})
+    )
+
+
+@contextlib.contextmanager
+def another_poscli(site: str | None):
+    """With ``site`` (a folder holding a copy of poscli, from ``package_with``): ``import poscli``
+    gives that copy until the block ends; then every module imported from outside the installed
+    libraries in the meantime (the copy's, and user code bound to its classes) is forgotten and this
+    checkout's modules are back. Without ``site``, nothing changes."""
+    if not site:
+        yield
+        return
+    before = set(sys.modules)
+    ours = {name: sys.modules.pop(name) for name in list(sys.modules) if name == "poscli" or name.startswith("poscli.")}
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        for name in set(sys.modules) - before | {n for n in sys.modules if n == "poscli" or n.startswith("poscli.")}:
+            if not _is_library(sys.modules[name]):
+                del sys.modules[name]
+        sys.modules.update(ours)
 
 
 @contextlib.contextmanager
@@ -138,11 +173,12 @@ def in_environment(env: dict, cwd: Path):
 
 def package_with(tmp_path: Path, member: str, text: str) -> dict:
     """A copy of poscli under ``tmp_path/site`` with one file added (``member``, its path inside
-    poscli/) and nothing else changed; returns the environment that imports that copy."""
+    poscli/) and nothing else changed; returns the environment that imports that copy (in a poscli
+    process, or in this one through ``run_poscli``)."""
     site = tmp_path / "site"
     shutil.copytree(REPOSITORY / "poscli", site / "poscli", ignore=shutil.ignore_patterns("__pycache__"))
     (site / "poscli" / member).write_text(text)
-    return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPOSITORY}"}
+    return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPOSITORY}", IN_PROCESS: "1", COPY: str(site)}
 
 
 def module_outside(tmp_path: Path, module: str, text: str) -> dict:

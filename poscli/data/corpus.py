@@ -193,31 +193,55 @@ def join_documents(
 # --------------------------------------------------------------------------- near-duplicates
 
 
+SHINGLE_BLOCK = 1 << 18  # shingles hashed at a time: the working arrays stay in cache
+
+
 def shingle_hashes(tokens: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The sampled SHINGLE-byte shingles of every document, unique per document.
 
-    Returns (hashes (M,) uint64, documents (M,) int64). A shingle's hash is a polynomial hash of
-    its bytes; it is kept when hash % SHINGLE_SAMPLE == 0, a choice made by the content alone, so
-    a passage copied into another document keeps the same sampled shingles (winnowing's idea,
-    Schleimer et al., 2003). Shingles that would cross a document boundary are dropped.
+    Returns (hashes (M,) uint64, documents (M,) int64), sorted by hash then document. A shingle's
+    hash is a polynomial hash of its bytes; it is kept when hash % SHINGLE_SAMPLE == 0, a choice
+    made by the content alone, so a passage copied into another document keeps the same sampled
+    shingles (winnowing's idea, Schleimer et al., 2003). Shingles that would cross a document
+    boundary are dropped.
     """
     count = len(tokens) - SHINGLE + 1
     if count <= 0:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
     multipliers = np.random.default_rng(20231).integers(1, 2**62, size=SHINGLE, dtype=np.uint64) | np.uint64(1)
-    hashes = np.zeros(count, dtype=np.uint64)
+    sampled_hashes, sampled_starts = [], []
+    for start in range(0, count, SHINGLE_BLOCK):
+        hashes = _hash_shingles(tokens, start, min(start + SHINGLE_BLOCK, count), multipliers)  # (block,)
+        sampled = np.flatnonzero(hashes % np.uint64(SHINGLE_SAMPLE) == 0)
+        sampled_hashes.append(hashes[sampled])
+        sampled_starts.append(sampled + start)
+    hashes, starts = np.concatenate(sampled_hashes), np.concatenate(sampled_starts)
+    documents = np.searchsorted(offsets, starts, side="right") - 1
+    inside = starts + SHINGLE <= offsets[documents + 1]
+    hashes, documents = hashes[inside], documents[inside]
+    order = np.lexsort((documents, hashes))
+    hashes, documents = hashes[order], documents[order]
+    first = np.ones(len(hashes), dtype=bool)  # the first of each run of equal (hash, document) pairs
+    first[1:] = (hashes[1:] != hashes[:-1]) | (documents[1:] != documents[:-1])
+    return hashes[first], documents[first].astype(np.int64)
+
+
+def _hash_shingles(tokens: np.ndarray, start: int, stop: int, multipliers: np.ndarray) -> np.ndarray:
+    """(stop - start,) uint64 hashes of the shingles starting at start..stop-1, in place (no
+    temporaries per byte of the shingle); arithmetic wraps modulo 2^64."""
+    hashes = np.zeros(stop - start, dtype=np.uint64)
+    term = np.empty(stop - start, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for i in range(SHINGLE):
-            hashes = hashes * np.uint64(1099511628211) ^ tokens[i : i + count].astype(np.uint64) * multipliers[i]
-        hashes ^= hashes >> np.uint64(29)
+            hashes *= np.uint64(1099511628211)
+            np.multiply(tokens[start + i : stop + i], multipliers[i], out=term, casting="unsafe")
+            hashes ^= term
+        np.right_shift(hashes, np.uint64(29), out=term)  # a finalizer (splitmix64's) mixes the high bits down
+        hashes ^= term
         hashes *= np.uint64(0xBF58476D1CE4E5B9)
-        hashes ^= hashes >> np.uint64(32)
-    starts = np.arange(count)
-    documents = np.searchsorted(offsets, starts, side="right") - 1  # (count,)
-    inside = starts + SHINGLE <= offsets[documents + 1]
-    keep = inside & (hashes % np.uint64(SHINGLE_SAMPLE) == 0)
-    pairs = np.unique(np.stack([hashes[keep], documents[keep].astype(np.uint64)]), axis=1)  # (2, M)
-    return pairs[0], pairs[1].astype(np.int64)
+        np.right_shift(hashes, np.uint64(32), out=term)
+        hashes ^= term
+    return hashes
 
 
 def near_duplicate_groups(offsets: np.ndarray, shingles: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

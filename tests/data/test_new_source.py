@@ -5,9 +5,6 @@ glob source, itself one file, reads exactly the files its pattern names, as the 
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +15,7 @@ from poscli.data.sources.files import TextFiles
 from poscli.data.sources.glob import GlobFiles
 from poscli.errors import PoscliError
 from tests.cli.test_cli import TINY
-from tests.conftest import module_outside, run_poscli
+from tests.conftest import module_outside, package_with, run_poscli
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -68,13 +65,8 @@ def through_the_cli(data: str, env: dict, results: Path, cwd: Path) -> None:
 
 @pytest.mark.slow
 def test_one_file_in_the_sources_package_is_a_whole_new_source(tmp_path):
-    site = tmp_path / "site"
-    shutil.copytree(REPOSITORY / "poscli", site / "poscli", ignore=shutil.ignore_patterns("__pycache__"))
-    (site / "poscli" / "data" / "sources" / "counting.py").write_text(NEW_SOURCE)
-    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPOSITORY}"}
-    listed = subprocess.run(
-        [sys.executable, "-m", "poscli", "data", "sources"], capture_output=True, text=True, env=env, cwd=tmp_path
-    )
+    env = package_with(tmp_path, "data/sources/counting.py", NEW_SOURCE)
+    listed = run_poscli("data", "sources", env=env, cwd=tmp_path)
     assert "counting       documents that count from a seeded start" in listed.stdout, listed.stderr
     through_the_cli("counting", env, tmp_path / "results", tmp_path)
 

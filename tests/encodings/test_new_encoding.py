@@ -4,7 +4,6 @@ every registry-wide test, both as a file dropped into poscli/encodings/ (with a 
 and as a module outside the package (--pe module:Class)."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pandas as pd
 import pytest
 
 from tests.cli.test_cli import TINY
-from tests.conftest import module_outside, run_poscli
+from tests.conftest import COPY, IN_PROCESS, module_outside, package_with, run_poscli
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -109,21 +108,15 @@ def corpus(tmp_path_factory):
 @pytest.mark.slow
 def test_one_file_in_the_encodings_package_is_a_whole_new_encoding(corpus, tmp_path):
     """A copy of poscli with one file added to poscli/encodings/ and nothing else changed."""
-    package = tmp_path / "site" / "poscli"
-    shutil.copytree(REPOSITORY / "poscli", package, ignore=shutil.ignore_patterns("__pycache__"))
+    env = package_with(tmp_path, "encodings/learned_slope.py", NEW_ENCODING)
     shutil.copytree(REPOSITORY / "tests", tmp_path / "site" / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-    (package / "encodings" / "learned_slope.py").write_text(NEW_ENCODING)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
-    listed = subprocess.run(
-        [sys.executable, "-m", "poscli", "encodings"], capture_output=True, text=True, env=env, cwd=tmp_path
-    )
+    listed = run_poscli("encodings", env=env, cwd=tmp_path)
     assert "learned-slope" in listed.stdout and "options: slope=0.5; extend: needs no rescaling" in listed.stdout
-    helped = subprocess.run(
-        [sys.executable, "-m", "poscli", "train", "--help"], capture_output=True, text=True, env=env, cwd=tmp_path
-    )
+    helped = run_poscli("train", "--help", env=env, cwd=tmp_path)
     assert "learned-slope" in helped.stdout
     through_the_cli("learned-slope", env, corpus, tmp_path / "results", tmp_path)
-    registry_tests("learned-slope", env, root=tmp_path / "site")
+    copy_alone = {key: value for key, value in env.items() if key not in (IN_PROCESS, COPY)}
+    registry_tests("learned-slope", {**copy_alone, "PYTHONPATH": str(tmp_path / "site")}, root=tmp_path / "site")
 
 
 @pytest.mark.slow

@@ -205,6 +205,37 @@ def test_near_duplicates_are_grouped_and_never_straddle_the_split(tmp_path):
             assert heldout[3] == heldout[40]
 
 
+def test_shingle_hashes_are_each_documents_sampled_shingles_hashed_byte_by_byte(monkeypatch):
+    """Against the definition, one shingle at a time in Python integers modulo 2^64: the sampled
+    shingles of each document, none across a boundary, each (hash, document) once; hashed in
+    blocks smaller than a document, so a shingle that starts in one block and ends in the next counts."""
+    from poscli.data import corpus
+
+    monkeypatch.setattr(corpus, "SHINGLE_BLOCK", 1000)
+    rng = np.random.default_rng(3)
+    documents = [rng.integers(97, 100, size=int(n), dtype=np.uint8) for n in rng.integers(10, 2500, size=12)]
+    documents[5] = np.tile(documents[4][:40], 30)  # repeats: one shingle many times in one document
+    tokens = np.concatenate(documents)
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])]).astype(np.int64)
+    multipliers = [
+        int(m) | 1 for m in np.random.default_rng(20231).integers(1, 2**62, size=corpus.SHINGLE, dtype=np.uint64)
+    ]
+    mask = 2**64 - 1
+    expected = set()
+    for d, document in enumerate(documents):
+        for start in range(len(document) - corpus.SHINGLE + 1):
+            h = 0
+            for i, byte in enumerate(document[start : start + corpus.SHINGLE]):
+                h = ((h * 1099511628211) & mask) ^ ((int(byte) * multipliers[i]) & mask)
+            h ^= h >> 29
+            h = (h * 0xBF58476D1CE4E5B9) & mask
+            h ^= h >> 32
+            if h % corpus.SHINGLE_SAMPLE == 0:
+                expected.add((h, d))
+    hashes, owners = corpus.shingle_hashes(tokens, offsets)
+    assert list(zip(hashes.tolist(), owners.tolist(), strict=True)) == sorted(expected)
+
+
 def test_the_split_is_deterministic_disjoint_and_independent_of_document_order_with_groups():
     rng = np.random.default_rng(0)
     lengths = rng.integers(10, 10000, size=200)

@@ -97,7 +97,7 @@ def test_a_single_process_run_resumes_under_torchrun(single):
             "train",
             *TINY,
             "--steps",
-            "400",
+            "200",
             "--data",
             str(corpus),
             "--results",
@@ -135,4 +135,4 @@ def test_a_single_process_run_resumes_under_torchrun(single):
     steps = [
         json.loads(line)["step"] for line in (results / "runs" / "moved" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert steps == list(range(10, 401, 10))
+    assert steps == list(range(10, 201, 10))
