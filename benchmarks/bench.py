@@ -11,7 +11,10 @@ writes to ``--out``:
   ``--nanogpt PATH`` (a checkout of github.com/karpathy/nanoGPT) its ``model.py`` is measured
   side by side at the same size;
 - ``eval.csv``: seconds and peak resident memory to evaluate one window (forward pass and loss)
-  of 4k, 16k, 32k and 64k tokens, per encoding, each encoding in a fresh process;
+  of 4k, 16k, 32k and 64k tokens, per encoding, each encoding in a fresh process; ``--only-eval
+  --encodings A,B`` re-measures those rows with the rows their ratios divide by (``none``, a
+  remapping's plain encoding) and keeps the others with their ratios, so each ratio is of two rows
+  of one ``session`` (a column: when the row was measured);
 - ``startup.csv``: ``poscli --help``, an argument error, and a second ``poscli train`` on the
   same corpus, from launch to its first optimizer step;
 - ``quality.csv``: time to quality (``benchmarks.quality``): the minutes the default-size model needs to
@@ -38,6 +41,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -413,10 +417,13 @@ def benchmark_eval(
 ) -> list[dict]:
     """Each encoding (``only``: these) in a fresh process, so its peak memory is its own; with
     ``--quick`` (the tests, which check the tables, not the numbers) all of them in one process, whose
-    peaks then accumulate. ``kept`` rows of other encodings from an earlier run are merged in, and
-    the ratios are computed over the merged table."""
-    rows = [row for row in kept or [] if only is None or row["encoding"] not in only]
-    names = only or [*encodings.names(), *user_defined(), *REMAPPED]
+    peaks then accumulate. Every ratio is of two rows measured in the same session (the ``session``
+    column): ``only`` is measured with NoPE's row and each remapping's plain encoding, and ``kept``
+    rows (the other encodings, from an earlier run) keep the ratios they were measured with."""
+    session = datetime.now(UTC).isoformat(timespec="seconds")
+    names = with_reference_rows(only) if only else [*encodings.names(), *user_defined(), *REMAPPED]
+    rows = [row for row in kept or [] if row["encoding"] not in names]
+    measured = []
     for group in [names] if "--quick" in plan_args else [[pe] for pe in names]:
         which = ",".join(group)
         child = subprocess.run(
@@ -427,17 +434,23 @@ def benchmark_eval(
         if child.returncode != 0:
             raise RuntimeError(f"eval benchmark for {which} failed:\n{child.stderr[-2000:]}")
         for row in json.loads(child.stdout.strip().splitlines()[-1]):
-            rows.append(row)
+            measured.append({**row, "session": session})
             log(f"eval {row['encoding']} {row['length']}: {row['seconds']:.2f} s, peak {row['peak_rss_gib']:.2f} GiB")
-    for row in rows:
-        none = next(r for r in rows if r["encoding"] == "none" and r["length"] == row["length"])
+    for row in measured:
+        none = next(r for r in measured if r["encoding"] == "none" and r["length"] == row["length"])
         row["ratio_to_none"] = round(row["seconds"] / none["seconds"], 3)
         if "+" in row["encoding"]:  # a remapping against its own encoding, plain
             plain = next(
-                r for r in rows if r["encoding"] == row["encoding"].split("+")[0] and r["length"] == row["length"]
+                r for r in measured if r["encoding"] == row["encoding"].split("+")[0] and r["length"] == row["length"]
             )
             row["ratio_to_plain"] = round(row["seconds"] / plain["seconds"], 3)
-    return rows
+    return rows + measured
+
+
+def with_reference_rows(only: list[str]) -> list[str]:
+    """``only`` and the rows its ratios divide by: NoPE's, and each remapping's plain encoding."""
+    references = ["none", *(name.split("+")[0] for name in only if "+" in name)]
+    return [*only, *(name for name in dict.fromkeys(references) if name not in only)]
 
 
 # --- start-up ---------------------------------------------------------------------------------
@@ -844,10 +857,7 @@ def run(
         write_csv(out / "train.csv", train)
     kept = None
     if only_eval and (out / "eval.csv").exists():
-        kept = [
-            {k: v for k, v in row.items() if k not in ("ratio_to_none", "ratio_to_plain")}
-            for row in pd.read_csv(out / "eval.csv").to_dict("records")
-        ]
+        kept = pd.read_csv(out / "eval.csv").to_dict("records")  # with the ratios they were measured with
     if (only_compile or only_train) and kept is not None:  # the evaluation table as it is
         evals = pd.read_csv(out / "eval.csv").to_dict("records")
     else:
@@ -903,8 +913,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--encodings",
         default=None,
-        help="with --only-eval: re-measure these (comma-separated, e.g. none,rope,rope+self-extend); keep the other "
-        "rows",
+        help="with --only-eval: re-measure these (comma-separated, e.g. rope,rope+self-extend) with the rows their "
+        "ratios divide by (none, and a remapping's plain encoding); keep the other rows and their ratios",
     )
     parser.add_argument(
         "--only-compile",

@@ -108,30 +108,25 @@ def test_quick_bench_writes_every_table_with_every_encoding(tmp_path):
         loose, strict = (part[part["threshold"] == t].iloc[0] for t in THRESHOLDS)
         assert np.isnan(strict["minutes"]) or loose["minutes"] <= strict["minutes"]
 
-    # --only-eval --encodings re-measures those rows of eval.csv and keeps the rest and the other tables
+    # --only-eval --encodings re-measures those rows of eval.csv, with the rows their ratios divide by
+    # (none; rope for rope+rerope) in the same session, and keeps the rest, their ratios and the other tables
     before, old_rows = (out / "train.csv").read_text(), evals.set_index(["encoding", "length"])
     again = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.bench",
-            "--quick",
-            "--only-eval",
-            "--encodings",
-            "rope,rope+rerope",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-m", "benchmarks.bench", "--quick", "--only-eval", "--encodings", "rope+rerope",
+         "--out", str(out)],
         capture_output=True,
         text=True,
-    )
+    )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
-    assert (out / "train.csv").read_text() == before and "--only-eval --encodings rope,rope+rerope" in (
+    assert (out / "train.csv").read_text() == before and "--only-eval --encodings rope+rerope" in (
         out / "BENCH.md"
     ).read_text()
     merged = pd.read_csv(out / "eval.csv").set_index(["encoding", "length"])
     assert set(merged.index) == set(old_rows.index)
-    assert merged.loc[("alibi", 64), "seconds"] == old_rows.loc[("alibi", 64), "seconds"]  # kept, not re-measured
+    sessions = merged["session"]
+    assert sessions[("rope+rerope", 64)] == sessions[("rope", 64)] == sessions[("none", 64)] != sessions[("alibi", 64)]
+    for column in ("seconds", "ratio_to_none"):  # kept, not re-measured, and not re-divided by the new none
+        assert merged.loc[("alibi", 64), column] == old_rows.loc[("alibi", 64), column]
     assert merged.loc[("rope+rerope", 64), "ratio_to_plain"] == pytest.approx(
         merged.loc[("rope+rerope", 64), "seconds"] / merged.loc[("rope", 64), "seconds"], abs=1e-3
     )
