@@ -89,7 +89,7 @@ passkey: install
 # cores): nine encodings trained on small instances of five algorithmic tasks, exact match to 4x, 3
 # seeds; each run evaluated as soon as it is trained (--each), so it resumes like trained.
 tasks: install
-	$(POSCLI) run recipes/length-generalization.toml --each --results $(REFERENCE)
+	$(POSCLI) run recipes/length-generalization.toml --each --jobs 2 --results $(REFERENCE)
 
 # Bytes against a trained BPE on the built-in corpus, compared in bits per byte (docs/data.md).
 tokenizers: install

@@ -737,7 +737,8 @@ def run_recipe(
         typer.Option(
             "--each",
             help="Evaluate every run (and its snapshots) as soon as it is trained: a study stopped anywhere keeps "
-            "every finished run's rows, and needs no weights to go on.",
+            "every finished run's rows, and needs no weights to go on. With --jobs N, N runs train at once, then "
+            "each is evaluated.",
         ),
     ] = False,
     launcher: Annotated[

@@ -536,9 +536,7 @@ def run_recipe(
 
         runner = _Runner(recipe, results, log_dir, report, launcher)
         if each:
-            for step in [s for s in todo if s.kind == "train"]:
-                for name, each_step in _each_steps(recipe, step, [s for s in todo if s.kind == "extend"]):
-                    runner.phase([(name, each_step)], 1, name.split("-", 1)[0])
+            _run_each(recipe, todo, runner, jobs)
             check_state(recipe, results, each)  # what is left: extensions, and evaluations of runs trained before
             todo = [s for s in recipe.steps if s.status != "done"]
         for phase, parallel in (("train", jobs), ("extend", jobs), ("eval", 1)):
@@ -556,6 +554,20 @@ def run_recipe(
         report_path = write_report(results)
     console.print(f"recipe {recipe.name} done; report: {report_path}")
     return recipe
+
+
+def _run_each(recipe: Recipe, todo: list[Step], runner: _Runner, jobs: int) -> None:
+    """``--each``: every run to train with all made from it (``_each_steps``); with ``jobs`` > 1,
+    ``jobs`` runs train at once as processes (the cores split between them), then each one's
+    evaluations and extensions follow in this process."""
+    trains, extensions = [s for s in todo if s.kind == "train"], [s for s in todo if s.kind == "extend"]
+    for start in range(0, len(trains), jobs):
+        group = [_each_steps(recipe, step, extensions) for step in trains[start : start + jobs]]
+        if jobs > 1:
+            runner.phase([steps[0] for steps in group], jobs, "train")
+        for steps in group:
+            for name, each_step in steps[1 if jobs > 1 else 0 :]:
+                runner.phase([(name, each_step)], 1, name.split("-", 1)[0])
 
 
 def _each_steps(recipe: Recipe, step: Step, extensions: list[Step]) -> list[tuple[str, Step]]:

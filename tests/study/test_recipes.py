@@ -844,6 +844,27 @@ max_tokens = "512"
 
 
 @pytest.mark.slow
+def test_each_with_two_jobs_trains_two_runs_at_once_then_evaluates_each(tmp_path_factory):
+    from tests.conftest import cli_workspace
+
+    corpus, results = cli_workspace(tmp_path_factory, "each-jobs")
+    recipe = write(tmp_path_factory.mktemp("each-jobs-recipe"), TWO_RUNS.format(corpus=corpus))
+    done = poscli("run", str(recipe), "--results", str(results), "--each", "--jobs", "2")
+    assert done.returncode == 0, done.stderr
+    log = done.stderr
+    assert max(log.index("started train-j-rope"), log.index("started train-j-alibi")) < min(
+        log.index("finished train-j-rope"), log.index("finished train-j-alibi")
+    ), "both runs train at once"
+    assert log.index("finished train-j-alibi") < log.index("started eval-jobs-j-alibi")
+    assert log.index("finished train-j-rope") < log.index("started eval-jobs-j-rope")
+    assert set(pd.read_csv(results / "jobs.csv")["run"]) == {"j-rope", "j-alibi", "reference-3gram"}
+    for run in ("j-rope", "j-alibi"):
+        assert json.loads((results / "runs" / run / "config.json").read_text())["environment"]["threads"] == max(
+            1, (os.cpu_count() or 1) // 2
+        )  # the cores split between the two
+
+
+@pytest.mark.slow
 def test_a_two_run_recipe_as_submitit_jobs_completes_and_resumes(tmp_path_factory):
     """--launcher submitit-local: each step a job of submitit's LocalExecutor (the Slurm path's offline
     twin); the same rules: a second run resumes the interrupted run alone and re-evaluates it."""
