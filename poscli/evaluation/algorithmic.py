@@ -100,13 +100,14 @@ class AlgorithmicTask(Task):
             train = config.get("train", {})  # an hf: model records no training
             own = train.get("task") == self.name  # trained on this task: its sizes are in distribution
             trained = (train.get("task_sizes") or self.default_sizes) if own else None
+            scheme = training_scheme(config)
             bar = progress.add_task(f"{self.name} {name}", total=len(sizes)) if progress else None
             for size in sizes:
                 row = {"run": config["name"], "label": runs.run_label(config), "pe": config["model"]["pe"],
                        "seed": train.get("seed", 0), "task": self.name, "trained_sizes": trained or "",
                        "size": size,
                        "in_distribution": bool(trained) and size in parse_sizes(trained), "trials": trials}  # fmt: skip
-                rows.append(row | self.cell(model, size, trials, device, tokenizer))
+                rows.append(row | self.cell(model, size, trials, device, tokenizer, scheme))
                 if progress:
                     progress.advance(bar)
         return rows
@@ -121,9 +122,11 @@ class AlgorithmicTask(Task):
         tokenizer = pretrained.pretrained_tokenizer(name)
         return (*pretrained.load_pretrained(name, str(device), tokenizer), tokenizer)
 
-    def cell(self, model, size: int, trials: int, device, tokenizer=None) -> dict[str, Any]:
+    def cell(self, model, size: int, trials: int, device, tokenizer=None, scheme=None) -> dict[str, Any]:
         """One size: exact match with its Wilson interval, token accuracy; n/a where the run has no
-        positions that far (a learned table). ``tokenizer``: an hf: model's (None: bytes)."""
+        positions that far (a learned table). ``tokenizer``: an hf: model's (None: bytes).
+        ``scheme``: the run's training position scheme (None: positions 0..T-1), whose
+        ``evaluation_positions`` the cell's instances get, drawn from a generator seeded by the cell."""
         from poscli.errors import NotApplicable
         from poscli.evaluation.stats import wilson_interval
 
@@ -132,8 +135,9 @@ class AlgorithmicTask(Task):
         if tokenizer is not None and not all(mask.all() for mask in masks):
             raise PoscliError(f"--task {self.name} scores some characters of each answer: byte-level models only")
         tokens = max(len(prompt) + len(answer) for prompt, answer in examples)
+        positions = self.positions(scheme, size, device)
         try:
-            exact, token_accuracy = score(model, examples, device, masks, tokenizer)
+            exact, token_accuracy = score(model, examples, device, masks, tokenizer, positions)
         except NotApplicable as reason:
             nan = float("nan")
             return {"tokens": tokens, "exact": 0, "accuracy": nan, "ci_low": nan, "ci_high": nan,
@@ -142,6 +146,18 @@ class AlgorithmicTask(Task):
         return {"tokens": tokens, "exact": int(exact.sum()), "accuracy": round(float(exact.mean()), 4),
                 "ci_low": round(low, 4), "ci_high": round(high, 4),
                 "token_accuracy": round(float(token_accuracy.mean()), 4), "note": ""}  # fmt: skip
+
+    def positions(self, scheme, size: int, device):
+        """The cell's positions as ``score`` takes them: None (0..T-1) without a scheme, else drawn
+        by the scheme from a generator seeded by the task and size (the same for every run)."""
+        if scheme is None:
+            return None
+        import zlib
+
+        import torch
+
+        generator = torch.Generator().manual_seed(zlib.crc32(f"{self.name}-{size}-positions".encode()))
+        return lambda batch, length: scheme.evaluation_positions(batch, length, generator, device)
 
     def write(self, result, options: dict[str, Any], results, table: str):
         return self.write_rows(result, results, table, COLUMNS, ["run", "task", "size"], size_markdown)
@@ -183,13 +199,21 @@ class AlgorithmicTask(Task):
         return [path]
 
 
-def score(model, examples: list[tuple[str, str]], device, scored: list[np.ndarray] | None = None, tokenizer=None):
+def score(
+    model,
+    examples: list[tuple[str, str]],
+    device,
+    scored: list[np.ndarray] | None = None,
+    tokenizer=None,
+    positions=None,
+):
     """Teacher-forced scores of (prompt, answer) pairs in one padded batch: per instance, exact (every
     scored answer token is the argmax given the true tokens before it) and the share of scored
     answer tokens that are. ``scored``: per instance, which answer tokens count ((A,) bool; None:
     all). ``tokenizer``: the model's (prompt and answer encoded apart, so the answer's first token
-    starts at the answer); None: bytes. Right padding changes nothing before it (causal attention).
-    -> (B,) bool, (B,) float."""
+    starts at the answer); None: bytes. ``positions``: a function (B, T) -> the batch's positions
+    ((B, T) int64, or None for 0..T-1: ``evaluation_positions``). Right padding changes nothing
+    before it (causal attention). -> (B,) bool, (B,) float."""
     import torch
 
     from poscli.data.tokens import encode
@@ -202,14 +226,27 @@ def score(model, examples: list[tuple[str, str]], device, scored: list[np.ndarra
     tokens = torch.zeros(len(texts), max(map(len, texts)), dtype=torch.long)  # (B, T), padded with token 0
     for row, text in enumerate(texts):
         tokens[row, : len(text)] = torch.from_numpy(text)
-    with torch.inference_mode():
-        best = model(tokens.to(device)).argmax(-1).cpu().numpy()  # (B, T): the prediction of each next token
+    tokens = tokens.to(device)
+    with torch.inference_mode():  # positions only where given: an hf: model takes tokens alone
+        logits = model(tokens) if positions is None else model(tokens, positions(*tokens.shape))  # (B, T, V)
+        best = logits.argmax(-1).cpu().numpy()  # (B, T): the prediction of each next token
     exact, share = np.zeros(len(texts), bool), np.zeros(len(texts))
     for row, ((prompt, _), text) in enumerate(zip(encoded, texts)):
         hits = best[row, len(prompt) - 1 : len(text) - 1] == text[len(prompt) :]  # (A,)
         hits = hits if scored is None else hits[scored[row]]
         exact[row], share[row] = bool(hits.all()), float(hits.mean())
     return exact, share
+
+
+def training_scheme(config: dict):
+    """The training position scheme of a run's config.json (``poscli.extension.positions``), or None:
+    positions 0..T-1 (an hf: model, which records no training, included)."""
+    if "train" not in config:
+        return None
+    from poscli.config import ModelConfig, TrainConfig
+    from poscli.extension import positions
+
+    return positions.for_training(ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"]))
 
 
 def size_markdown(table) -> str:

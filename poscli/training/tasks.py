@@ -134,14 +134,19 @@ def check_fits(task: AlgorithmicTask, sizes: list[int], train_length: int, flag:
         )
 
 
-def task_accuracy(task: AlgorithmicTask, sizes, model, device, trials: int = 50) -> dict:
-    """Exact match pooled over ``sizes`` (``trials`` instances each, the evaluation's), with its
-    Wilson interval: what a run that trained on the task records as ``task_accuracy``."""
+def task_accuracy(task: AlgorithmicTask, sizes, model, device, trials: int = 50, scheme=None) -> dict:
+    """Exact match pooled over ``sizes`` (``trials`` instances each, the evaluation's, at the
+    evaluation's positions: ``scheme``, the run's training position scheme), with its Wilson
+    interval: what a run that trained on the task records as ``task_accuracy``."""
     from poscli.evaluation.algorithmic import score
     from poscli.evaluation.stats import wilson_interval
 
-    cells = [task.examples(size, trials) for size in sizes]
-    exact = np.concatenate([score(model, cell, device, [task.scored(a) for _, a in cell])[0] for cell in cells])
+    exact = np.concatenate(
+        [
+            score(model, cell, device, [task.scored(a) for _, a in cell], None, task.positions(scheme, size, device))[0]
+            for size, cell in ((size, task.examples(size, trials)) for size in sizes)
+        ]
+    )
     low, high = wilson_interval(int(exact.sum()), len(exact))
     return {"task": task.name, "sizes": ",".join(map(str, sizes)), "instances": len(exact),
             "exact": round(float(exact.mean()), 4), "ci_low": round(low, 4), "ci_high": round(high, 4)}  # fmt: skip

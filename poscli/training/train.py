@@ -743,7 +743,8 @@ def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, s
         tokens_per_s=round((step - start_step) * tokens_per_step / max(seconds - elapsed_before, 1e-9)),
     )
     if task:
-        config["task_accuracy"] = task_accuracy(task.task, task.sizes, model, device)
+        scheme = position_schemes.for_training(model_config, train_config)
+        config["task_accuracy"] = task_accuracy(task.task, task.sizes, model, device, scheme=scheme)
     if text:
         config["heldout"] = {"length": model_config.train_length, **heldout}
     if step == start_step:

@@ -131,3 +131,48 @@ def test_cream_keeps_head_and_tail_and_favours_a_middle_near_the_targets_centre(
     assert heads == {N // 3, 4 * f}
     assert centres.std() < 0.2 and 0.25 < centres.median() < 0.5
     assert ((centres < 0.1) | (centres > 0.9)).double().mean() < 0.05
+
+
+def test_a_randomized_run_is_evaluated_at_positions_drawn_as_its_training_drew_them():
+    """Ruoss et al. (2023) sample positions at test time too (their model draws them at every call):
+    an instance within the train length gets the first T of the train length's sorted draws, as a
+    training window's prefix does; a longer one T draws from the same range; one longer than MAX is
+    n/a; and a run trained at 0..T-1 is evaluated at 0..T-1."""
+    from poscli.errors import NotApplicable
+    from poscli.extension.positions import for_training
+
+    model_config = tiny_config("rope", train_length=26)
+    scheme = for_training(model_config, TrainConfig(random_positions=104))
+    cpu = torch.device("cpu")
+    trained = scheme.draw(50, 26, torch.Generator().manual_seed(3), cpu)  # (B, 26): training windows
+    short = scheme.evaluation_positions(50, 12, torch.Generator().manual_seed(3), cpu)  # (B, 12)
+    assert torch.equal(short, trained[:, :12])
+    long = scheme.evaluation_positions(50, 90, torch.Generator().manual_seed(3), cpu)  # (B, 90)
+    assert (long.diff(dim=1) > 0).all() and long.min() >= 0 and long.max() < 104
+    assert not torch.equal(long[:, :26], trained)  # 90 draws from [0, 104), not a training window grown
+    with pytest.raises(NotApplicable, match=r"\[0, 104\) cannot place 105 tokens"):
+        scheme.evaluation_positions(1, 105, torch.Generator().manual_seed(3), cpu)
+    assert for_training(model_config, TrainConfig()) is None
+
+
+def test_a_task_cell_gives_a_randomized_run_the_schemes_positions_the_same_for_every_run():
+    from poscli.evaluation import tasks
+    from poscli.extension.positions import for_training
+
+    seen = []
+
+    class Spy(torch.nn.Module):  # records the positions each forward gets; predicts nothing right
+        def forward(self, tokens, positions=None):
+            seen.append(positions)
+            return torch.zeros(*tokens.shape, 256)
+
+    copy = tasks.get("copy")
+    scheme = for_training(tiny_config("rope", train_length=26), TrainConfig(random_positions=104))
+    for _ in range(2):
+        copy.cell(Spy(), 8, 20, torch.device("cpu"), scheme=scheme)
+    copy.cell(Spy(), 8, 20, torch.device("cpu"))
+    first, again, plain = seen
+    assert first.shape == (20, 18) and (first.diff(dim=1) > 0).all() and first.max() < 104
+    assert not torch.equal(first[0], torch.arange(18))
+    assert torch.equal(first, again)  # seeded by the task and size: every run of a study gets the same
+    assert plain is None  # a run trained at 0..T-1 is scored at 0..T-1

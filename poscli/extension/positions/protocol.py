@@ -49,3 +49,11 @@ class PositionScheme:
         """One step's positions, increasing along T, each below ``self.limit``: (T,) shared by every
         sequence of the batch (one forward for the batch) or (B, T). int64."""
         raise NotImplementedError
+
+    def evaluation_positions(
+        self, batch_size: int, length: int, generator: torch.Generator, device: torch.device
+    ) -> torch.Tensor | None:
+        """The positions an evaluation gives a run trained with this scheme: None (the default)
+        for 0..T-1, as a run extended by PoSE is meant to be read; or (B, T) int64, as randomized
+        positions are read at test time too (Ruoss et al., 2023)."""
+        return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from poscli.errors import PoscliError
+from poscli.errors import NotApplicable, PoscliError
 from poscli.extension.positions import register
 from poscli.extension.positions.protocol import PositionScheme
 
@@ -40,6 +40,17 @@ class Randomized(PositionScheme):
 
     def draw(self, batch_size, length, generator, device) -> torch.Tensor:
         return sample_positions(batch_size, length, self.limit, generator, device)  # (B, T)
+
+    def evaluation_positions(self, batch_size, length, generator, device) -> torch.Tensor:
+        """Drawn as in training, as Ruoss et al. (2023) evaluate (their model samples positions at
+        every call): each sequence's first ``length`` of max(train length, length) sorted
+        positions from [0, MAX), so an instance within the train length sees the positions its
+        training windows gave it, and a longer one ``length`` positions from the same range. An
+        instance longer than MAX has no such positions (NotApplicable: the cell is n/a)."""
+        if length > self.limit:
+            raise NotApplicable(f"positions drawn from [0, {self.limit}) cannot place {length} tokens")
+        window = max(self.model_config.train_length, length)
+        return sample_positions(batch_size, window, self.limit, generator, device)[:, :length]  # (B, T)
 
 
 def sample_positions(
