@@ -100,6 +100,9 @@ class RecipeInterrupted(PoscliError):
     exit_code = 130
 
 
+INTERRUPTED_EXITS = (130, 143)  # a poscli step stopped by SIGINT or SIGTERM, its checkpoint saved
+
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -648,6 +651,8 @@ class _Runner:
 
         commands = [(name, [json.dumps(step.call(self.results))]) for name, step in named]
         outcomes = run_commands(commands, parallel, self.log_dir, report=self.report, module="poscli.study.steps")
+        if any(o.returncode in INTERRUPTED_EXITS for o in outcomes):  # a step stopped by Ctrl-C or SIGTERM
+            raise KeyboardInterrupt  # the recipe is interrupted, not failed (this process may ignore SIGINT)
         return [o.job.name for o in outcomes if not o.ok]
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from poscli.core.lengths import parse_length, parse_lengths
+from poscli.errors import PoscliError
 from poscli.evaluation.seeds import seed_summary
 from poscli.study.published import extrapolation_class, peng2023, press2022
 from poscli.study.recipes import RecipeError, load_recipe
@@ -841,6 +842,26 @@ lengths = "32,64"
 max_tokens = "512"
 """
 )
+
+
+def test_steps_stopped_by_a_signal_in_their_processes_interrupt_the_recipe_not_fail_it(tmp_path, monkeypatch):
+    """With --jobs N the steps run as processes; one stopped by Ctrl-C or SIGTERM (exit 130 or 143,
+    its checkpoint saved) makes the recipe interrupted, with the command that continues it, even
+    where this process did not get the signal itself (started in the background, SIGINT ignored);
+    a step that failed otherwise is a failure."""
+    from poscli.study import recipes, sweep
+
+    recipe = recipes.load_recipe(write(tmp_path, TINY.format(corpus=tmp_path)))
+    runner = recipes._Runner(recipe, tmp_path / "results", tmp_path / "logs", report=lambda line: None)
+    steps = [(f"train-{step.name}", step) for step in recipe.steps if step.kind == "train"][:2]
+    for codes, expected in (((0, 130), "interrupted during the train phase"), ((143, 1), "interrupted"),
+                            ((0, 1), "1 train steps failed")):  # fmt: skip
+        outcomes = [sweep.Outcome(sweep.Job(name, [], {}), code, 1.0, tmp_path / "log")
+                    for (name, _), code in zip(steps, codes, strict=True)]  # fmt: skip
+        monkeypatch.setattr(sweep, "run_commands", lambda *args, outcomes=outcomes, **kwargs: outcomes)
+        with pytest.raises(PoscliError, match=expected) as raised:
+            runner.phase(steps, 2, "train")
+        assert isinstance(raised.value, recipes.RecipeInterrupted) == ("interrupted" in expected)
 
 
 @pytest.mark.slow
