@@ -131,13 +131,9 @@ class AlgorithmicTask(Task):
         from poscli.evaluation.stats import wilson_interval
 
         examples = self.examples(size, trials)
-        masks = [self.scored(answer) for _, answer in examples]
-        if tokenizer is not None and not all(mask.all() for mask in masks):
-            raise PoscliError(f"--task {self.name} scores some characters of each answer: byte-level models only")
         tokens = max(len(prompt) + len(answer) for prompt, answer in examples)
-        positions = self.positions(scheme, size, device)
         try:
-            exact, token_accuracy = score(model, examples, device, masks, tokenizer, positions)
+            exact, token_accuracy = self.exact_match(model, examples, size, device, tokenizer, scheme)
         except NotApplicable as reason:
             nan = float("nan")
             return {"tokens": tokens, "exact": 0, "accuracy": nan, "ci_low": nan, "ci_high": nan,
@@ -146,6 +142,14 @@ class AlgorithmicTask(Task):
         return {"tokens": tokens, "exact": int(exact.sum()), "accuracy": round(float(exact.mean()), 4),
                 "ci_low": round(low, 4), "ci_high": round(high, 4),
                 "token_accuracy": round(float(token_accuracy.mean()), 4), "note": ""}  # fmt: skip
+
+    def exact_match(self, model, examples, size: int, device, tokenizer=None, scheme=None):
+        """``score`` of one cell's ``examples`` (``self.examples(size, ...)``): only the answer
+        tokens the task scores count, at the positions ``scheme`` gives the cell. -> (B,) bool, (B,) float."""
+        masks = [self.scored(answer) for _, answer in examples]
+        if tokenizer is not None and not all(mask.all() for mask in masks):
+            raise PoscliError(f"--task {self.name} scores some characters of each answer: byte-level models only")
+        return score(model, examples, device, masks, tokenizer, self.positions(scheme, size, device))
 
     def positions(self, scheme, size: int, device):
         """The cell's positions as ``score`` takes them: None (0..T-1) without a scheme, else drawn

@@ -138,14 +138,10 @@ def task_accuracy(task: AlgorithmicTask, sizes, model, device, trials: int = 50,
     """Exact match pooled over ``sizes`` (``trials`` instances each, the evaluation's, at the
     evaluation's positions: ``scheme``, the run's training position scheme), with its Wilson
     interval: what a run that trained on the task records as ``task_accuracy``."""
-    from poscli.evaluation.algorithmic import score
     from poscli.evaluation.stats import wilson_interval
 
     exact = np.concatenate(
-        [
-            score(model, cell, device, [task.scored(a) for _, a in cell], None, task.positions(scheme, size, device))[0]
-            for size, cell in ((size, task.examples(size, trials)) for size in sizes)
-        ]
+        [task.exact_match(model, task.examples(size, trials), size, device, scheme=scheme)[0] for size in sizes]
     )
     low, high = wilson_interval(int(exact.sum()), len(exact))
     return {"task": task.name, "sizes": ",".join(map(str, sizes)), "instances": len(exact),
