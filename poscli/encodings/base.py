@@ -54,7 +54,8 @@ class PositionalEncoding(nn.Module):
       ``separable_positions`` (queries and keys can take different positions: remappings). An
       encoding no rescaling method applies to "needs no rescaling".
     - ``reads_positions``: False for an encoding that ignores positions (random positions are
-      then pointless); ``grown_for_positions`` says how its config grows to represent more positions.
+      then pointless); ``grown_for_positions`` says how its config grows to represent more positions;
+      ``batched_positions``: its hooks take one row of positions per sequence at once.
     """
 
     name: ClassVar[str] = ""
@@ -70,6 +71,10 @@ class PositionalEncoding(nn.Module):
     # place of every attention path, after ``rotate``.
     replaces_attention: ClassVar[bool] = False
     reads_positions: ClassVar[bool] = True
+    # True when embed and rotate also take positions (B, T), one row per sequence, and the encoding
+    # has no score bias and its own attention: the model then runs a batch with per-sequence
+    # positions (randomized positions, Ruoss et al., 2023) at once instead of one sequence at a time.
+    batched_positions: ClassVar[bool] = False
     # True when rotate(q at p) and rotate(k at p') meet at p - p' and score_bias takes any positions,
     # so poscli.extension.remap can score far keys at other positions (Self-Extend, ReRoPE, sinks).
     separable_positions: ClassVar[bool] = True
@@ -127,11 +132,11 @@ class PositionalEncoding(nn.Module):
         return None
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        """x: (B, T, C) token embeddings; positions: (T,). Returns (B, T, C)."""
+        """x: (B, T, C) token embeddings; positions: (T,), or (B, T) if ``batched_positions``. Returns (B, T, C)."""
         return x
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor, layer: int) -> tuple[Tensor, Tensor]:
-        """q, k: (B, H, T, hd); positions: (T,). Returns q, k of the same shapes."""
+        """q, k: (B, H, T, hd); positions: (T,), or (B, T) if ``batched_positions``. Returns q, k of the same shapes."""
         return q, k
 
     def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor | None:

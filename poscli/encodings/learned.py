@@ -16,6 +16,7 @@ class Learned(PositionalEncoding):
     citation = "Gehring et al., 2017; Radford et al., 2018"
     summary = "a learned vector per absolute position, train-length rows"
     position_table = True  # poscli extend --method interpolate stretches it
+    batched_positions = True  # the table looks up (B, T) positions as it does (T,)
 
     @classmethod
     def grown_for_positions(cls, config, positions: int) -> dict:

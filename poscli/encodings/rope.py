@@ -105,6 +105,7 @@ class RoPE(PositionalEncoding):
 
     citation = "Su et al., 2021"
     rotary_frequencies = True
+    batched_positions = True
     summary = "rotates query/key pairs by position-proportional angles in every layer"
     Options = RopeOptions
     legacy_options = {
@@ -151,7 +152,8 @@ class RoPE(PositionalEncoding):
         return self.inv_freq, self.attention_scale
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos and sin of every angle, times the attention scale, per element. positions (T,) -> (T, hd) each."""
+        """cos and sin of every angle, times the attention scale, per element. positions (T,) -> (T, hd)
+        each, or (B, T) -> (B, 1, T, hd) each (one row per sequence, broadcast over the heads)."""
         compiling = torch.compiler.is_compiling()  # under torch.compile: no cache, no data-dependent length
         if (
             not compiling
@@ -161,10 +163,12 @@ class RoPE(PositionalEncoding):
         ):
             return self._table[1], self._table[2]
         inv_freq, attention_scale = self.frequencies_at(positions)
-        angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]  # (T, hd/2)
+        angles = positions.to(torch.float32)[..., None] * inv_freq.to(positions.device)  # (T, hd/2) or (B, T, hd/2)
         layout = self.options.layout
-        cos = _per_element(angles.cos() * attention_scale, layout)  # (T, hd)
-        sin = _per_element(angles.sin() * attention_scale, layout)  # (T, hd)
+        cos = _per_element(angles.cos() * attention_scale, layout)  # (T, hd) or (B, T, hd)
+        sin = _per_element(angles.sin() * attention_scale, layout)  # (T, hd) or (B, T, hd)
+        if positions.dim() == 2:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, hd)
         if not compiling:
             self._table = (positions, cos, sin)
         return cos, sin

@@ -45,6 +45,7 @@ class XPos(RoPE):
     Options = XPosOptions
     legacy_options = {**RoPE.legacy_options, "xpos_gamma": "gamma"}
     separable_positions = False  # exponents are taken from the middle of each call's positions
+    batched_positions = False  # the decay's scale takes one row of positions
 
     def __init__(self, config):
         super().__init__(config)

@@ -180,11 +180,12 @@ class GPT(nn.Module):
     def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
         """tokens: (B, T) byte ids -> logits (B, T, V). ``positions``: (T,) for every sequence,
         defaulting to 0..T-1, or (B, T), one row per sequence (randomized positions, Ruoss et al.,
-        2023); the hooks take one row of positions, so each sequence then runs on its own."""
+        2023): the whole batch at once where the encoding's hooks take rows of positions
+        (``batched_positions``) and nothing else reads them, else each sequence on its own."""
         B, T = tokens.shape
-        if positions is not None and positions.dim() == 2:
+        if positions is not None and positions.dim() == 2 and not self._batches_position_rows():
             return torch.cat([self(tokens[row : row + 1], positions[row]) for row in range(B)])  # (B, T, V)
-        consecutive = positions is None or T < 2 or bool((positions.diff() == 1).all())  # the fast path needs i - j
+        consecutive = positions is None or T < 2 or bool((positions.diff(dim=-1) == 1).all())  # fast paths need i - j
         if positions is None:
             positions = torch.arange(T, device=tokens.device)  # (T,)
         x = self.token_embedding(tokens)  # (B, T, C)
@@ -195,6 +196,12 @@ class GPT(nn.Module):
             x = block(x, positions, consecutive, self.remap)
         x = self.norm_out(x)
         return x @ self.token_embedding.weight.T  # (B, T, V), tied output embedding
+
+    def _batches_position_rows(self) -> bool:
+        """True when (B, T) positions reach only the encoding's embed and rotate, which take them:
+        no remapping, query temperature or sink logits, which read one row of positions."""
+        sinks = any(block.attn.sinks is not None for block in self.blocks)
+        return self.encoding.batched_positions and self.remap is None and not self.config.query_scaling and not sinks
 
     def loss(
         self, tokens: Tensor, targets: Tensor, positions: Tensor | None = None, weights: Tensor | None = None

@@ -44,6 +44,28 @@ def test_per_sequence_positions_give_each_sequence_its_own_logits(pe):
         assert not torch.allclose(batched[1], model(tokens[1:2])[0])  # other positions change the result
 
 
+@pytest.mark.parametrize(
+    "pe, extra",
+    [("rope", {}), ("learned", {"position_rows": 256}), ("rope", {"attention_options": {"sinks": True}})],
+)
+def test_a_batch_with_position_rows_has_the_gradients_of_its_sequences_run_one_by_one(pe, extra):
+    """RoPE and a learned table take (B, T) positions in one pass (``batched_positions``); sink
+    logits read one row of positions, so that model runs row by row. Either way the loss and every
+    gradient are those of the sequences run one at a time."""
+    torch.manual_seed(0)
+    model = GPT(tiny_config(pe, **extra))
+    tokens, targets = torch.randint(0, 256, (3, 20)), torch.randint(0, 256, (3, 20))
+    positions = sample_positions(3, 20, 200, torch.Generator().manual_seed(2), torch.device("cpu"))  # (3, 20)
+    model.zero_grad()
+    model.loss(tokens, targets, positions).backward()
+    batched = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    sum(model.loss(tokens[row : row + 1], targets[row : row + 1], positions[row]) / 3 for row in range(3)).backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(batched[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert model._batches_position_rows() == (not extra.get("attention_options"))
+
+
 def test_training_reaches_positions_beyond_the_train_length(tmp_path, text_corpus):
     """A learned table trained with --random-positions 256 at length 32 has 256 rows, and rows past
     32 move in training (weight decay off, so only gradients move them)."""
