@@ -62,7 +62,8 @@ smoke: install
 
 # The reference study (README headline, results/reference/REPORT.md), kept apart from a user's own
 # runs in results/. Steps already done are skipped, interrupted runs resumed: run it again after an
-# interruption. JOBS=N trains N runs at once, the cores split between them: on 2 cores two runs at a
+# interruption. JOBS=N runs N at once, the cores split between them (with --each, each run and its
+# evaluations and extensions one process, the next starting when one ends): on 2 cores two runs at a
 # time train 1.27x (the default model) to 1.29x (the length-generalization model) as many runs an hour
 # as one at a time with both cores (docs/guide.md, "Long studies across sessions").
 JOBS ?= 2

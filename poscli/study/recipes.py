@@ -532,10 +532,10 @@ def run_recipe(
             f"recipe {recipe.name}", total=len(recipe.steps), completed=len(recipe.steps) - len(todo)
         )
 
-        def report(line: str) -> None:
+        def report(line: str, steps: int = 1) -> None:
             progress.console.print("  " + line, highlight=False, markup=False)
             if line.startswith(("finished", "FAILED")):
-                progress.advance(overall)
+                progress.advance(overall, steps)
 
         runner = _Runner(recipe, results, log_dir, report, launcher)
         if each:
@@ -560,12 +560,17 @@ def run_recipe(
 
 
 def _run_each(recipe: Recipe, todo: list[Step], runner: _Runner, jobs: int) -> None:
-    """``--each``: every run to train with all made from it (``_each_steps``); with ``jobs`` > 1,
-    ``jobs`` runs train at once as processes (the cores split between them), then each one's
+    """``--each``: every run to train with all made from it (``_each_steps``). With ``jobs`` > 1,
+    each run's steps are one process, ``jobs`` at a time (the cores split between them), the next
+    starting as soon as one ends; on a cluster, ``jobs`` runs train at once as jobs, then each one's
     evaluations and extensions follow in this process."""
     trains, extensions = [s for s in todo if s.kind == "train"], [s for s in todo if s.kind == "extend"]
-    for start in range(0, len(trains), jobs):
-        group = [_each_steps(recipe, step, extensions) for step in trains[start : start + jobs]]
+    chains = [_each_steps(recipe, step, extensions) for step in trains]
+    if jobs > 1 and runner.launcher == "local":
+        runner.chains(chains, jobs)
+        return
+    for start in range(0, len(chains), jobs):
+        group = chains[start : start + jobs]
         if jobs > 1:
             runner.phase([steps[0] for steps in group], jobs, "train")
         for steps in group:
@@ -603,19 +608,44 @@ class _Runner:
         self.launcher = launcher
 
     def phase(self, named: list[tuple[str, Step]], parallel: int, phase: str) -> None:
-        from poscli.training.train import TrainingInterrupted
-
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        try:
+        def run() -> list[str]:
             if self.launcher != "local":  # cluster jobs (poscli.study.cluster)
                 from poscli.study.cluster import run_as_jobs
 
                 calls = [(name, step.call(self.results)) for name, step in named]
-                failed = run_as_jobs(calls, parallel, self.launcher, self.log_dir, self.report)
-            elif parallel > 1:
-                failed = self.in_processes(named, parallel)
-            else:
-                failed = [n for n, s in named if not self.here(n, s)]
+                return run_as_jobs(calls, parallel, self.log_dir, self.report)
+            if parallel > 1:
+                return self.in_processes([(name, step.call(self.results)) for name, step in named], parallel)
+            return [n for n, s in named if not self.here(n, s)]
+
+        self._guarded(phase, run)
+
+    def chains(self, chains: list[list[tuple[str, Step]]], parallel: int) -> None:
+        """``--each --jobs N``: each chain (a run and everything made from it, ``_each_steps``) as one
+        process running its steps in turn, ``parallel`` at a time, a new one starting as soon as one
+        ends, so no core waits for another chain's run to finish. Each step still has its own log;
+        the recipe goes on past a failed chain and names the failed ones at the end."""
+        log_dir = str(self.log_dir)
+        payloads = [
+            (f"each-{chain[0][1].name}", {"chain": [(n, s.call(self.results)) for n, s in chain], "log_dir": log_dir})
+            for chain in chains
+        ]
+        sizes = {name: len(payload["chain"]) for name, payload in payloads}
+
+        def relay(line: str) -> None:  # a chain's end completes all its steps in the progress bar
+            word, name = (line.split(" ", 2) + ["", ""])[:2]
+            self.report(line, steps=sizes.get(name, 1) if word in ("finished", "FAILED") else 1)
+
+        self._guarded("train", lambda: self.in_processes(payloads, parallel, relay))
+
+    def _guarded(self, phase: str, run) -> None:
+        """``run()`` (-> the names of the failed steps): Ctrl-C or a stopped run interrupts the recipe
+        with the command that continues it; failed steps fail it, naming them and their logs."""
+        from poscli.training.train import TrainingInterrupted
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            failed = run()
         except (KeyboardInterrupt, TrainingInterrupted):
             raise RecipeInterrupted(
                 f"interrupted during the {phase} phase; the runs in progress saved checkpoints. "
@@ -629,28 +659,21 @@ class _Runner:
 
     def here(self, name: str, step: Step) -> bool:
         """One step in this process; whether it succeeded."""
-        import time
+        from poscli.study.steps import run_reported
 
-        from poscli.study.steps import run_logged
+        return run_reported(name, step.call(self.results), self.log_dir / f"{name}.log", self.report) == 0
 
-        log = self.log_dir / f"{name}.log"
-        self.report(f"started {name}")
-        started = time.perf_counter()
-        code, line = run_logged(step.call(self.results), log)
-        if code:
-            self.report(f"FAILED {name} (exit {code}): {line}  [log: {log}]")
-        else:
-            self.report(f"finished {name} in {(time.perf_counter() - started) / 60:.1f} min")
-        return code == 0
-
-    def in_processes(self, named: list[tuple[str, Step]], parallel: int) -> list[str]:
-        """The steps as processes (``python -m poscli.study.steps``), ``parallel`` at a time; the failed ones' names."""
+    def in_processes(self, payloads: list[tuple[str, dict]], parallel: int, report=None) -> list[str]:
+        """Steps (or chains of steps) as processes (``python -m poscli.study.steps PAYLOAD``),
+        ``parallel`` at a time; the failed ones' names."""
         import json
 
         from poscli.study.sweep import run_commands
 
-        commands = [(name, [json.dumps(step.call(self.results))]) for name, step in named]
-        outcomes = run_commands(commands, parallel, self.log_dir, report=self.report, module="poscli.study.steps")
+        commands = [(name, [json.dumps(payload)]) for name, payload in payloads]
+        outcomes = run_commands(
+            commands, parallel, self.log_dir, report=report or self.report, module="poscli.study.steps"
+        )
         if any(o.returncode in INTERRUPTED_EXITS for o in outcomes):  # a step stopped by Ctrl-C or SIGTERM
             raise KeyboardInterrupt  # the recipe is interrupted, not failed (this process may ignore SIGINT)
         return [o.job.name for o in outcomes if not o.ok]

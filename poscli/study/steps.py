@@ -379,10 +379,38 @@ def run_logged(step: dict, log: Path) -> tuple[int, str]:
             return 1, f"{type(error).__name__}: {error}"
 
 
+def run_reported(name: str, step: dict, log: Path, report) -> int:
+    """:func:`run_logged`, with a line to ``report`` when the step starts and when it ends (how long,
+    or why it failed); its exit code."""
+    import time
+
+    report(f"started {name}")
+    started = time.perf_counter()
+    code, line = run_logged(step, log)
+    if code:
+        report(f"FAILED {name} (exit {code}): {line}  [log: {log}]")
+    else:
+        report(f"finished {name} in {(time.perf_counter() - started) / 60:.1f} min")
+    return code
+
+
+def run_chain(chain: list[tuple[str, dict]], log_dir: str) -> int:
+    """``poscli run --each --jobs N``: a run's steps (its training, its evaluations, its extensions
+    and theirs) one after another, each with its output in LOG_DIR/NAME.log; the exit code of the
+    first that fails (the steps after it need it), else 0."""
+    for name, step in chain:
+        if code := run_reported(name, step, Path(log_dir) / f"{name}.log", lambda line: print(line, flush=True)):
+            return code
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python -m poscli.study.steps STEP_JSON``: one step in a fresh process (``poscli run --jobs N``)."""
+    """``python -m poscli.study.steps STEP_JSON``: one step in a fresh process (``poscli run --jobs N``),
+    or a chain of them (``{"chain": [[NAME, STEP], ...], "log_dir": DIR}``, ``poscli run --each --jobs N``)."""
     step = json.loads((argv or sys.argv[1:])[0])
     try:
+        if "chain" in step:
+            sys.exit(run_chain(step["chain"], step["log_dir"]))
         run_step(**step)
     except PoscliError as error:
         print(f"{error.prefix}{error}", file=sys.stderr)

@@ -864,6 +864,64 @@ def test_steps_stopped_by_a_signal_in_their_processes_interrupt_the_recipe_not_f
         assert isinstance(raised.value, recipes.RecipeInterrupted) == ("interrupted" in expected)
 
 
+def test_a_chain_runs_its_steps_in_turn_and_stops_at_the_first_that_fails(tmp_path, monkeypatch, capsys):
+    """``--each --jobs N``: one process per run runs its training, then its evaluations, in order;
+    a failed step leaves the steps after it (which need it) undone and is the chain's exit code."""
+    from poscli.study import steps
+
+    ran = []
+
+    def step(kind, name, **_):
+        ran.append(name)
+        if name == "broken":
+            raise PoscliError("no such corpus")
+
+    monkeypatch.setattr(steps, "run_step", step)
+    chain = [(f"s-{n}", {"kind": "train", "name": n}) for n in ("first", "broken", "after")]
+    assert steps.run_chain(chain, str(tmp_path)) == PoscliError.exit_code
+    assert ran == ["first", "broken"]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "started s-first" and lines[1].startswith("finished s-first")
+    assert lines[-1].startswith("FAILED s-broken") and "no such corpus" in lines[-1]
+    assert "no such corpus" in (tmp_path / "s-broken.log").read_text()
+    assert steps.run_chain(chain[:1], str(tmp_path)) == 0
+
+
+def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(tmp_path, monkeypatch):
+    """The pool gets one command per run (its steps in order), and a chain's last line advances the
+    recipe's progress by all its steps; a chain stopped by a signal interrupts the recipe."""
+    from poscli.study import recipes, sweep
+
+    recipe = recipes.load_recipe(write(tmp_path, TINY.format(corpus=tmp_path)))
+    reported = []
+    runner = recipes._Runner(
+        recipe, tmp_path / "results", tmp_path / "logs", report=lambda *a, **k: reported.append((a, k))
+    )
+    trains = [s for s in recipe.steps if s.kind == "train"]
+    chains = [recipes._each_steps(recipe, step, [s for s in recipe.steps if s.kind == "extend"]) for step in trains]
+
+    def pool(commands, parallel, log_dir, report, module):
+        assert parallel == 2 and module == "poscli.study.steps"
+        assert [name for name, _ in commands] == [f"each-{step.name}" for step in trains]
+        for (name, argv), chain in zip(commands, chains, strict=True):
+            payload = json.loads(argv[0])
+            assert [n for n, _ in payload["chain"]] == [n for n, _ in chain]
+            report(f"finished {name} in 0.1 min")
+        return [
+            sweep.Outcome(sweep.Job(name, [], {}), code, 1.0, tmp_path / "log")
+            for (name, _), code in zip(commands, codes)
+        ]
+
+    monkeypatch.setattr(sweep, "run_commands", pool)
+    codes = [0] * len(chains)
+    runner.chains(chains, 2)
+    assert [k["steps"] for _, k in reported] == [len(chain) for chain in chains]
+    assert max(len(chain) for chain in chains) > 1  # a run with evaluations after it
+    codes = [0, 130] + [0] * (len(chains) - 2)
+    with pytest.raises(recipes.RecipeInterrupted):
+        runner.chains(chains, 2)
+
+
 @pytest.mark.slow
 def test_each_with_two_jobs_trains_two_runs_at_once_then_evaluates_each(tmp_path_factory):
     from tests.conftest import cli_workspace
@@ -873,11 +931,13 @@ def test_each_with_two_jobs_trains_two_runs_at_once_then_evaluates_each(tmp_path
     done = poscli("run", str(recipe), "--results", str(results), "--each", "--jobs", "2")
     assert done.returncode == 0, done.stderr
     log = done.stderr
-    assert max(log.index("started train-j-rope"), log.index("started train-j-alibi")) < min(
-        log.index("finished train-j-rope"), log.index("finished train-j-alibi")
+    assert max(log.index("started each-j-rope"), log.index("started each-j-alibi")) < min(
+        log.index("finished each-j-rope"), log.index("finished each-j-alibi")
     ), "both runs train at once"
-    assert log.index("finished train-j-alibi") < log.index("started eval-jobs-j-alibi")
-    assert log.index("finished train-j-rope") < log.index("started eval-jobs-j-rope")
+    for run in ("j-rope", "j-alibi"):  # each run's process trains it, then evaluates it; each step logs apart
+        chain = (results / "logs" / f"each-{run}.log").read_text()
+        assert chain.index(f"finished train-{run}") < chain.index(f"started eval-jobs-{run}"), chain
+        assert "wrote" in (results / "logs" / f"eval-jobs-{run}.log").read_text()  # the step's own log
     assert set(pd.read_csv(results / "jobs.csv")["run"]) == {"j-rope", "j-alibi", "reference-3gram"}
     for run in ("j-rope", "j-alibi"):
         assert json.loads((results / "runs" / run / "config.json").read_text())["environment"]["threads"] == max(
