@@ -3,7 +3,7 @@
 ``poscli train --pe alibi,rope,t5 --seeds 0,1 --jobs 2`` runs each combination as its own
 ``poscli train`` process, ``--jobs`` at once. On the CPU each job gets cores / jobs threads
 (two torch processes that each take every core run many times slower than one at a time); with
-several GPUs each job gets one (CUDA_VISIBLE_DEVICES, round robin). A job that fails is
+several GPUs each job gets the one the fewest running jobs hold (CUDA_VISIBLE_DEVICES). A job that fails is
 reported with the last line of its log and the others carry on; the sweep exits 1 if any
 failed. Each job's output goes to RESULTS/logs/NAME.log.
 """
@@ -43,31 +43,41 @@ class Outcome:
         lines = [line for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
         return lines[-1] if lines else f"exit code {self.returncode}"
 
+    def reason(self) -> str:
+        """Why it failed: the last line of its log, or for a process killed by SIGKILL (which the
+        kernel's out-of-memory killer sends, and after which nothing is logged) what to try."""
+        if self.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+            return "killed by SIGKILL, as the out-of-memory killer does: run fewer --jobs or a smaller --batch-size"
+        return self.last_line()
 
-def job_environments(count: int, parallel: int, gpus: int) -> list[dict]:
-    """Per-job environment: a GPU each when there are several, else a share of the CPU cores."""
+
+def job_environment(parallel: int) -> dict:
+    """What each of ``parallel`` jobs at once gets on the CPU: a share of the cores."""
     threads = max(1, (os.cpu_count() or 1) // max(1, parallel))
-    envs = []
-    for index in range(count):
-        env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        if gpus > 1:
-            env["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
-        envs.append(env)
-    return envs
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print) -> list[Outcome]:
-    """Run ``jobs`` with at most ``parallel`` at once; returns their outcomes in the jobs' order."""
+def least_used_gpu(running: dict, gpus: int) -> int:
+    """The GPU the fewest running jobs hold (the lowest such index), so a job started when another
+    ends takes the GPU that ended, whichever it was."""
+    held = [entry[-1] for entry in running.values()]
+    return min(range(gpus), key=lambda gpu: (held.count(gpu), gpu))
+
+
+def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: int = 0) -> list[Outcome]:
+    """Run ``jobs`` with at most ``parallel`` at once, each started as soon as another ends; with
+    several ``gpus``, each on the one the fewest running jobs hold. Returns their outcomes in the
+    jobs' order."""
     log_dir.mkdir(parents=True, exist_ok=True)
     waiting, running, finished = list(jobs), {}, {}
     try:
-        _schedule(waiting, running, finished, parallel, log_dir, report)
+        _schedule(waiting, running, finished, parallel, log_dir, report, gpus)
     except KeyboardInterrupt:  # Ctrl-C: each running poscli process checkpoints, then exits
-        for _job, process, _handle, _log, _started in running.values():
+        for _job, process, _handle, _log, _started, _gpu in running.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        for _job, process, handle, _log, _started in running.values():
+        for _job, process, handle, _log, _started, _gpu in running.values():
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -77,18 +87,20 @@ def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print) -> lis
     return [finished[job.name] for job in jobs]
 
 
-def _schedule(waiting: list[Job], running: dict, finished: dict, parallel: int, log_dir: Path, report) -> None:
+def _schedule(
+    waiting: list[Job], running: dict, finished: dict, parallel: int, log_dir: Path, report, gpus: int
+) -> None:
     while waiting or running:
         while waiting and len(running) < parallel:
             job = waiting.pop(0)
             log = log_dir / f"{job.name}.log"
             handle = open(log, "w", encoding="utf-8")  # noqa: SIM115
-            process = subprocess.Popen(
-                job.command, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **job.env}
-            )
-            running[job.name] = (job, process, handle, log, time.perf_counter())
+            gpu = least_used_gpu(running, gpus) if gpus > 1 else None
+            env = {**os.environ, **job.env, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})}
+            process = subprocess.Popen(job.command, stdout=handle, stderr=subprocess.STDOUT, env=env)
+            running[job.name] = (job, process, handle, log, time.perf_counter(), gpu)
             report(f"started {job.name}")
-        for name, (job, process, handle, log, started) in list(running.items()):
+        for name, (job, process, handle, log, started, _gpu) in list(running.items()):
             if process.poll() is None:
                 continue
             handle.close()
@@ -98,7 +110,7 @@ def _schedule(waiting: list[Job], running: dict, finished: dict, parallel: int, 
             if outcome.ok:
                 report(f"finished {name} in {outcome.seconds / 60:.1f} min")
             else:
-                report(f"FAILED {name} (exit {outcome.returncode}): {outcome.last_line()}  [log: {log}]")
+                report(f"FAILED {name} (exit {outcome.returncode}): {outcome.reason()}  [log: {log}]")
         time.sleep(0.2)
 
 
@@ -121,11 +133,11 @@ def run_commands(
         from poscli.errors import PoscliError
 
         raise PoscliError(f"--jobs must be at least 1, got {parallel}")
-    envs = job_environments(len(commands), min(parallel, len(commands)), gpu_count())
+    env = job_environment(min(parallel, len(commands)))
     # -P: the current folder is not put on the import path, so a file there named like a library
     # (rich.py, datasets.py) is never imported in its place
-    jobs = [Job(name, [sys.executable, "-P", "-m", module, *argv], env) for (name, argv), env in zip(commands, envs)]
-    return run_jobs(jobs, parallel, log_dir, report=report)
+    jobs = [Job(name, [sys.executable, "-P", "-m", module, *argv], env) for name, argv in commands]
+    return run_jobs(jobs, parallel, log_dir, report=report, gpus=gpu_count())
 
 
 def plan_train_sweep(

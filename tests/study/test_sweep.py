@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from poscli.study.sweep import Job, job_environments, run_jobs
+from poscli.study.sweep import Job, job_environment, run_jobs
 from tests.cli.test_cli import poscli
 from tests.conftest import cli_workspace
 
@@ -51,12 +51,32 @@ def test_a_failed_job_is_reported_and_the_others_finish(tmp_path):
     assert any(line.startswith("FAILED broken (exit 2): error: the corpus is gone") for line in lines)
 
 
-def test_jobs_share_the_cores_or_get_a_gpu_each():
-    cores = os.cpu_count()
-    cpu = job_environments(4, parallel=2, gpus=0)
-    assert all(env["OMP_NUM_THREADS"] == str(max(1, cores // 2)) and "CUDA_VISIBLE_DEVICES" not in env for env in cpu)
-    gpu = job_environments(5, parallel=3, gpus=3)
-    assert [env["CUDA_VISIBLE_DEVICES"] for env in gpu] == ["0", "1", "2", "0", "1"]
+def test_jobs_share_the_cores():
+    env = job_environment(parallel=2)
+    assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2)) and "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_a_job_started_when_another_ends_takes_the_gpu_that_ended(tmp_path):
+    """Two GPUs, two jobs at once: the long job keeps GPU 0, so the third job, started when the
+    short one on GPU 1 ends, gets GPU 1 (round robin by index would put it beside the long one)."""
+    show = "import os, time; time.sleep({}); print(os.environ['CUDA_VISIBLE_DEVICES'])"
+    jobs = [
+        Job(name, [sys.executable, "-c", show.format(wait)]) for name, wait in (("long", 3), ("short", 0), ("next", 0))
+    ]
+    outcomes = run_jobs(jobs, parallel=2, log_dir=tmp_path, report=lambda line: None, gpus=2)
+    assert [o.last_line() for o in outcomes] == ["0", "1", "1"]
+
+
+def test_a_job_killed_by_sigkill_is_reported_as_the_out_of_memory_killer_leaves_it(tmp_path):
+    jobs = [
+        Job(
+            "killed",
+            [sys.executable, "-c", "import os, signal; print('step 10'); os.kill(os.getpid(), signal.SIGKILL)"],
+        )
+    ]
+    lines = []
+    (outcome,) = run_jobs(jobs, parallel=1, log_dir=tmp_path, report=lines.append)
+    assert not outcome.ok and "out-of-memory" in lines[-1] and "--jobs" in lines[-1], lines
 
 
 def test_child_processes_do_not_import_modules_from_the_current_folder(tmp_path, monkeypatch):
