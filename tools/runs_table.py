@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from poscli.core.lengths import format_length
+from poscli.evaluation.tables import read_table
 
 
 def number(value: float, digits: int = 2) -> str:
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
         print("usage: python tools/runs_table.py results/reference/TABLE.csv", file=sys.stderr)
         return 2
     path = Path(argv[0])
-    table = pd.read_csv(path, keep_default_na=False, na_values=["nan", "NaN", ""])
+    table = read_table(path)
     out = path.with_name(path.stem + "-runs.md")
     out.write_text(runs_table(table), encoding="utf-8")
     print(out)

@@ -279,6 +279,6 @@ def size_markdown(table) -> str:
 
 
 def _cell(row) -> str:
-    if isinstance(row["note"], str) and row["note"]:  # rows read back from the CSV have NaN for no note
+    if row["note"]:
         return "n/a"
     return f"{row['accuracy']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"

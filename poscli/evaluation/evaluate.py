@@ -737,7 +737,7 @@ def markdown_pivot(table) -> str:
                     else "compare only rows of the same set.\n"
                 )
             )
-        notes = sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")})
+        notes = sorted({n for n in part["note"] if n and not n.startswith("n/a")})
         for note in notes:
             lines.append(f"Note: {note}.\n")
         lines += pivot_markdown(

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from poscli.core.io import atomic_write  # noqa: E402
+from poscli.evaluation.tables import read_table  # noqa: E402
 
 
 def _save(figure, path: Path) -> Path:
@@ -277,14 +278,13 @@ def plot_decay(result: dict, path: Path, dim: int, base: float, pairs: int) -> P
 def draw_plots(folder: Path, table: str) -> list[Path]:
     """Every plot of the results table ``table``, drawn from its CSV files in ``folder`` by the task
     that wrote it (``poscli.evaluation.tasks``). Used after each evaluation and again by ``poscli report``."""
-    import pandas as pd
 
     from poscli.evaluation import tasks
 
     csv_path = folder / f"{table}.csv"
     if not csv_path.exists():
         return []
-    data = pd.read_csv(csv_path, keep_default_na=False, na_values=["nan", "NaN", ""])
+    data = read_table(csv_path)
     task = tasks.owner(data)
     return task.plots(data, folder, table) if task is not None else []
 
@@ -344,15 +344,13 @@ def draw_subset(folder: Path, table: str, patterns: list[str], name: str) -> lis
     ``name`` in ``folder``: a figure of some runs of a table that has many."""
     import fnmatch
 
-    import pandas as pd
-
     from poscli.errors import PoscliError
     from poscli.evaluation import tasks
 
     csv_path = folder / f"{table}.csv"
     if not csv_path.exists():
         raise PoscliError(f"no table {table!r} in {folder} (no {csv_path.name}); poscli report lists the tables")
-    data = pd.read_csv(csv_path, keep_default_na=False, na_values=["nan", "NaN", ""])
+    data = read_table(csv_path)
     chosen = data["run"].astype(str).map(lambda run: any(fnmatch.fnmatchcase(run, p) for p in patterns))
     if not chosen.any():
         raise PoscliError(f"--runs {' '.join(patterns)} matches no run of {table}; it has {data['run'].nunique()} runs")

@@ -85,7 +85,7 @@ def seed_summary(
 def _cell_record(group: str, part, cell, train_length: int, length: int) -> dict:
     """One group at one length: the spread of its runs' perplexities (intervals filled in later)."""
     nan = float("nan")
-    notes = sorted({n for n in part["note"].fillna("") if n and not n.startswith("n/a")}) if "note" in part else []
+    notes = sorted({n for n in part["note"] if n and not n.startswith("n/a")}) if "note" in part else []
     return {
         "group": group,
         "pe": part["pe"].iloc[0],

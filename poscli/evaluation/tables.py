@@ -11,6 +11,18 @@ from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
 
 
+def read_table(path: Path):
+    """A result table as it was written: text such as "n/a" or "NA" stays text (pandas' defaults
+    read it as missing), an empty number is NaN, and an empty note is "" (not NaN), so every
+    reader can test a note for truth."""
+    import pandas as pd
+
+    table = pd.read_csv(path, keep_default_na=False, na_values=["nan", "NaN", ""])
+    if "note" in table.columns:
+        table["note"] = table["note"].fillna("").astype(str)
+    return table
+
+
 def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str], replace: list[str] | None = None):
     """Merge ``rows`` into the CSV at ``path``: every earlier row whose ``replace`` columns
     (default: ``key``) match a new row's is replaced, all others are kept; sorted by ``key``.
@@ -20,7 +32,7 @@ def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str],
 
     new = pd.DataFrame(rows, columns=columns)
     if path.exists():
-        old = pd.read_csv(path, keep_default_na=False, na_values=["nan", "NaN", ""])
+        old = read_table(path)
         if not set(replace or key) <= set(old.columns):
             raise PoscliError(
                 f"{path} was written by an older poscli (it lacks "

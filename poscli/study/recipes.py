@@ -372,11 +372,11 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
     a run whose folder is gone but whose rows are in every table that names it counts as done (a
     study carried on in a fresh clone, which holds the tables, not the weights); without it, a
     missing run is trained (again)."""
-    import pandas as pd
+    from poscli.evaluation.tables import read_table
 
     folder = runs.runs_dir(results)
     tables = {
-        step.name: pd.read_csv(runs.results_dir(results) / f"{step.name}.csv")
+        step.name: read_table(runs.results_dir(results) / f"{step.name}.csv")
         for step in recipe.evals
         if (runs.results_dir(results) / f"{step.name}.csv").exists()
     }
@@ -684,9 +684,8 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
     the mean over seeds of each group of runs at each length with its 95% interval over seeds and
     evaluation sample, and its ratio to the train length (``seed_summary``). Then each [[compare]]
     with published numbers: TABLE-published.md."""
-    import pandas as pd
-
     from poscli.core.io import atomic_write
+    from poscli.evaluation.tables import read_table
     from poscli.study.published import PUBLISHED
     from poscli.study.report import PUBLISHED_SUFFIX, SEEDS_SUFFIX
 
@@ -705,7 +704,7 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
             continue
         done_tables.add(step.name)
         step = Step(step.kind, step.name, runs=step.runs, options=step.options, groups=groups_of_table[step.name])
-        rows = pd.read_csv(table, keep_default_na=False, na_values=["nan", "NaN", ""])
+        rows = read_table(table)
         task = tasks.get(step.options.get("task", EVAL_OPTIONS["task"]))
         compared = any(entry.get("perplexity") == step.name for entry in recipe.compare)  # one seed is enough
         summary, text = task.seed_summary(rows, step.groups, step.options, folder, step.name, 1 if compared else 2)

@@ -95,11 +95,10 @@ def _runs_section(folder: Path) -> list[str]:
 
 def _heatmaps(folder: Path, table: str) -> list[Path]:
     """A passkey table's per-run heatmaps, TABLE-RUN.png (not another table's TABLE-x.png)."""
-    import pandas as pd
-
     from poscli.evaluation.plots import heatmap_parts
+    from poscli.evaluation.tables import read_table
 
-    data = pd.read_csv(folder / f"{table}.csv")
+    data = read_table(folder / f"{table}.csv")
     if "accuracy" not in data.columns:
         return []
     return [folder / name for name, _ in heatmap_parts(data, table)]
