@@ -613,7 +613,7 @@ class _Runner:
                 from poscli.study.cluster import run_as_jobs
 
                 calls = [(name, step.call(self.results)) for name, step in named]
-                return run_as_jobs(calls, parallel, self.log_dir, self.report)
+                return run_as_jobs(calls, parallel, self.launcher, self.log_dir, self.report)
             if parallel > 1:
                 return self.in_processes([(name, step.call(self.results)) for name, step in named], parallel)
             return [n for n, s in named if not self.here(n, s)]
