@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STOP_GRACE_SECONDS = 60  # after Ctrl-C, how long the jobs get to write their checkpoints
+# a poscli process stopped by SIGINT or SIGTERM (its checkpoint saved), or killed by either unhandled
+INTERRUPTED_EXITS = (130, 143, -signal.SIGINT, -signal.SIGTERM)
 
 
 @dataclass
@@ -67,7 +69,9 @@ def least_used_gpu(running: dict, gpus: int) -> int:
 def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: int = 0) -> list[Outcome]:
     """Run ``jobs`` with at most ``parallel`` at once, each started as soon as another ends; with
     several ``gpus``, each on the one the fewest running jobs hold. Returns their outcomes in the
-    jobs' order."""
+    jobs' order. Ctrl-C here, or a job stopped by a signal of its own (exit 130 or 143: this process
+    may have been started where SIGINT is ignored), stops the running jobs (they save checkpoints),
+    starts no more, and raises KeyboardInterrupt."""
     log_dir.mkdir(parents=True, exist_ok=True)
     waiting, running, finished = list(jobs), {}, {}
     try:
@@ -109,6 +113,9 @@ def _schedule(
             del running[name]
             if outcome.ok:
                 report(f"finished {name} in {outcome.seconds / 60:.1f} min")
+            elif outcome.returncode in INTERRUPTED_EXITS:
+                report(f"stopped {name}: {outcome.last_line()}")
+                raise KeyboardInterrupt  # the whole pool is being stopped: start nothing more
             else:
                 report(f"FAILED {name} (exit {outcome.returncode}): {outcome.reason()}  [log: {log}]")
         time.sleep(0.2)

@@ -856,9 +856,14 @@ def test_steps_stopped_by_a_signal_in_their_processes_interrupt_the_recipe_not_f
     steps = [(f"train-{step.name}", step) for step in recipe.steps if step.kind == "train"][:2]
     for codes, expected in (((0, 130), "interrupted during the train phase"), ((143, 1), "interrupted"),
                             ((0, 1), "1 train steps failed")):  # fmt: skip
-        outcomes = [sweep.Outcome(sweep.Job(name, [], {}), code, 1.0, tmp_path / "log")
-                    for (name, _), code in zip(steps, codes, strict=True)]  # fmt: skip
-        monkeypatch.setattr(sweep, "run_commands", lambda *args, outcomes=outcomes, **kwargs: outcomes)
+
+        def exiting(commands, parallel, log_dir, report, module, codes=codes):  # each step a process exiting so
+            exits = "import sys, time; time.sleep({}); sys.exit({})"
+            jobs = [sweep.Job(name, [sys.executable, "-c", exits.format(0.3 * i, code)])
+                    for i, ((name, _), code) in enumerate(zip(commands, codes, strict=True))]  # fmt: skip
+            return sweep.run_jobs(jobs, parallel, log_dir, report)
+
+        monkeypatch.setattr(sweep, "run_commands", exiting)
         with pytest.raises(PoscliError, match=expected) as raised:
             runner.phase(steps, 2, "train")
         assert isinstance(raised.value, recipes.RecipeInterrupted) == ("interrupted" in expected)
@@ -907,17 +912,16 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
             payload = json.loads(argv[0])
             assert [n for n, _ in payload["chain"]] == [n for n, _ in chain]
             report(f"finished {name} in 0.1 min")
-        return [
-            sweep.Outcome(sweep.Job(name, [], {}), code, 1.0, tmp_path / "log")
-            for (name, _), code in zip(commands, codes)
-        ]
+        if stopped:
+            raise KeyboardInterrupt  # what run_jobs raises when a job was stopped by a signal
+        return [sweep.Outcome(sweep.Job(name, [], {}), 0, 1.0, tmp_path / "log") for name, _ in commands]
 
     monkeypatch.setattr(sweep, "run_commands", pool)
-    codes = [0] * len(chains)
+    stopped = False
     runner.chains(chains, 2)
     assert [k["steps"] for _, k in reported] == [len(chain) for chain in chains]
     assert max(len(chain) for chain in chains) > 1  # a run with evaluations after it
-    codes = [0, 130] + [0] * (len(chains) - 2)
+    stopped = True
     with pytest.raises(recipes.RecipeInterrupted):
         runner.chains(chains, 2)
 

@@ -51,6 +51,29 @@ def test_a_failed_job_is_reported_and_the_others_finish(tmp_path):
     assert any(line.startswith("FAILED broken (exit 2): error: the corpus is gone") for line in lines)
 
 
+def test_a_job_stopped_by_a_signal_stops_the_pool(tmp_path):
+    """One job exiting 130 (stopped by Ctrl-C where this process, started in the background, ignores
+    SIGINT) stops the pool: the running job is sent SIGINT (and saves its checkpoint), the waiting
+    one never starts, and the caller gets KeyboardInterrupt."""
+    running = "\n".join([
+        "import signal, time",
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # as poscli train does, however it was started",
+        "try:",
+        "    time.sleep(30)",
+        "except KeyboardInterrupt:",
+        "    print('stopped'); raise SystemExit(130)",
+    ])  # fmt: skip
+    jobs = [
+        Job("stopped", [sys.executable, "-c", "import sys, time; time.sleep(1); sys.exit(130)"]),
+        Job("running", [sys.executable, "-c", running]),
+        Job("waiting", [sys.executable, "-c", "print('started')"]),
+    ]
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(jobs, parallel=2, log_dir=tmp_path, report=lambda line: None)
+    assert (tmp_path / "running.log").read_text().strip() == "stopped"
+    assert not (tmp_path / "waiting.log").exists()
+
+
 def test_jobs_share_the_cores():
     env = job_environment(parallel=2)
     assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2)) and "CUDA_VISIBLE_DEVICES" not in env
