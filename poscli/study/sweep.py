@@ -3,9 +3,9 @@
 ``poscli train --pe alibi,rope,t5 --seeds 0,1 --jobs 2`` runs each combination as its own
 ``poscli train`` process, ``--jobs`` at once. On the CPU each job gets cores / jobs threads
 (two torch processes that each take every core run many times slower than one at a time); with
-several GPUs each job gets the one the fewest running jobs hold (CUDA_VISIBLE_DEVICES). A job that fails is
-reported with the last line of its log and the others carry on; the sweep exits 1 if any
-failed. Each job's output goes to RESULTS/logs/NAME.log.
+several GPUs each job gets the one the fewest running jobs hold (CUDA_VISIBLE_DEVICES). A job
+that fails is reported with the last line of its log and the others carry on; the sweep exits 1
+if any failed. Each job's output goes to RESULTS/logs/NAME.log.
 """
 
 from __future__ import annotations
@@ -53,6 +53,16 @@ class Outcome:
         return self.last_line()
 
 
+@dataclass
+class _Running:
+    job: Job
+    process: subprocess.Popen
+    handle: object  # the log file the process writes to
+    log: Path
+    started: float
+    gpu: int | None
+
+
 def job_environment(parallel: int) -> dict:
     """What each of ``parallel`` jobs at once gets on the CPU: a share of the cores."""
     threads = max(1, (os.cpu_count() or 1) // max(1, parallel))
@@ -62,7 +72,7 @@ def job_environment(parallel: int) -> dict:
 def least_used_gpu(running: dict, gpus: int) -> int:
     """The GPU the fewest running jobs hold (the lowest such index), so a job started when another
     ends takes the GPU that ended, whichever it was."""
-    held = [entry[-1] for entry in running.values()]
+    held = [entry.gpu for entry in running.values()]
     return min(range(gpus), key=lambda gpu: (held.count(gpu), gpu))
 
 
@@ -77,16 +87,16 @@ def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: 
     try:
         _schedule(waiting, running, finished, parallel, log_dir, report, gpus)
     except KeyboardInterrupt:  # Ctrl-C: each running poscli process checkpoints, then exits
-        for _job, process, _handle, _log, _started, _gpu in running.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
+        for entry in running.values():
+            if entry.process.poll() is None:
+                entry.process.send_signal(signal.SIGINT)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        for _job, process, handle, _log, _started, _gpu in running.values():
+        for entry in running.values():
             try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                entry.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                process.kill()
-            handle.close()
+                entry.process.kill()
+            entry.handle.close()
         raise
     return [finished[job.name] for job in jobs]
 
@@ -102,13 +112,13 @@ def _schedule(
             gpu = least_used_gpu(running, gpus) if gpus > 1 else None
             env = {**os.environ, **job.env, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})}
             process = subprocess.Popen(job.command, stdout=handle, stderr=subprocess.STDOUT, env=env)
-            running[job.name] = (job, process, handle, log, time.perf_counter(), gpu)
+            running[job.name] = _Running(job, process, handle, log, time.perf_counter(), gpu)
             report(f"started {job.name}")
-        for name, (job, process, handle, log, started, _gpu) in list(running.items()):
-            if process.poll() is None:
+        for name, entry in list(running.items()):
+            if entry.process.poll() is None:
                 continue
-            handle.close()
-            outcome = Outcome(job, process.returncode, time.perf_counter() - started, log)
+            entry.handle.close()
+            outcome = Outcome(entry.job, entry.process.returncode, time.perf_counter() - entry.started, entry.log)
             finished[name] = outcome
             del running[name]
             if outcome.ok:
@@ -117,7 +127,7 @@ def _schedule(
                 report(f"stopped {name}: {outcome.last_line()}")
                 raise KeyboardInterrupt  # the whole pool is being stopped: start nothing more
             else:
-                report(f"FAILED {name} (exit {outcome.returncode}): {outcome.reason()}  [log: {log}]")
+                report(f"FAILED {name} (exit {outcome.returncode}): {outcome.reason()}  [log: {entry.log}]")
         time.sleep(0.2)
 
 
