@@ -19,7 +19,8 @@ def read_table(path: Path):
 
     table = pd.read_csv(path, keep_default_na=False, na_values=["nan", "NaN", ""])
     if "note" in table.columns:
-        table["note"] = table["note"].fillna("").astype(str)
+        notes = table["note"].astype(object)  # an all-empty column is read as float NaN
+        table["note"] = notes.where(notes.notna(), "").astype(str)
     return table
 
 
