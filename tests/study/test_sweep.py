@@ -84,7 +84,8 @@ def test_a_job_started_when_another_ends_takes_the_gpu_that_ended(tmp_path):
     short one on GPU 1 ends, gets GPU 1 (round robin by index would put it beside the long one)."""
     show = "import os, time; time.sleep({}); print(os.environ['CUDA_VISIBLE_DEVICES'])"
     jobs = [
-        Job(name, [sys.executable, "-c", show.format(wait)]) for name, wait in (("long", 1.5), ("short", 0), ("next", 0))
+        Job(name, [sys.executable, "-c", show.format(wait)])
+        for name, wait in (("long", 1.5), ("short", 0), ("next", 0))
     ]
     outcomes = run_jobs(jobs, parallel=2, log_dir=tmp_path, report=lambda line: None, gpus=2)
     assert [o.last_line() for o in outcomes] == ["0", "1", "1"]
