@@ -51,6 +51,13 @@ class Decisions:
 
         return "≈" if index is None else decide(self.tests[index][0], self.adjusted[index])
 
+    def no_worse(self, index: int | None) -> bool:
+        """Whether the test shows A no worse than B: the upper end of the ratio's 95% interval under
+        1 + the minimum effect (a non-inferiority reading; an untested pair shows nothing)."""
+        from poscli.evaluation.stats import MIN_EFFECT
+
+        return index is not None and self.tests[index][2] < 1 + MIN_EFFECT
+
     def describe(self, index: int | None) -> str:
         if index is None:
             return "not tested (fewer than 2 seeds scored alike)"
@@ -65,7 +72,7 @@ class Decisions:
             "spans, "
             f"seed against seed), Holm's correction across the {len(self.tests)} decisions of this file (family-wise "
             f"{ALPHA:.0%}), minimum effect {MIN_EFFECT:.0%} of perplexity: a smaller or uncorrected-only difference is "
-            "tied (`≈`). "
+            "not claimed (`≈`: tied, or too few seeds to decide). "
             "Ratios are geometric means over seeds with their 95% t interval."
         )
 

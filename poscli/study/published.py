@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from poscli.evaluation.stats import MIN_EFFECT
 from poscli.study.paired import (
     Decisions,
     accuracy_text,
@@ -118,9 +119,20 @@ def null_summary(summary, group: str, length: int):
 
 NULL_WORDS = {
     "<": "uses the longer context (better than its context cut to the train length)",
-    "≈": "keeps (no better and no worse than its context cut to the train length)",
+    "keeps": "keeps (no worse than its context cut to the train length: the interval under 1 + the minimum effect)",
+    "?": "undecided (neither better nor no worse shown: more seeds decide)",
     ">": "loses to its own context cut to the train length (the unseen positions hurt)",
 }
+
+
+def null_verdict(decisions: Decisions, index: int | None) -> str:
+    """A group against its truncation null: better (``<``) or worse (``>``) where the corrected test
+    decides; otherwise "keeps" only where the interval shows it no worse, and undecided (``?``) where
+    the seeds are too few or too spread to show either (Press et al.'s "keeps" is a claim of no harm)."""
+    symbol = decisions.symbol(index)
+    if symbol != "≈":
+        return symbol
+    return "keeps" if decisions.no_worse(index) else "?"
 
 
 def _budget_groups(meta: dict, group: str, summary) -> list[str]:
@@ -285,13 +297,14 @@ def _press_null_lines(decisions, null_tests: dict, groups: list[str], longer: li
         "perplexity at the length over the null's). Non-overlapping windows give a longer window fewer cold "
         "starts, so a "
         "model that merely does not degrade can look better at a longer length; only the null separates that from "
-        "using "
-        "the longer context.\n",
+        "using the longer context. Uses: lower than the null by the corrected test; loses: higher; keeps: neither, "
+        f"and the ratio's 95% interval ends below {1 + MIN_EFFECT:g} (no worse); undecided: neither, and the "
+        "interval reaches above it (too few or too spread seeds to say).\n",
     ]
     for group in groups:
         cells = [
             f"{length // train_length}x: {decisions.describe(null_tests[(group, length)])}, "
-            f"{NULL_WORDS[decisions.symbol(null_tests[(group, length)])].split(' (')[0]}"
+            f"{NULL_WORDS[null_verdict(decisions, null_tests[(group, length)])].split(' (')[0]}"
             for length in longer
             if (group, length) in null_tests
         ]
@@ -330,7 +343,7 @@ def _press_order_lines(summary, decisions, order_tests: dict, press: dict, longe
                 for a, b in sorted(reversed_pairs)
             )
         elif "≈" in text:
-            verdict = "**the paper's order wherever the paired tests decide**; ≈ marks a tie"
+            verdict = "**the paper's order wherever the paired tests decide**; ≈ marks a pair the tests do not separate"
         else:
             verdict = "**same order**, every step decided"
         lines.append(f"- poscli at {length} ({length // train_length}x): {text}: {verdict}.")

@@ -389,6 +389,18 @@ def test_keeps_and_uses_the_longer_context_are_decided_against_the_truncation_nu
     assert "loses to its own context cut" in text.split("- rope: 8x")[1].split("\n")[0]
 
 
+def test_a_spread_that_the_test_cannot_decide_is_undecided_not_keeps():
+    """Five times worse than its null on average but spread over seeds (one seed at 4x, two at the
+    null's level): no corrected difference, and far from shown no worse, so not "keeps"."""
+    values = {"rope": {128: five(5.0), 1024: [9.0, 5.1, 20.0, 4.6, 4.8]}, "alibi": {128: five(5.0), 1024: five(5.0)}}
+    nulls = {"rope": {128: five(5.0), 1024: five(5.0)}, "alibi": {128: five(5.0), 1024: [4.99, 5.04, 4.95, 5.09, 4.9]}}
+    summary, _ = null_summary_from(values, nulls, {pe: pe for pe in values}, 128)
+    text = press2022(summary, {pe: {"pe": pe} for pe in values})
+    rope_line = text.split("- rope: 8x")[1].split("\n")[0]
+    assert "Holm p" in rope_line and "undecided" in rope_line and "keeps" not in rope_line
+    assert "keeps" in text.split("- alibi: 8x")[1].split("\n")[0]  # within 1% in every seed: shown no worse
+
+
 def test_a_verdict_is_settled_only_where_the_last_two_budgets_agree():
     # perplexity at 128 and at 16x: rope keeps (1.05x), degrades (1.6x), blows up (2.5x) as it trains; alibi keeps
     # throughout
