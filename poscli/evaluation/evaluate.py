@@ -235,57 +235,101 @@ def loss_by_position(position_loss, position_tokens, length: int) -> list[dict]:
     return rows
 
 
-CONTEXT_TOLERANCE = 0.01  # nats: a later bucket must lower the loss by 1% of perplexity to count as using more context
+def position_curve(span_token_losses: np.ndarray, eval_set: EvalSet, length: int, stride: int | None = None):
+    """The sums ``perplexity`` accumulates by window position, for a scorer whose loss of a target
+    does not depend on the window it is read in (the context-free 3-gram): ``span_token_losses``
+    (S, span_length), target t of span s at [s, t - 1]. -> position_loss, position_tokens: (width,)."""
+    width = min(length, eval_set.span_length)
+    position_loss, position_tokens = np.zeros(width), np.zeros(width)
+    for window in eval_set.windows(length, stride):
+        first, count = window.scored_from, window.length
+        position_loss[first:count] += span_token_losses[window.span, window.start + first : window.end]
+        position_tokens[first:count] += 1
+    return position_loss, position_tokens
 
 
-def effective_context(buckets: list[dict]) -> tuple[int, bool]:
-    """The context a model uses: the start of the first position bucket after which no later
-    bucket's loss is lower by ``CONTEXT_TOLERANCE`` nats or more (the loss by position stops
-    falling there). buckets: ``loss_by_position`` rows at one length. -> (tokens of context, whether
-    the loss still falls in the last bucket, so the model may use all of the length it was given)."""
-    ordered = sorted(buckets, key=lambda b: b["position_start"])
-    losses = [b["loss"] for b in ordered]
-    for index, bucket in enumerate(ordered):
+CONTEXT_TOLERANCE = 0.01  # nats: a later octave must lower the loss by 1% of perplexity to count as using more context
+
+
+def effective_context(buckets: list[dict], reference: list[dict] | None = None) -> tuple[int, bool]:
+    """The context a model uses: the start of the first octave of positions (p + 1 in [2^k, 2^(k+1)))
+    after which no later octave's loss is lower by ``CONTEXT_TOLERANCE`` nats or more (the loss by
+    position stops falling there). buckets: ``loss_by_position`` rows at one length; ``reference``:
+    the context-free 3-gram's rows on the same windows, subtracted bucket by bucket first.
+
+    Both are there for noise. A bucket of a few positions over 1,024 windows is a small sample of
+    text, and its difficulty moves every model's loss alike (on the reference study's set, 0.03-0.08
+    nats from bucket to bucket, the same pattern in every run, which put "89 of 128" on nearly every
+    trained model); the 3-gram on the same targets carries that difficulty but no position, and an
+    octave pools 16-64 positions. -> (tokens of context, whether the loss still falls in the last
+    octave, so the model may use all of the length it was given)."""
+    offset = {b["position_start"]: b["loss"] for b in reference or []}
+    octaves: dict[int, list[float]] = {}  # octave start -> [summed loss, tokens]
+    for bucket in buckets:
+        start = int(bucket["position_start"])
+        if reference is not None and start not in offset:
+            raise ValueError(f"the reference has no bucket at position {start}")
+        octave = 2 ** int(math.log2(start + 1)) - 1
+        summed = octaves.setdefault(octave, [0.0, 0.0])
+        summed[0] += (bucket["loss"] - offset.get(start, 0.0)) * bucket["tokens"]
+        summed[1] += bucket["tokens"]
+    starts = sorted(octaves)
+    losses = [octaves[start][0] / octaves[start][1] for start in starts]
+    for index, start in enumerate(starts):
         if all(losses[index] - later < CONTEXT_TOLERANCE for later in losses[index + 1 :]):
-            return int(bucket["position_start"]), index == len(ordered) - 1
-    return int(ordered[-1]["position_start"]), True
+            return start, index == len(starts) - 1
+    return starts[-1], True
 
 
 def budget_markdown(table, positions) -> list[str]:
     """Each run's training budget and effective context at its train length, as Markdown lines."""
+    from poscli.evaluation.reference import REFERENCE_RUN
+
     runs_rows = table[(table["pe"] != "reference") & (table["mode"] == "nonoverlapping")].drop_duplicates("run")
     if runs_rows.empty or "tokens_seen" not in runs_rows:
         return []
-    lines = [
-        "Training budget of each run (tokens seen, with its base's for an extension; FLOPs 6 N D + 6 L T d D, Kaplan "
-        "et al., 2020) and its effective context: the position after which its loss by position at its train length "
-        "stops "
-        f"falling (no later bucket lower by {CONTEXT_TOLERANCE} nats; '+': still falling at the end).\n",
-        "| run | tokens seen | tokens per parameter | training FLOPs | effective context |",
-        "|---|---|---|---|---|",
-    ]
+    rows, without_reference = [], 0
     for _, row in runs_rows.iterrows():
-        mine = (
-            positions[
-                (positions["run"] == row["run"])
-                & (positions["length"] == row["train_length"])
-                & (positions["mode"] == "nonoverlapping")
-            ]
-            if positions is not None
-            else positions
-        )
-        context = "-"
-        if mine is not None and len(mine):
-            tokens, open_ended = effective_context(mine.to_dict("records"))
-            context = f"{tokens}{'+' if open_ended else ''} of {int(row['train_length'])}"
         seen = row.get("tokens_seen", float("nan"))
         if not np.isfinite(seen):
             continue
-        lines.append(
+        context = "-"
+        if positions is not None:
+            at_length = positions[
+                (positions["length"] == row["train_length"])
+                & (positions["mode"] == "nonoverlapping")
+                & (positions["corpus"] == row["corpus"])
+                & (positions["protocol"] == row["protocol"])
+            ]
+            mine = at_length[at_length["run"] == row["run"]].to_dict("records")
+            reference = at_length[at_length["run"] == REFERENCE_RUN].to_dict("records")
+            if {b["position_start"] for b in mine} - {b["position_start"] for b in reference}:
+                reference = None  # the table has no 3-gram curve on these windows
+            if mine:
+                without_reference += reference is None
+                tokens, open_ended = effective_context(mine, reference)
+                context = f"{tokens}{'+' if open_ended else ''} of {int(row['train_length'])}"
+        rows.append(
             f"| {row['label']} | {seen / 1e6:.2f}M | {row['tokens_per_parameter']:.1f} | {row['train_flops']:.2e} | "
             f"{context} |"
         )
-    return [*lines, ""] if len(lines) > 3 else []
+    if not rows:
+        return []
+    relative = (
+        "its own loss (this table has no 3-gram curve by position)"
+        if without_reference
+        else "its loss less the 3-gram's on the same targets (which carries the text's difficulty, not positions)"
+    )
+    return [
+        "Training budget of each run (tokens seen, with its base's for an extension; FLOPs 6 N D + 6 L T d D, Kaplan "
+        "et al., 2020) and its effective context at its train length: the first octave of positions after which "
+        f"{relative}, pooled by octave, falls by less than {CONTEXT_TOLERANCE} nats ('+': still falling in the "
+        "last octave, so the model may use all of its length).\n",
+        "| run | tokens seen | tokens per parameter | training FLOPs | effective context |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def default_lengths(config: dict) -> list[int]:
@@ -610,9 +654,10 @@ def _reference_rows(collected: _Rows, eval_sets: dict, plans: list[_Plan], homes
         if train is None:
             continue  # a corpus prepared in other tokens: no bytes to fit the 3-gram on
         ngram = NGram.fit(train)  # over bytes (a dense 256^3 table), whatever the runs' tokenizer
+        token_losses = None  # (S, span_length) on a byte-level set: its curve by position too
         if tokenizer.spec == "bytes":
-            span_loss = np.array([ngram.token_losses(span).sum() for span in eval_set.spans])
-            span_bytes = None
+            token_losses = np.stack([ngram.token_losses(span) for span in eval_set.spans])
+            span_loss, span_bytes = token_losses.sum(1), None
         else:  # the same text in bytes: the nats of the bytes of tokens 1 .. of each span
             span_loss, span_bytes = _byte_losses(ngram, tokenizer, eval_set)
         span_tokens = np.full(eval_set.num_spans, float(eval_set.span_length))
@@ -630,6 +675,10 @@ def _reference_rows(collected: _Rows, eval_sets: dict, plans: list[_Plan], homes
                 "windows": len(eval_set.windows(length, stride))
             }
             collected.add(identity, eval_set, result)
+            if token_losses is not None:  # the text's difficulty by window position (effective_context)
+                curve = position_curve(token_losses, eval_set, length, stride)
+                width = min(length, eval_set.span_length)
+                collected.positions += [{**identity, **bucket} for bucket in loss_by_position(*curve, width)]
 
 
 def write_tables(

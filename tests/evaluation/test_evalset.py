@@ -112,6 +112,26 @@ def test_a_context_free_model_has_the_same_perplexity_at_every_length(corpus, pr
     assert len({r["windows"] for r in results}) == 4  # the windows differ; the scored tokens do not
 
 
+@pytest.mark.parametrize("stride", [None, 8])
+def test_a_context_free_scorers_curve_by_position_is_the_one_the_model_pass_accumulates(corpus, stride):
+    """``position_curve`` (how the 3-gram's loss by position is made, with no model run) puts each
+    target's loss at the window position ``perplexity`` scores it at: for a model whose loss of a
+    target does not depend on its window, the two sums agree at every length and stride."""
+    from poscli.evaluation.evaluate import position_curve
+
+    eval_set = build_eval_set(corpus, 192, 192 * 12)
+    model = CurrentTokenOnly().eval()
+    spans = torch.from_numpy(eval_set.spans.astype(np.int64))  # (S, span_length + 1)
+    with torch.no_grad():
+        logits = model(spans[:, :-1])  # (S, span_length, V)
+        token_losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), spans[:, 1:], reduction="none")
+    for length in (16, 48, 100, 192):
+        result = perplexity(model, eval_set, length, "cpu", stride)
+        position_loss, position_tokens = position_curve(token_losses.double().numpy(), eval_set, length, stride)
+        assert np.array_equal(position_tokens, result["position_tokens"])
+        assert np.allclose(position_loss, result["position_loss"], rtol=1e-5, atol=0)
+
+
 def test_the_stream_protocol_joins_heldout_documents_and_spreads_its_spans(corpus):
     stream, _ = data.join_documents(corpus.heldout_documents())
     eval_set = build_eval_set(corpus, 128, 128 * 4)

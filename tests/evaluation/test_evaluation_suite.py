@@ -158,6 +158,11 @@ def test_the_whole_suite_writes_every_table_and_plot(passkey_run):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = pd.read_csv(results / "ppl.csv")
     assert set(table["mode"]) == {"nonoverlapping", "sliding-32"}
+    positions = pd.read_csv(results / "ppl_by_position.csv")
+    for (length, mode), trigram in positions[positions["pe"] == "reference"].groupby(["length", "mode"]):
+        row = table[(table["pe"] == "reference") & (table["length"] == length) & (table["mode"] == mode)].iloc[0]
+        assert trigram["tokens"].sum() == row["tokens"], "the 3-gram's curve covers the targets of its row"
+        assert (trigram["loss"] * trigram["tokens"]).sum() / row["tokens"] == pytest.approx(row["loss"], rel=1e-9)
     cells = pd.read_csv(results / "passkey.csv")
     assert len(cells) == 6 and cells["accuracy"].between(0, 1).all() and (cells["ci_low"] <= cells["accuracy"]).all()
     assert cells["digit_accuracy"].between(0, 1).all() and (cells["answer_logprob"] <= 0).all()

@@ -219,7 +219,25 @@ def test_the_effective_context_is_where_the_loss_by_position_stops_falling():
     assert not still_falling and context in starts
     assert 10 <= context <= 20, "1/(p + 1) - 1/21 is under 0.01 nats only from about p = 17; flat from 20"
     falling = loss_by_position(np.array([3 - 0.01 * p for p in range(length)]), np.ones(length), length)
-    assert effective_context(falling) == (starts[-1], True), "a loss falling to the end uses all of the length"
+    assert effective_context(falling) == (63, True), "a loss falling to the end (its last octave: 63..127)"
+
+
+def test_the_effective_context_reads_through_the_texts_difficulty_with_the_3gram_curve():
+    """A model that uses 20 tokens of context, scored on text whose last octave of positions
+    happens to be easier (0.05 nats, every model alike, as a small sample of windows gives): its
+    own curve still falls there, the curve less the 3-gram's on the same targets does not."""
+    from poscli.evaluation.evaluate import effective_context, loss_by_position
+
+    length = 128
+    difficulty = np.array([0.05 if p < 63 else 0.0 for p in range(length)])  # (T,) the text, not the positions
+    model = np.array([2 + 1 / (min(p, 20) + 1) for p in range(length)]) + difficulty
+    trigram = 2.5 + difficulty
+    buckets = loss_by_position(model, np.ones(length), length)
+    reference = loss_by_position(trigram, np.ones(length), length)
+    assert effective_context(buckets) == (63, True), "the easier text alone looks like more context used"
+    assert effective_context(buckets, reference) == (15, False)
+    with pytest.raises(ValueError, match="no bucket"):
+        effective_context(buckets, reference[:-1])
 
 
 def test_float32_muon_takes_torchs_muon_step_up_to_bfloat16_rounding():
