@@ -557,15 +557,23 @@ def run_recipe(
 
 
 def _run_each(recipe: Recipe, todo: list[Step], runner: _Runner, jobs: int) -> None:
-    """``--each``: every run to train with all made from it (``_each_steps``). With ``jobs`` > 1,
+    """``--each``: every run to train with all made from it (``_each_steps``), after the missing
+    steps of runs trained before (a study stopped between a run's training and its evaluation
+    finishes that run first, not after every other run has trained). With ``jobs`` > 1,
     each run's steps are one process, ``jobs`` at a time (the cores split between them), the next
     starting as soon as one ends; on a cluster, ``jobs`` runs train at once as jobs, then each one's
     evaluations and extensions follow in this process."""
     trains, extensions = [s for s in todo if s.kind == "train"], [s for s in todo if s.kind == "extend"]
-    chains = [_each_steps(recipe, step, extensions) for step in trains]
+    # a run trained before but not (fully) evaluated or extended, a study stopped between its steps: first
+    unfinished = [
+        (step.name, _each_steps(recipe, step, extensions)[1:]) for step in recipe.train if step.status == "done"
+    ]
+    named = [(name, chain) for name, chain in unfinished if chain]
+    named += [(step.name, _each_steps(recipe, step, extensions)) for step in trains]
     if jobs > 1 and runner.launcher == "local":
-        runner.chains(chains, jobs)
+        runner.chains(named, jobs)
         return
+    chains = [chain for _, chain in named]
     for start in range(0, len(chains), jobs):
         group = chains[start : start + jobs]
         if jobs > 1:
@@ -581,7 +589,7 @@ def _each_steps(recipe: Recipe, step: Step, extensions: list[Step]) -> list[tupl
 
     def evaluations(run: str) -> list[tuple[str, Step]]:
         found = []
-        for evaluation in recipe.evals:
+        for evaluation in (e for e in recipe.evals if e.status != "done"):
             names = [n for n in evaluation.runs if n == run or n.startswith(run + runs.SNAPSHOT_MARK)]
             if names:
                 narrowed = Step("eval", evaluation.name, runs=names, options=evaluation.options)
@@ -617,15 +625,15 @@ class _Runner:
 
         self._guarded(phase, run)
 
-    def chains(self, chains: list[list[tuple[str, Step]]], parallel: int) -> None:
+    def chains(self, chains: list[tuple[str, list[tuple[str, Step]]]], parallel: int) -> None:
         """``--each --jobs N``: each chain (a run and everything made from it, ``_each_steps``) as one
         process running its steps in turn, ``parallel`` at a time, a new one starting as soon as one
         ends, so no core waits for another chain's run to finish. Each step still has its own log;
         the recipe goes on past a failed chain and names the failed ones at the end."""
         log_dir = str(self.log_dir)
         payloads = [
-            (f"each-{chain[0][1].name}", {"chain": [(n, s.call(self.results)) for n, s in chain], "log_dir": log_dir})
-            for chain in chains
+            (f"each-{run}", {"chain": [(n, s.call(self.results)) for n, s in chain], "log_dir": log_dir})
+            for run, chain in chains
         ]
         sizes = {name: len(payload["chain"]) for name, payload in payloads}
 

@@ -915,12 +915,15 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
         recipe, tmp_path / "results", tmp_path / "logs", report=lambda *a, **k: reported.append((a, k))
     )
     trains = [s for s in recipe.steps if s.kind == "train"]
-    chains = [recipes._each_steps(recipe, step, [s for s in recipe.steps if s.kind == "extend"]) for step in trains]
+    chains = [
+        (step.name, recipes._each_steps(recipe, step, [s for s in recipe.steps if s.kind == "extend"]))
+        for step in trains
+    ]
 
     def pool(commands, parallel, log_dir, report, module):
         assert parallel == 2 and module == "poscli.study.steps"
         assert [name for name, _ in commands] == [f"each-{step.name}" for step in trains]
-        for (name, argv), chain in zip(commands, chains, strict=True):
+        for (name, argv), (_, chain) in zip(commands, chains, strict=True):
             payload = json.loads(argv[0])
             assert [n for n, _ in payload["chain"]] == [n for n, _ in chain]
             report(f"finished {name} in 0.1 min")
@@ -931,11 +934,43 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
     monkeypatch.setattr(sweep, "run_commands", pool)
     stopped = False
     runner.chains(chains, 2)
-    assert [k["steps"] for _, k in reported] == [len(chain) for chain in chains]
-    assert max(len(chain) for chain in chains) > 1  # a run with evaluations after it
+    assert [k["steps"] for _, k in reported] == [len(chain) for _, chain in chains]
+    assert max(len(chain) for _, chain in chains) > 1  # a run with evaluations after it
     stopped = True
     with pytest.raises(recipes.RecipeInterrupted):
         runner.chains(chains, 2)
+
+
+def test_each_first_finishes_a_run_trained_before_its_evaluations_and_extensions(tmp_path):
+    """A study stopped between a run's training and its evaluation: with --each the run's missing
+    steps go to the pool first (they were left to the end of the recipe, a session or more away),
+    and a run with nothing left gets no chain."""
+    from poscli.study import recipes
+
+    recipe = recipes.load_recipe(write(tmp_path, TINY.format(corpus=tmp_path)))
+    trains = [s for s in recipe.steps if s.kind == "train"]
+    stopped, finished = trains[0], trains[2]  # t-rope-s0 (it has an extension) and t-alibi-s0
+    stopped.status = "done"
+    extensions = [s for s in recipe.steps if s.kind == "extend"]
+
+    class Pool:
+        launcher = "local"
+
+        def chains(self, named, parallel):
+            captured.extend(named)
+
+    captured = []
+    recipes._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Pool(), 2)
+    assert [name for name, _ in captured] == [stopped.name, *(s.name for s in trains if s is not stopped)]
+    kinds = [step.kind for _, step in captured[0][1]]
+    assert kinds[0] == "eval" and "extend" in kinds and "train" not in kinds
+    assert [n for n, _ in captured[0][1]] == [n for n, _ in recipes._each_steps(recipe, stopped, extensions)[1:]]
+
+    finished.status = "done"
+    recipe.evals[0].runs = [name for name in recipe.evals[0].runs if name != finished.name]  # its rows are there
+    captured.clear()
+    recipes._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Pool(), 2)
+    assert finished.name not in [name for name, _ in captured]
 
 
 @pytest.mark.slow
