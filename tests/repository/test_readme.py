@@ -27,6 +27,11 @@ def test_the_check_notices_a_number_typed_by_hand(tmp_path):
     (tmp_path / "results" / "t.md").write_text("| a | 1.000 |\n")
     stale = "<!-- results/t.md -->\n| a | 1.001 |\n<!-- end -->\n"
     assert render(stale, tmp_path) == "<!-- results/t.md -->\n| a | 1.000 |\n<!-- end -->\n"
+    (tmp_path / "results" / "p-published.md").write_text(
+        "Intro.\n\n- ALiBi: keeps.\n- alibi-s*: 0.9x.\n- Paper at 512.\n"
+    )
+    some = '<!-- results/p-published.md only "- ALiBi" "- Paper at" -->\nold\n<!-- end -->\n'
+    assert render(some, tmp_path).splitlines()[1:3] == ["- ALiBi: keeps.", "- Paper at 512."]
 
 
 def test_each_runs_table_is_what_tools_runs_table_writes_from_its_csv():
