@@ -593,7 +593,9 @@ def _each_steps(recipe: Recipe, step: Step, extensions: list[Step]) -> list[tupl
             names = [n for n in evaluation.runs if n == run or n.startswith(run + runs.SNAPSHOT_MARK)]
             if names:
                 narrowed = Step("eval", evaluation.name, runs=names, options=evaluation.options)
-                found.append((f"eval-{evaluation.name}-{run}", narrowed))
+                name = f"eval-{evaluation.name}-{run}"
+                taken = sum(1 for _, step in found if step.name == evaluation.name)  # two [[eval]] of one table
+                found.append((f"{name}-{taken + 1}" if taken else name, narrowed))
         return found
 
     found = [(f"train-{step.name}", step), *evaluations(step.name)]

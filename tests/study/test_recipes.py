@@ -668,6 +668,20 @@ def test_the_extension_tables_hold_exactly_the_bases_and_their_own_targets():
         assert set(step.runs) - extensions == bases and len(extensions) == count, step.name
 
 
+def test_each_gives_every_step_of_a_run_its_own_log_with_two_evaluations_of_one_table(tmp_path):
+    """tstl-stdlib evaluates the runs, then their snapshots, into one table by two [[eval]]: under
+    --each both come after the run, and the second must not overwrite the first's log."""
+    from poscli.study import recipes
+
+    text = BUDGETS.format(corpus=tmp_path).replace("budgets = true", "budgets = false") + (
+        '\n[[eval]]\nruns = ["b-*"]\nbudgets = "only"\ntable = "budgets"\nlengths = "32,128"\n'
+    )
+    recipe = recipes.load_recipe(write(tmp_path, text))
+    run = next(s for s in recipe.steps if s.kind == "train")
+    names = [name for name, _ in recipes._each_steps(recipe, run, [])]
+    assert names == [f"train-{run.name}", f"eval-budgets-{run.name}", f"eval-budgets-{run.name}-2"]
+
+
 BUDGETS = """
 name = "budgets"
 
@@ -935,6 +949,8 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
     stopped = False
     runner.chains(chains, 2)
     assert [k["steps"] for _, k in reported] == [len(chain) for _, chain in chains]
+    for _, chain in chains:
+        assert len({name for name, _ in chain}) == len(chain), "each step of a chain has a log of its own"
     assert max(len(chain) for _, chain in chains) > 1  # a run with evaluations after it
     stopped = True
     with pytest.raises(recipes.RecipeInterrupted):
