@@ -382,6 +382,9 @@ def _budget_lines(summary, meta: dict, groups: list[str], train_length: int) -> 
                 seen = row.get("tokens_seen", float("nan"))
                 budget = f"{seen / 1e6:.2f}M tokens" if not math.isnan(seen) else member
                 cells.append(f"{budget}: {row['ratio']:.2f}x [{row['ratio_low']:.2f}, {row['ratio_high']:.2f}] {klass}")
+            if set(classes) == {"n/a"}:  # e.g. a learned table: no representation at this length at any budget
+                lines.append(f"- {group} at {multiple}x: n/a at every budget.")
+                continue
             settled = (
                 "settled"
                 if len(classes) > 1

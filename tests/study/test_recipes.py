@@ -411,6 +411,8 @@ def test_a_verdict_is_settled_only_where_the_last_two_budgets_agree():
         "alibi@100": {128: five(6.0), 2048: five(6.0)},
         "alibi@200": {128: five(5.5), 2048: five(5.55)},
         "alibi": {128: five(5.0), 2048: five(5.0)},
+        "learned@100": {128: five(6.0), 2048: [float("nan")] * 5},  # no representation past its 128 rows
+        "learned": {128: five(5.0), 2048: [float("nan")] * 5},
     }
     pe_of = {group: group.split("@")[0] for group in values}
     summary, _ = summary_from(values, pe_of, 128)
@@ -423,6 +425,7 @@ def test_a_verdict_is_settled_only_where_the_last_two_budgets_agree():
     rope = text.split("- rope at 16x:")[1].split("\n")[0]
     assert rope.index("keeps") < rope.index("degrades gracefully") < rope.index("blows up"), "budgets smallest first"
     assert "**settled**" in text.split("- alibi at 16x:")[1].split("\n")[0]
+    assert "- learned at 16x: n/a at every budget." in text
 
 
 def test_peng2023_names_a_best_method_only_where_a_paired_corrected_test_decides():
