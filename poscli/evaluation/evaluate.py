@@ -275,10 +275,10 @@ def effective_context(buckets: list[dict], reference: list[dict] | None = None) 
         summed[1] += bucket["tokens"]
     starts = sorted(octaves)
     losses = [octaves[start][0] / octaves[start][1] for start in starts]
-    for index, start in enumerate(starts):
+    for index, start in enumerate(starts):  # the last octave always qualifies: the loop returns
         if all(losses[index] - later < CONTEXT_TOLERANCE for later in losses[index + 1 :]):
             return start, index == len(starts) - 1
-    return starts[-1], True
+    raise ValueError("no position buckets")
 
 
 def budget_markdown(table, positions) -> list[str]:
@@ -676,9 +676,9 @@ def _reference_rows(collected: _Rows, eval_sets: dict, plans: list[_Plan], homes
             }
             collected.add(identity, eval_set, result)
             if token_losses is not None:  # the text's difficulty by window position (effective_context)
-                curve = position_curve(token_losses, eval_set, length, stride)
-                width = min(length, eval_set.span_length)
-                collected.positions += [{**identity, **bucket} for bucket in loss_by_position(*curve, width)]
+                position_loss, position_tokens = position_curve(token_losses, eval_set, length, stride)
+                buckets = loss_by_position(position_loss, position_tokens, len(position_loss))
+                collected.positions += [{**identity, **bucket} for bucket in buckets]
 
 
 def write_tables(
