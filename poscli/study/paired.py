@@ -5,7 +5,9 @@ formatted with its interval, and the paired decisions over seeds corrected toget
 
 from __future__ import annotations
 
+import contextvars
 import math
+from collections.abc import Callable
 
 
 def cell_at(summary, group: str, length: int):
@@ -22,16 +24,19 @@ def format_cell(row) -> str:
 
 
 class Decisions:
-    """The paired decisions of one published file, corrected together (Holm, 1979).
+    """The paired decisions of one published comparison, corrected together (Holm, 1979).
 
     Each decision compares two groups evaluated on the same spans, run against run in seed order:
     the per-seed log perplexity ratio is tested with a paired t-test (``stats.paired_seed_test``).
     ``add`` collects a test and returns its index; ``finish`` adjusts every p-value at once; only
-    then are ``symbol`` and ``describe`` read, so the first decision knows how many there were."""
+    then are ``symbol`` and ``describe`` read, so the first decision knows how many there were.
+    Inside ``corrected_together`` the family is the whole published file: every comparison in it."""
 
     def __init__(self):
         self.tests: list[tuple[float, float, float, float]] = []
         self.adjusted: list[float] | None = None
+        self.family: str = "this comparison"
+        self.family_size = 0
 
     def add(self, log_ratios) -> int | None:
         from poscli.evaluation.stats import paired_seed_test
@@ -44,7 +49,13 @@ class Decisions:
     def finish(self) -> None:
         from poscli.evaluation.stats import holm
 
-        self.adjusted = holm([test[3] for test in self.tests])
+        p_values = [test[3] for test in self.tests]
+        pool = _FILE_POOL.get()
+        if pool is None:
+            self.adjusted, self.family_size = holm(p_values), len(p_values)
+        else:
+            self.adjusted, self.family_size = pool.adjust(p_values)
+            self.family = "this file"
 
     def symbol(self, index: int | None) -> str:
         from poscli.evaluation.stats import decide
@@ -67,14 +78,65 @@ class Decisions:
     def footer(self) -> str:
         from poscli.evaluation.stats import ALPHA, MIN_EFFECT
 
+        here = f"; {len(self.tests)} of them here" if self.family_size != len(self.tests) else ""
         return (
             "Decisions (`<`, `>`, `≈`, keeps / uses): paired t-test over seeds of the log perplexity ratio (the same "
-            "spans, "
-            f"seed against seed), Holm's correction across the {len(self.tests)} decisions of this file (family-wise "
-            f"{ALPHA:.0%}), minimum effect {MIN_EFFECT:.0%} of perplexity: a smaller or uncorrected-only difference is "
+            f"spans, seed against seed), Holm's correction across the {self.family_size} decisions of {self.family} "
+            f"(family-wise {ALPHA:.0%}{here}), minimum effect {MIN_EFFECT:.0%} of "
+            "perplexity: a smaller or uncorrected-only difference is "
             "not claimed (`≈`: tied, or too few seeds to decide). "
             "Ratios are geometric means over seeds with their 95% t interval."
         )
+
+
+class _FilePool:
+    """Every p-value of one published file: gathered on a first writing of its comparisons, then
+    adjusted over all of them and handed back, comparison by comparison in the same order, on the
+    second."""
+
+    def __init__(self):
+        self.gathered: list[float] = []
+        self.adjusted: list[float] | None = None
+        self.handed = 0
+
+    def adjust(self, p_values: list[float]) -> tuple[list[float], int]:
+        from poscli.evaluation.stats import holm
+
+        if self.adjusted is None:
+            self.gathered += p_values
+            return holm(p_values), len(p_values)  # provisional: this writing is thrown away
+        chunk = self.adjusted[self.handed : self.handed + len(p_values)]
+        if len(chunk) != len(p_values):
+            raise RuntimeError("a published comparison made other tests on its second writing")
+        self.handed += len(p_values)
+        return chunk, len(self.adjusted)
+
+    def settle(self) -> None:
+        from poscli.evaluation.stats import holm
+
+        self.adjusted = holm(self.gathered)
+
+
+_FILE_POOL: contextvars.ContextVar[_FilePool | None] = contextvars.ContextVar("file_pool", default=None)
+
+
+def corrected_together(writers: list[Callable[[], str]]) -> list[str]:
+    """The texts of one published file's comparisons, with Holm's correction across every decision
+    in the file (not each comparison's own): each writer runs once to gather its tests, then again
+    with its p-values adjusted over the file's. Writers must be deterministic (they are: functions
+    of a summary)."""
+    pool = _FilePool()
+    token = _FILE_POOL.set(pool)
+    try:
+        for write in writers:
+            write()
+        pool.settle()
+        texts = [write() for write in writers]
+    finally:
+        _FILE_POOL.reset(token)
+    if pool.handed != len(pool.gathered):
+        raise RuntimeError("a published comparison made fewer tests on its second writing")
+    return texts
 
 
 def seed_log_ratios(summary_a, group_a: str, summary_b, group_b: str, length: int):

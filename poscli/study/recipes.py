@@ -19,6 +19,7 @@ import re
 import shlex
 import tomllib
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from poscli.core.lengths import parse_length, parse_lengths
@@ -692,6 +693,7 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
     with published numbers: TABLE-published.md."""
     from poscli.core.io import atomic_write
     from poscli.evaluation.tables import read_table
+    from poscli.study.paired import corrected_together
     from poscli.study.published import PUBLISHED
     from poscli.study.report import PUBLISHED_SUFFIX, SEEDS_SUFFIX
 
@@ -726,14 +728,15 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
     meta = {}  # group -> the options that made it (an extension's include its parent's; a snapshot's, its budget)
     for step in [*recipe.train, *recipe.extend, *(snapshot for s in recipe.train for snapshot in _snapshots(s))]:
         meta.setdefault(step.group, step.options)
-    compared: dict[str, list[str]] = {}  # table -> the text of each [[compare]] of it, in the recipe's order
+    compared: dict[str, list] = {}  # table -> a writer of each [[compare]] of it, in the recipe's order
     for entry in recipe.compare:
         summary = summaries.get(entry["table"])
         if summary is None:
             continue
         extra = {"perplexity": summaries.get(entry["perplexity"])} if "perplexity" in entry else {}
-        compared.setdefault(entry["table"], []).append(PUBLISHED[entry["published"]](summary, meta, **extra))
-    for table, texts in compared.items():
+        compared.setdefault(entry["table"], []).append(partial(PUBLISHED[entry["published"]], summary, meta, **extra))
+    for table, writers in compared.items():
+        texts = corrected_together(writers)  # Holm's family: every decision of the file
         with atomic_write(folder / f"{table}{PUBLISHED_SUFFIX}.md") as handle:
             handle.write("\n".join(texts))
         written.append(folder / f"{table}{PUBLISHED_SUFFIX}.md")

@@ -68,3 +68,29 @@ def test_the_paired_test_reproduces_a_hand_computed_t_and_its_interval():
     assert ratio == pytest.approx(math.exp(logs.mean()))
     assert p == pytest.approx(t_two_sided_p(t, 2)) and 0.08 < p < 0.10
     assert low < ratio < high and (low < 1 < high)
+
+
+def test_a_published_file_corrects_every_comparison_in_it_as_one_family():
+    """Two comparisons written into one file (say press2022 and the recent encodings' claims):
+    inside ``corrected_together`` each decision's Holm p is the one over the union of both
+    comparisons' tests, not over its own comparison's, and each footer counts the file's tests."""
+    from poscli.study.paired import Decisions, corrected_together
+
+    rng = np.random.default_rng(0)
+    draws = {"a": [rng.normal(0.05, 0.03, 5) for _ in range(3)], "b": [rng.normal(0.02, 0.03, 5) for _ in range(4)]}
+
+    def writer(name):
+        def write():
+            decisions = Decisions()
+            indices = [decisions.add(log_ratios) for log_ratios in draws[name]]
+            decisions.finish()
+            return [decisions.adjusted[i] for i in indices], decisions.footer()
+
+        return write
+
+    (adjusted_a, footer_a), (adjusted_b, footer_b) = corrected_together([writer("a"), writer("b")])
+    raw = [paired_seed_test(log_ratios)[3] for log_ratios in draws["a"] + draws["b"]]
+    assert adjusted_a + adjusted_b == pytest.approx(holm(raw))
+    alone, _ = writer("a")()
+    assert alone == pytest.approx(holm(raw[:3])) and alone != pytest.approx(adjusted_a)  # the file's family is larger
+    assert "7 decisions of this file" in footer_a and "3 of them here" in footer_a and "4 of them here" in footer_b

@@ -345,7 +345,7 @@ def test_press2022_claims_a_class_where_intervals_and_an_order_where_paired_test
         "poscli at 2048 (16x): Sinusoidal < ALiBi < T5 bias < Rotary: **a reversal of the paper's order**: Sinusoidal "
         "below ALiBi" in text
     )
-    assert "Holm's correction across the 12 decisions of this file" in text  # 6 pairs x 2 lengths, no null rows here
+    assert "Holm's correction across the 12 decisions of this comparison" in text  # 6 pairs x 2 lengths, no nulls
 
 
 def test_press2022_ties_what_the_seeds_or_the_minimum_effect_do_not_separate():
