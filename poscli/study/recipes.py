@@ -569,12 +569,15 @@ def _run_each(recipe: Recipe, todo: list[Step], runner: _Runner, jobs: int) -> N
     unfinished = [
         (step.name, _each_steps(recipe, step, extensions)[1:]) for step in recipe.train if step.status == "done"
     ]
-    named = [(name, chain) for name, chain in unfinished if chain]
-    named += [(step.name, _each_steps(recipe, step, extensions)) for step in trains]
+    unfinished = [(name, chain) for name, chain in unfinished if chain]
+    fresh = [(step.name, _each_steps(recipe, step, extensions)) for step in trains]
     if jobs > 1 and runner.launcher == "local":
-        runner.chains(named, jobs)
+        runner.chains(unfinished + fresh, jobs)
         return
-    chains = [chain for _, chain in named]
+    for _, chain in unfinished:  # no training in them: step by step, each under its own kind
+        for name, each_step in chain:
+            runner.phase([(name, each_step)], 1, each_step.kind)
+    chains = [chain for _, chain in fresh]
     for start in range(0, len(chains), jobs):
         group = chains[start : start + jobs]
         if jobs > 1:

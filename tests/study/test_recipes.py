@@ -985,6 +985,17 @@ def test_each_first_finishes_a_run_trained_before_its_evaluations_and_extensions
     assert kinds[0] == "eval" and "extend" in kinds and "train" not in kinds
     assert [n for n, _ in captured[0][1]] == [n for n, _ in recipes._each_steps(recipe, stopped, extensions)[1:]]
 
+    class Cluster:  # --launcher submitit: runs train as jobs, two at a time, the rest follows here
+        launcher = "submitit"
+
+        def phase(self, named, parallel, phase):
+            phases.append((phase, [step.kind for _, step in named]))
+
+    phases = []
+    recipes._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Cluster(), 2)
+    assert all(phase == kind for phase, kinds in phases for kind in kinds), "a step runs under its own kind's phase"
+    assert phases[0] == ("eval", ["eval"]) and ("train", ["train", "train"]) in phases  # the stopped run's first
+
     finished.status = "done"
     recipe.evals[0].runs = [name for name in recipe.evals[0].runs if name != finished.name]  # its rows are there
     captured.clear()
