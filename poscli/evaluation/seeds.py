@@ -89,6 +89,7 @@ def _cell_record(group: str, part, cell, train_length: int, length: int) -> dict
     return {
         "group": group,
         "pe": part["pe"].iloc[0],
+        "corpus": ",".join(sorted(set(part["corpus"].astype(str)))) if "corpus" in part else "",
         "train_length": train_length,
         "length": length,
         "seeds": len(cell),

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,6 +49,52 @@ def test_each_runs_table_is_what_tools_runs_table_writes_from_its_csv():
         csv = path.with_name(path.name.removesuffix("-runs.md") + ".csv")
         table = pd.read_csv(csv, keep_default_na=False, na_values=["nan", "NaN", ""])
         assert path.read_text(encoding="utf-8") == runs_table(table), f"python tools/runs_table.py {csv}"
+
+
+def test_each_corpora_table_is_what_the_command_on_its_first_line_writes():
+    import shlex
+
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from corpora_table import corpora_table
+
+    for path in sorted((ROOT / "results" / "reference").glob("*-corpora.md")):
+        first, text = path.read_text(encoding="utf-8").split("\n", 1)
+        args = shlex.split(first.removeprefix("<!-- ").removesuffix(" -->"))[2:]
+        encodings = set(args[args.index("--pe") + 1].split(",")) if "--pe" in args else None
+        csvs = [ROOT / a for a in args[1:] if a.endswith(".csv")]
+        assert text == corpora_table([pd.read_csv(csv) for csv in csvs], encodings), first
+
+
+def test_the_corpora_table_puts_each_corpus_and_budget_on_its_own_row_from_the_seed_summaries():
+    """tools/corpora_table.py: one row per corpus, group and budget, the 3-gram's ratio from the same
+    corpus's summary, the files' intervals copied; studies at different lengths refused."""
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from corpora_table import corpora_table
+
+    def summary(corpus, three_gram, rope_at_128, lengths=(128, 512)):
+        def row(group, pe, length, mean, ratio, seen):
+            return dict(group=group, pe=pe, corpus=corpus, train_length=0 if pe == "reference" else 128, length=length,
+                        seeds=5, mean=mean, ci_low=mean - 0.1, ci_high=mean + 0.1, tokens_seen=seen, ratio=ratio,
+                        ratio_low=ratio - 0.01, ratio_high=ratio + 0.01)  # fmt: skip
+
+        rows = [row("3-gram", "reference", n, three_gram, 1.0, float("nan")) for n in lengths]
+        rows += [row("r-s*", "rope", n, rope_at_128 * (1 + (n > 128)), 1.0 + (n > 128), 4e6) for n in lengths]
+        rows += [row("r-s*@5", "rope", n, 2 * rope_at_128, 1.5 if n > 128 else 1.0, 1e6) for n in lengths]
+        rows += [row("a-s*", "alibi", n, 5.0, 1.0, 4e6) for n in lengths]
+        return pd.DataFrame(rows)
+
+    lines = corpora_table([summary("stdlib", 8.0, 4.0), summary("shakespeare", 5.0, 4.0)], {"rope"}).splitlines()
+    assert lines[0] == "| corpus | runs | seeds | tokens seen | ppl at 128 (x 3-gram) | 512 (4x) |"
+    assert lines[2] == "| stdlib | r-s*@5 | 5 | 1.00M | 8.000 [7.900, 8.100] (1.00x) | 1.50x [1.49, 1.51] |"
+    assert lines[3] == "| stdlib | r-s* | 5 | 4.00M | 4.000 [3.900, 4.100] (0.50x) | 2.00x [1.99, 2.01] |"
+    assert lines[5] == "| shakespeare | r-s* | 5 | 4.00M | 4.000 [3.900, 4.100] (0.80x) | 2.00x [1.99, 2.01] |"
+    assert len(lines) == 6  # alibi left out by --pe
+    with pytest.raises(ValueError, match="different lengths"):
+        corpora_table([summary("stdlib", 8.0, 4.0), summary("shakespeare", 5.0, 4.0, (128, 1024))])
 
 
 def test_a_runs_table_divides_by_the_3gram_and_by_the_runs_own_perplexity_at_its_train_length():
