@@ -52,6 +52,7 @@ def test_each_runs_table_is_what_tools_runs_table_writes_from_its_csv():
 
 
 def test_each_corpora_table_is_what_the_command_on_its_first_line_writes():
+    """results/reference/*-corpora.md (included in docs/results.md) is regenerated, not typed."""
     import shlex
 
     import pandas as pd
