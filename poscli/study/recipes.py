@@ -535,11 +535,16 @@ def run_recipe(
             if line.startswith(("finished", "FAILED")):
                 progress.advance(overall, steps)
 
-        runner = _Runner(recipe, results, log_dir, report, launcher)
+        def plan(steps: int) -> None:  # --each splits an evaluation per run: count what will be reported
+            progress.update(overall, total=steps, completed=0)
+
+        runner = _Runner(recipe, results, log_dir, report, launcher, plan)
         if each:
             _run_each(recipe, todo, runner, jobs)
             check_state(recipe, results, each)  # what is left: extensions, and evaluations of runs trained before
             todo = [s for s in recipe.steps if s.status != "done"]
+            if todo:
+                plan(len(todo))
         for phase, parallel in (("train", jobs), ("extend", jobs), ("eval", 1)):
             steps = [s for s in todo if s.kind == phase]
             if not steps:
@@ -571,6 +576,7 @@ def _run_each(recipe: Recipe, todo: list[Step], runner: _Runner, jobs: int) -> N
     ]
     unfinished = [(name, chain) for name, chain in unfinished if chain]
     fresh = [(step.name, _each_steps(recipe, step, extensions)) for step in trains]
+    runner.plan(sum(len(chain) for _, chain in unfinished + fresh))  # the steps each chain will report
     if jobs > 1 and runner.launcher == "local":
         runner.chains(unfinished + fresh, jobs)
         return
@@ -614,9 +620,10 @@ class _Runner:
     the failed steps and their logs if any fails; Ctrl-C stops the recipe (runs in progress save
     checkpoints) with the command that continues it."""
 
-    def __init__(self, recipe: Recipe, results, log_dir: Path, report, launcher: str = "local"):
+    def __init__(self, recipe: Recipe, results, log_dir: Path, report, launcher: str = "local", plan=None):
         self.recipe, self.results, self.log_dir, self.report = recipe, results, log_dir, report
         self.launcher = launcher
+        self.plan = plan or (lambda steps: None)  # how many steps will be reported from here on
 
     def phase(self, named: list[tuple[str, Step]], parallel: int, phase: str) -> None:
         def run() -> list[str]:

@@ -975,18 +975,25 @@ def test_each_first_finishes_a_run_trained_before_its_evaluations_and_extensions
     class Pool:
         launcher = "local"
 
+        def plan(self, steps):
+            planned.append(steps)
+
         def chains(self, named, parallel):
             captured.extend(named)
 
-    captured = []
+    captured, planned = [], []
     recipes._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Pool(), 2)
     assert [name for name, _ in captured] == [stopped.name, *(s.name for s in trains if s is not stopped)]
+    assert planned == [sum(len(chain) for _, chain in captured)]  # the progress bar counts the chains' steps
     kinds = [step.kind for _, step in captured[0][1]]
     assert kinds[0] == "eval" and "extend" in kinds and "train" not in kinds
     assert [n for n, _ in captured[0][1]] == [n for n, _ in recipes._each_steps(recipe, stopped, extensions)[1:]]
 
     class Cluster:  # --launcher submitit: runs train as jobs, two at a time, the rest follows here
         launcher = "submitit"
+
+        def plan(self, steps):
+            pass
 
         def phase(self, named, parallel, phase):
             phases.append((phase, [step.kind for _, step in named]))
