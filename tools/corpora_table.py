@@ -21,16 +21,9 @@ from pathlib import Path
 import pandas as pd
 
 from poscli.core.lengths import format_length
+from poscli.evaluation.tables import format_estimate
 
 REFERENCE = "reference"
-
-
-def interval(value: float, low: float, high: float, digits: int, unit: str = "") -> str:
-    if math.isnan(value):
-        return "n/a"
-    if math.isnan(low):
-        return f"{value:.{digits}f}{unit}"
-    return f"{value:.{digits}f}{unit} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def corpus_rows(summary: pd.DataFrame, encodings: set[str] | None) -> tuple[list[int], list[list[str]]]:
@@ -53,11 +46,13 @@ def corpus_rows(summary: pd.DataFrame, encodings: set[str] | None) -> tuple[list
             group,
             str(int(own["seeds"])),
             f"{own['tokens_seen'] / 1e6:.2f}M" if not math.isnan(own["tokens_seen"]) else "?",
-            f"{interval(own['mean'], own['ci_low'], own['ci_high'], 3)} ({own['mean'] / reference:.2f}x)",
+            f"{format_estimate(own['mean'], own['ci_low'], own['ci_high'], 3)} ({own['mean'] / reference:.2f}x)",
         ]
         for length in longer:
             row = at.loc[length] if length in at.index else None
-            cells.append("-" if row is None else interval(row["ratio"], row["ratio_low"], row["ratio_high"], 2, "x"))
+            cells.append(
+                "-" if row is None else format_estimate(row["ratio"], row["ratio_low"], row["ratio_high"], 2, "x")
+            )
         rows.append(cells)
     return longer, rows
 

@@ -51,13 +51,29 @@ def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str],
 
 
 def format_ppl(value: float) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "n/a"
     return f"{value:.3f}" if value < 100 else f"{value:.1f}" if value < 1e5 else f"{value:.3g}"
 
 
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def format_estimate(
+    value: float, low: float = math.nan, high: float = math.nan, digits: int = 3, unit: str = ""
+) -> str:
+    """An estimate as "value [low, high]" with ``digits`` decimals and ``unit`` after the value;
+    the value alone without an interval, "n/a" without a value."""
+    if _missing(value):
+        return "n/a"
+    if _missing(low) or _missing(high):
+        return f"{value:.{digits}f}{unit}"
+    return f"{value:.{digits}f}{unit} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
 def format_interval(low: float, high: float) -> str:
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (low, high)):
+    if _missing(low) or _missing(high):
         return ""
     return f"[{format_ppl(low)}, {format_ppl(high)}]"
 

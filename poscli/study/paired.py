@@ -9,6 +9,8 @@ import contextvars
 import math
 from collections.abc import Callable
 
+from poscli.evaluation.tables import format_estimate
+
 
 def cell_at(summary, group: str, length: int):
     row = summary[(summary["group"] == group) & (summary["length"] == length)]
@@ -18,9 +20,7 @@ def cell_at(summary, group: str, length: int):
 def format_cell(row) -> str:
     if row is None:
         return "n/a"
-    if math.isnan(row.get("ci_low", float("nan"))):
-        return f"{row['mean']:.3f}"
-    return f"{row['mean']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+    return format_estimate(row["mean"], row.get("ci_low", math.nan), row.get("ci_high", math.nan))
 
 
 class Decisions:
