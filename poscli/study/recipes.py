@@ -649,12 +649,18 @@ class _Runner:
             for run, chain in chains
         ]
         sizes = {name: len(payload["chain"]) for name, payload in payloads}
+        reported = dict.fromkeys(sizes, 0)
 
-        def relay(line: str) -> None:  # a chain's end completes all its steps in the progress bar
+        def step_line(chain: str, line: str) -> None:  # a chain's step starts or ends: shown and counted now
+            if line.startswith(("started ", "finished ", "FAILED ")):
+                reported[chain] += line.startswith(("finished ", "FAILED "))
+                self.report(line)
+
+        def relay(line: str) -> None:  # a chain's end completes the steps it did not reach
             word, name = (line.split(" ", 2) + ["", ""])[:2]
-            self.report(line, steps=sizes.get(name, 1) if word in ("finished", "FAILED") else 1)
+            self.report(line, steps=sizes.get(name, 1) - reported.get(name, 0) if word in ("finished", "FAILED") else 1)
 
-        self._guarded("train", lambda: self.in_processes(payloads, parallel, relay))
+        self._guarded("train", lambda: self.in_processes(payloads, parallel, relay, step_line))
 
     def _guarded(self, phase: str, run) -> None:
         """``run()`` (-> the names of the failed steps): Ctrl-C or a stopped run interrupts the recipe
@@ -681,7 +687,7 @@ class _Runner:
 
         return run_reported(name, step.call(self.results), self.log_dir / f"{name}.log", self.report) == 0
 
-    def in_processes(self, payloads: list[tuple[str, dict]], parallel: int, report=None) -> list[str]:
+    def in_processes(self, payloads: list[tuple[str, dict]], parallel: int, report=None, follow=None) -> list[str]:
         """Steps (or chains of steps) as processes (``python -m poscli.study.steps PAYLOAD``),
         ``parallel`` at a time; the failed ones' names."""
         import json
@@ -691,7 +697,7 @@ class _Runner:
         commands = [(name, [json.dumps(payload)]) for name, payload in payloads]
         # a step stopped by Ctrl-C or SIGTERM raises KeyboardInterrupt: the recipe is interrupted, not failed
         outcomes = run_commands(
-            commands, parallel, self.log_dir, report=report or self.report, module="poscli.study.steps"
+            commands, parallel, self.log_dir, report=report or self.report, module="poscli.study.steps", follow=follow
         )
         return [o.job.name for o in outcomes if not o.ok]
 

@@ -61,6 +61,7 @@ class _Running:
     log: Path
     started: float
     gpu: int | None
+    followed: int = 0  # bytes of its log already passed to ``follow``
 
 
 def job_environment(parallel: int) -> dict:
@@ -76,16 +77,17 @@ def least_used_gpu(running: dict, gpus: int) -> int:
     return min(range(gpus), key=lambda gpu: (held.count(gpu), gpu))
 
 
-def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: int = 0) -> list[Outcome]:
+def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: int = 0, follow=None) -> list[Outcome]:
     """Run ``jobs`` with at most ``parallel`` at once, each started as soon as another ends; with
-    several ``gpus``, each on the one the fewest running jobs hold. Returns their outcomes in the
-    jobs' order. Ctrl-C here, or a job stopped by a signal of its own (exit 130 or 143: this process
-    may have been started where SIGINT is ignored), stops the running jobs (they save checkpoints),
-    starts no more, and raises KeyboardInterrupt."""
+    several ``gpus``, each on the one the fewest running jobs hold. ``follow(name, line)``, if given,
+    gets each line a job writes to its log as it comes, all of them before the job's end is
+    reported. Returns their outcomes in the jobs' order. Ctrl-C here, or a job stopped by a signal
+    of its own (exit 130 or 143: this process may have been started where SIGINT is ignored), stops
+    the running jobs (they save checkpoints), starts no more, and raises KeyboardInterrupt."""
     log_dir.mkdir(parents=True, exist_ok=True)
     waiting, running, finished = list(jobs), {}, {}
     try:
-        _schedule(waiting, running, finished, parallel, log_dir, report, gpus)
+        _schedule(waiting, running, finished, parallel, log_dir, report, gpus, follow)
     except KeyboardInterrupt:  # Ctrl-C: each running poscli process checkpoints, then exits
         for entry in running.values():
             if entry.process.poll() is None:
@@ -101,8 +103,20 @@ def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: 
     return [finished[job.name] for job in jobs]
 
 
+def _follow(entry: _Running, follow, ended: bool) -> None:
+    """The complete lines ``entry``'s log has gained since the last call, to ``follow``; once the
+    job has ended, its last line too, complete or not."""
+    with open(entry.log, "rb") as handle:
+        handle.seek(entry.followed)
+        text = handle.read()
+    complete = text if ended else text[: text.rfind(b"\n") + 1]
+    entry.followed += len(complete)
+    for line in complete.decode("utf-8", errors="replace").splitlines():
+        follow(entry.job.name, line)
+
+
 def _schedule(
-    waiting: list[Job], running: dict, finished: dict, parallel: int, log_dir: Path, report, gpus: int
+    waiting: list[Job], running: dict, finished: dict, parallel: int, log_dir: Path, report, gpus: int, follow=None
 ) -> None:
     while waiting or running:
         while waiting and len(running) < parallel:
@@ -115,7 +129,10 @@ def _schedule(
             running[job.name] = _Running(job, process, handle, log, time.perf_counter(), gpu)
             report(f"started {job.name}")
         for name, entry in list(running.items()):
-            if entry.process.poll() is None:
+            ended = entry.process.poll() is not None
+            if follow:
+                _follow(entry, follow, ended)
+            if not ended:
                 continue
             entry.handle.close()
             outcome = Outcome(entry.job, entry.process.returncode, time.perf_counter() - entry.started, entry.log)
@@ -141,7 +158,12 @@ def gpu_count() -> int:
 
 
 def run_commands(
-    commands: list[tuple[str, list[str]]], parallel: int, log_dir: Path, report=print, module: str = "poscli"
+    commands: list[tuple[str, list[str]]],
+    parallel: int,
+    log_dir: Path,
+    report=print,
+    module: str = "poscli",
+    follow=None,
 ) -> list[Outcome]:
     """Run commands (job name, argv after ``python -P -m MODULE``) as processes, ``parallel`` at a time,
     each with its share of cores (or its own GPU); the one way both ``train --seeds`` sweeps (poscli
@@ -154,7 +176,7 @@ def run_commands(
     # -P: the current folder is not put on the import path, so a file there named like a library
     # (rich.py, datasets.py) is never imported in its place
     jobs = [Job(name, [sys.executable, "-P", "-m", module, *argv], env) for name, argv in commands]
-    return run_jobs(jobs, parallel, log_dir, report=report, gpus=gpu_count())
+    return run_jobs(jobs, parallel, log_dir, report=report, gpus=gpu_count(), follow=follow)
 
 
 def plan_train_sweep(

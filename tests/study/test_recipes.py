@@ -886,7 +886,7 @@ def test_steps_stopped_by_a_signal_in_their_processes_interrupt_the_recipe_not_f
     for codes, expected in (((0, 130), "interrupted during the train phase"), ((143, 1), "interrupted"),
                             ((0, 1), "1 train steps failed")):  # fmt: skip
 
-        def exiting(commands, parallel, log_dir, report, module, codes=codes):  # each step a process exiting so
+        def exiting(commands, parallel, log_dir, report, module, follow=None, codes=codes):  # each step exits so
             exits = "import sys, time; time.sleep({}); sys.exit({})"
             jobs = [sweep.Job(name, [sys.executable, "-c", exits.format(0.3 * i, code)])
                     for i, ((name, _), code) in enumerate(zip(commands, codes, strict=True))]  # fmt: skip
@@ -922,8 +922,9 @@ def test_a_chain_runs_its_steps_in_turn_and_stops_at_the_first_that_fails(tmp_pa
 
 
 def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(tmp_path, monkeypatch):
-    """The pool gets one command per run (its steps in order), and a chain's last line advances the
-    recipe's progress by all its steps; a chain stopped by a signal interrupts the recipe."""
+    """The pool gets one command per run (its steps in order); each step a chain logs as finished
+    advances the recipe's progress as it comes, and the chain's end by the steps it did not report;
+    a chain stopped by a signal interrupts the recipe."""
     from poscli.study import recipes, sweep
 
     recipe = recipes.load_recipe(write(tmp_path, TINY.format(corpus=tmp_path)))
@@ -937,12 +938,16 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
         for step in trains
     ]
 
-    def pool(commands, parallel, log_dir, report, module):
+    def pool(commands, parallel, log_dir, report, module, follow):
         assert parallel == 2 and module == "poscli.study.steps"
         assert [name for name, _ in commands] == [f"each-{step.name}" for step in trains]
-        for (name, argv), (_, chain) in zip(commands, chains, strict=True):
+        for i, ((name, argv), (_, chain)) in enumerate(zip(commands, chains, strict=True)):
             payload = json.loads(argv[0])
             assert [n for n, _ in payload["chain"]] == [n for n, _ in chain]
+            if i == 0:  # the first chain logs its first step's start and end, and other output
+                follow(name, f"started {chain[0][0]}")
+                follow(name, "UserWarning: something a step printed")
+                follow(name, f"finished {chain[0][0]} in 0.1 min")
             report(f"finished {name} in 0.1 min")
         if stopped:
             raise KeyboardInterrupt  # what run_jobs raises when a job was stopped by a signal
@@ -951,7 +956,10 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
     monkeypatch.setattr(sweep, "run_commands", pool)
     stopped = False
     runner.chains(chains, 2)
-    assert [k["steps"] for _, k in reported] == [len(chain) for _, chain in chains]
+    lines = [a[0] for a, _ in reported]
+    assert lines[:2] == [f"started {chains[0][1][0][0]}", f"finished {chains[0][1][0][0]} in 0.1 min"], lines
+    ends = [k["steps"] for a, k in reported if a[0].startswith("finished each-")]
+    assert ends == [len(chains[0][1]) - 1, *(len(chain) for _, chain in chains[1:])]  # the rest of each chain
     for _, chain in chains:
         assert len({name for name, _ in chain}) == len(chain), "each step of a chain has a log of its own"
     assert max(len(chain) for _, chain in chains) > 1  # a run with evaluations after it
@@ -1023,6 +1031,7 @@ def test_each_with_two_jobs_trains_two_runs_at_once_then_evaluates_each(tmp_path
         log.index("finished each-j-rope"), log.index("finished each-j-alibi")
     ), "both runs train at once"
     for run in ("j-rope", "j-alibi"):  # each run's process trains it, then evaluates it; each step logs apart
+        assert log.index(f"finished train-{run}") < log.index(f"finished each-{run}"), "each step shown as it ends"
         chain = (results / "logs" / f"each-{run}.log").read_text()
         assert chain.index(f"finished train-{run}") < chain.index(f"started eval-jobs-{run}"), chain
         assert "wrote" in (results / "logs" / f"eval-jobs-{run}.log").read_text()  # the step's own log

@@ -113,3 +113,38 @@ def test_child_processes_do_not_import_modules_from_the_current_folder(tmp_path,
     (outcome,) = run_commands([("version", ["--version"])], 1, tmp_path / "logs", report=lambda *_: None)
     assert outcome.ok, outcome.log.read_text()
     assert "poscli" in outcome.log.read_text()
+
+
+def test_follow_gets_each_line_a_job_logs_while_it_runs_and_all_before_its_end_is_reported(tmp_path):
+    """``poscli run --each --jobs N`` counts a chain's steps as they end from the lines its process
+    logs; a line must reach ``follow`` while the job still runs (not only when it exits), every line
+    once, and the last one even without a newline."""
+    marker = tmp_path / "go"
+    script = (
+        "import pathlib, sys, time\n"
+        "print('finished step-1', flush=True)\n"
+        f"go, deadline = pathlib.Path({str(marker)!r}), time.time() + 30\n"
+        "while not go.exists() and time.time() < deadline: time.sleep(0.05)\n"
+        "if not go.exists(): sys.exit(3)\n"  # its first line never reached follow while it ran
+        "print('finished step-2', flush=True)\n"
+        "sys.stdout.write('finished step-3')\n"
+    )
+    events = []
+
+    def follow(name, line):
+        events.append((name, line))
+        if line == "finished step-1":
+            marker.touch()  # the job waits for this: it is read while the job runs
+
+    (outcome,) = run_jobs(
+        [Job("chain", [sys.executable, "-c", script])],
+        parallel=1,
+        log_dir=tmp_path,
+        report=lambda line: events.append(("report", line)),
+        follow=follow,
+    )
+    assert outcome.ok, outcome.log.read_text()
+    followed = [line for name, line in events if name == "chain"]
+    assert followed == ["finished step-1", "finished step-2", "finished step-3"]
+    ended = next(i for i, (name, line) in enumerate(events) if name == "report" and line.startswith("finished chain"))
+    assert ended > max(i for i, (name, _) in enumerate(events) if name == "chain")
