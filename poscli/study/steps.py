@@ -397,8 +397,12 @@ def run_reported(name: str, step: dict, log: Path, report) -> int:
 def run_chain(chain: list[tuple[str, dict]], log_dir: str) -> int:
     """``poscli run --each --jobs N``: a run's steps (its training, its evaluations, its extensions
     and theirs) one after another, each with its output in LOG_DIR/NAME.log; the exit code of the
-    first that fails (the steps after it need it), else 0."""
+    first that fails (the steps after it need it), else 0. Before each step it takes the cores the
+    sweep's other chains have freed (the last chain running gets them all)."""
+    from poscli.study.sweep import take_free_cores
+
     for name, step in chain:
+        take_free_cores()
         if code := run_reported(name, step, Path(log_dir) / f"{name}.log", lambda line: print(line, flush=True)):
             return code
     return 0

@@ -2,7 +2,8 @@
 
 ``poscli train --pe alibi,rope,t5 --seeds 0,1 --jobs 2`` runs each combination as its own
 ``poscli train`` process, ``--jobs`` at once. On the CPU each job gets cores / jobs threads
-(two torch processes that each take every core run many times slower than one at a time); with
+(two torch processes that each take every core run many times slower than one at a time), and a
+job that runs several steps takes the cores freed by the others before each (``take_free_cores``); with
 several GPUs each job gets the one the fewest running jobs hold (CUDA_VISIBLE_DEVICES). A job
 that fails is reported with the last line of its log and the others carry on; the sweep exits 1
 if any failed. Each job's output goes to RESULTS/logs/NAME.log.
@@ -64,10 +65,35 @@ class _Running:
     followed: int = 0  # bytes of its log already passed to ``follow``
 
 
+RUNNING_JOBS_VARIABLE = "POSCLI_RUNNING_JOBS"  # the file where a sweep keeps how many of its jobs run now
+
+
+def threads_for(parallel: int) -> int:
+    """Each of ``parallel`` jobs' share of the cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, parallel))
+
+
 def job_environment(parallel: int) -> dict:
     """What each of ``parallel`` jobs at once gets on the CPU: a share of the cores."""
-    threads = max(1, (os.cpu_count() or 1) // max(1, parallel))
+    threads = threads_for(parallel)
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def take_free_cores() -> int:
+    """In a job that runs several steps (a chain of ``poscli run --each --jobs N``), before each one:
+    the share of the cores for as many jobs as its sweep runs now (``RUNNING_JOBS_VARIABLE``), set as
+    torch's thread count, so the last chain left running takes every core instead of its share of a
+    pair. Returns the thread count (unchanged outside a sweep)."""
+    import torch
+
+    path = os.environ.get(RUNNING_JOBS_VARIABLE)
+    try:
+        threads = threads_for(int(Path(path).read_text())) if path else torch.get_num_threads()
+    except (OSError, ValueError):  # the sweep has ended or is writing it: keep the threads as they are
+        return torch.get_num_threads()
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+    return threads
 
 
 def least_used_gpu(running: dict, gpus: int) -> int:
@@ -86,8 +112,9 @@ def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: 
     the running jobs (they save checkpoints), starts no more, and raises KeyboardInterrupt."""
     log_dir.mkdir(parents=True, exist_ok=True)
     waiting, running, finished = list(jobs), {}, {}
+    count_file = log_dir / f".running-jobs-{os.getpid()}"
     try:
-        _schedule(waiting, running, finished, parallel, log_dir, report, gpus, follow)
+        _schedule(waiting, running, finished, parallel, log_dir, report, gpus, follow, count_file)
     except KeyboardInterrupt:  # Ctrl-C: each running poscli process checkpoints, then exits
         for entry in running.values():
             if entry.process.poll() is None:
@@ -100,6 +127,8 @@ def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: 
                 entry.process.kill()
             entry.handle.close()
         raise
+    finally:
+        count_file.unlink(missing_ok=True)
     return [finished[job.name] for job in jobs]
 
 
@@ -115,16 +144,42 @@ def _follow(entry: _Running, follow, ended: bool) -> None:
         follow(entry.job.name, line)
 
 
+def _write_count(count_file: Path, running: int) -> None:
+    """How many jobs run now, for the chains' ``take_free_cores`` (replaced whole: never read half written)."""
+    partial = count_file.with_name(count_file.name + ".partial")
+    partial.write_text(str(running))
+    partial.replace(count_file)
+
+
 def _schedule(
-    waiting: list[Job], running: dict, finished: dict, parallel: int, log_dir: Path, report, gpus: int, follow=None
+    waiting: list[Job],
+    running: dict,
+    finished: dict,
+    parallel: int,
+    log_dir: Path,
+    report,
+    gpus: int,
+    follow,
+    count_file: Path,
 ) -> None:
+    """Start jobs while fewer than ``parallel`` run, each with the cores' share of as many as run with
+    it (the last ones, with nothing left waiting, get more); follow and collect them as they end."""
+    _write_count(count_file, 0)
     while waiting or running:
         while waiting and len(running) < parallel:
             job = waiting.pop(0)
             log = log_dir / f"{job.name}.log"
             handle = open(log, "w", encoding="utf-8")  # noqa: SIM115
             gpu = least_used_gpu(running, gpus) if gpus > 1 else None
-            env = {**os.environ, **job.env, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})}
+            cores = job_environment(min(parallel, len(running) + 1 + len(waiting)))
+            env = {
+                **os.environ,
+                **cores,
+                RUNNING_JOBS_VARIABLE: str(count_file),
+                **job.env,
+                **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}),
+            }
+            _write_count(count_file, len(running) + 1)  # before it starts: it may read the count at once
             process = subprocess.Popen(job.command, stdout=handle, stderr=subprocess.STDOUT, env=env)
             running[job.name] = _Running(job, process, handle, log, time.perf_counter(), gpu)
             report(f"started {job.name}")
@@ -138,6 +193,7 @@ def _schedule(
             outcome = Outcome(entry.job, entry.process.returncode, time.perf_counter() - entry.started, entry.log)
             finished[name] = outcome
             del running[name]
+            _write_count(count_file, len(running) + min(len(waiting), parallel - len(running)))
             if outcome.ok:
                 report(f"finished {name} in {outcome.seconds / 60:.1f} min")
             elif outcome.returncode in INTERRUPTED_EXITS:
@@ -172,10 +228,9 @@ def run_commands(
         from poscli.errors import PoscliError
 
         raise PoscliError(f"--jobs must be at least 1, got {parallel}")
-    env = job_environment(min(parallel, len(commands)))
     # -P: the current folder is not put on the import path, so a file there named like a library
     # (rich.py, datasets.py) is never imported in its place
-    jobs = [Job(name, [sys.executable, "-P", "-m", module, *argv], env) for name, argv in commands]
+    jobs = [Job(name, [sys.executable, "-P", "-m", module, *argv]) for name, argv in commands]
     return run_jobs(jobs, parallel, log_dir, report=report, gpus=gpu_count(), follow=follow)
 
 

@@ -148,3 +148,60 @@ def test_follow_gets_each_line_a_job_logs_while_it_runs_and_all_before_its_end_i
     assert followed == ["finished step-1", "finished step-2", "finished step-3"]
     ended = next(i for i, (name, line) in enumerate(events) if name == "report" and line.startswith("finished chain"))
     assert ended > max(i for i, (name, _) in enumerate(events) if name == "chain")
+
+
+def test_the_running_count_follows_the_jobs_so_the_last_one_can_take_the_freed_cores(tmp_path):
+    """Two at a time, three jobs: the third starts when the second ends and reads 2 running; the
+    first, still running after the third has ended, reads 1 (its chain's next step takes every core).
+    Each starts with the share of a pair, and the count file is gone when the pool is done."""
+    from poscli.study.sweep import RUNNING_JOBS_VARIABLE, threads_for
+
+    done = tmp_path / "next-ended"
+    read = (
+        "import os, pathlib, time\n"
+        f"count = pathlib.Path(os.environ[{RUNNING_JOBS_VARIABLE!r}])\n"
+        "def now(): return count.read_text()\n"
+    )
+    first = read + (
+        f"deadline = time.time() + 20\n"
+        f"while not pathlib.Path({str(done)!r}).exists() and time.time() < deadline: time.sleep(0.05)\n"
+        "while now() != '1' and time.time() < deadline: time.sleep(0.05)\n"
+        "print(os.environ['OMP_NUM_THREADS'], now())\n"
+    )
+    nxt = read + f"print(os.environ['OMP_NUM_THREADS'], now()); pathlib.Path({str(done)!r}).touch()\n"
+    jobs = [
+        Job("first", [sys.executable, "-c", first]),
+        Job("second", [sys.executable, "-c", read + "print(os.environ['OMP_NUM_THREADS'], now())"]),
+        Job("next", [sys.executable, "-c", nxt]),
+    ]
+    outcomes = run_jobs(jobs, parallel=2, log_dir=tmp_path, report=lambda line: None)
+    pair = str(threads_for(2))
+    assert [o.last_line() for o in outcomes] == [f"{pair} 1", f"{pair} 2", f"{pair} 2"]
+    assert not list(tmp_path.glob(".running-jobs*"))
+
+
+def test_a_chain_takes_the_cores_the_other_chains_freed_before_each_step(tmp_path, monkeypatch):
+    """``--each --jobs 2``: a chain's steps after the other chain ended (the count file says 1) run
+    with every core, those before with half (torch's thread count at each step's start)."""
+    import torch
+
+    from poscli.study import steps
+    from poscli.study.sweep import RUNNING_JOBS_VARIABLE, threads_for
+
+    count = tmp_path / "running"
+    count.write_text("2")
+    monkeypatch.setenv(RUNNING_JOBS_VARIABLE, str(count))
+    seen = []
+
+    def step(kind, name, **_):
+        seen.append(torch.get_num_threads())
+        count.write_text("1")  # the other chain ends during this chain's first step
+
+    monkeypatch.setattr(steps, "run_step", step)
+    threads = torch.get_num_threads()
+    try:
+        chain = [(f"s-{n}", {"kind": "train", "name": n}) for n in ("first", "second")]
+        assert steps.run_chain(chain, str(tmp_path)) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [threads_for(2), threads_for(1)]
