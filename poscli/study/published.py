@@ -434,8 +434,11 @@ PENG_METHODS = ("pi", "ntk", "dynamic-ntk", "ntk-by-parts", "yarn")
 
 
 def method_label(options: dict) -> str:
-    """An extension's method as tables name it: yarn, or "yarn + PoSE" when fine-tuned with PoSE."""
-    return options["method"] + (" + PoSE" if options.get("pose") else "")
+    """An extension's method as tables name it: yarn, "yarn + PoSE" (or "+ CREAM") when fine-tuned
+    with those positions, "yarn tuned" with options chosen by ``poscli tune`` (``options_from``), so
+    a tuned group never stands in for the same method at its defaults."""
+    positions = " + PoSE" if options.get("pose") else " + CREAM" if options.get("cream") else ""
+    return options["method"] + positions + (" tuned" if options.get("options_from") else "")
 
 
 def _steps(options: dict) -> int:
@@ -570,16 +573,17 @@ def _claims(summary, meta: dict) -> list[str]:
     rows = []
     for group, options in meta.items():
         label = method_label(options) if "method" in options else None
-        if label not in CLAIMS or group not in set(summary["group"]) or (label == "longrope" and _steps(options)):
+        claimed = label and label.removesuffix(" tuned")  # a tuned method is held to its method's claim
+        if claimed not in CLAIMS or group not in set(summary["group"]) or (claimed == "longrope" and _steps(options)):
             continue  # LongRoPE's claim is about no fine-tuning
         part = summary[summary["group"] == group]
         target = int(part["length"].max())
         cell = cell_at(summary, group, target)
         if cell is None or math.isnan(cell.get("ratio", float("nan"))):
             continue
-        if label == "longrope" and target > 8 * int(cell["ratio_base"]):
+        if claimed == "longrope" and target > 8 * int(cell["ratio_base"]):
             continue  # the claim is 8x; beyond it the ranking speaks
-        citation, claim, _ = CLAIMS[label]
+        citation, claim, _ = CLAIMS[claimed]
         verdict = class_verdict("keeps", cell["ratio_low"], cell["ratio_high"])
         verdict = {"agrees": "holds", "differs": "**does not hold**"}.get(
             verdict, "undecided (the interval crosses 1.10)"
@@ -637,6 +641,7 @@ YARN_PASSKEY = {  # method -> {length: accuracy}
     "yarn": {2048: 1.00, 4096: 1.00, 8192: 0.98, 16384: 1.00, 32768: 0.68},
 }
 YARN_PASSKEY_NAMES = {"pi": "PI", "ntk": "NTK", "ntk-by-parts": "NTK-by-parts", "yarn": "YaRN"}
+MIN_ORDERED_SEEDS = 3  # retrieval compares methods only where every one has at least this many seeds (issue 30)
 
 
 def _descending(rows: dict[str, object]) -> str:
@@ -669,7 +674,7 @@ def yarn2023_passkey(summary, meta: dict) -> str:
         f"Published order at 4x (16k): {published_order(16384)}; at 8x, the target (32k): {published_order(32768)}.",
         "",
         "poscli: exact match over every depth, mean over seeds with its 95% interval; `>` where neighbouring intervals "
-        "separate, `≈` where they overlap (tied).",
+        f"separate, `≈` where they overlap (tied); not ordered where a method has under {MIN_ORDERED_SEEDS} seeds.",
         "",
     ]
 
@@ -696,7 +701,11 @@ def yarn2023_passkey(summary, meta: dict) -> str:
             order = sorted(rows, key=lambda m: -rows[m]["accuracy"])
             line = f"- target {target_text}, {tuning}, at {length}"
             line += f" ({int(length) / train_length:g}x the base's train length)" if train_length else ""
-            line += f": {_descending(rows)} ({', '.join(f'{m} {accuracy_text(rows[m])}' for m in order)})"
+            cells = ", ".join(f"{m} {accuracy_text(rows[m])}" for m in order)
+            if min(int(r["seeds"]) for r in rows.values()) < MIN_ORDERED_SEEDS:
+                lines.append(f"{line}: {cells}; fewer than {MIN_ORDERED_SEEDS} seeds, so not ordered.")
+                continue
+            line += f": {_descending(rows)} ({cells})"
             published = {
                 m: r for m, r in rows.items() if m in YARN_PASSKEY
             }  # the verdict: among the table's own methods

@@ -364,6 +364,37 @@ def test_the_yarn_passkey_comparison_names_a_best_method_only_where_it_separates
     assert "unextended base base: 256: 1.00" in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta)
 
 
+def test_the_passkey_comparison_orders_methods_only_with_three_seeds_each():
+    """Two seeds of 550 prompts give narrow pooled intervals, but the ordering needs three seeds of
+    every method (issue 30); a tuned method is its own row beside its defaults."""
+    from poscli.study.published import yarn2023_passkey
+
+    per_group = {
+        "base": {1024: [0, 0]},
+        "yarn": {1024: [50, 49]},
+        "yarn-tuned": {1024: [30, 31]},
+        "pi": {1024: [0, 1]},
+    }
+    rows, groups = passkey_rows(per_group)
+    meta = {
+        "base": {"pe": "rope"},
+        "yarn": {"method": "yarn", "target": "1k", "steps": 0},
+        "yarn-tuned": {"method": "yarn", "target": "1k", "steps": 0, "options_from": "tune"},
+        "pi": {"method": "pi", "target": "1k", "steps": 0},
+    }
+    line = next(
+        x for x in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines() if "at 1024" in x
+    )
+    assert "not ordered" in line and ">" not in line and "YaRN" not in line
+    assert "yarn 0.99" in line and "yarn tuned 0.61" in line
+    rows, groups = passkey_rows({group: {1024: [*counts, counts[0]]} for group, counts in
+                                 ((g, c[1024]) for g, c in per_group.items())})  # fmt: skip
+    line = next(
+        x for x in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines() if "at 1024" in x
+    )
+    assert "yarn > yarn tuned > pi" in line and "YaRN retrieves best" in line
+
+
 def test_the_passkey_comparison_keeps_pose_apart_and_remappings_untrained():
     """yarn and yarn + PoSE are two rows of one setting, not one overwriting the other; an attention
     remapping (no steps in the recipe: it never trains) sits with the untrained methods."""

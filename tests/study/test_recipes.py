@@ -503,6 +503,34 @@ def test_beyond_yarn_ranks_every_method_and_checks_the_newer_claims_by_their_int
     assert "undecided" in claims["yarn + PoSE"] and "yarn" not in claims  # YaRN itself makes no flatness claim here
 
 
+def test_a_tuned_method_is_ranked_beside_its_defaults_never_in_their_place():
+    """``options_from = "tune"`` makes a second group of the same method at the same target: both are
+    ranked, each under its own name, and Peng et al.'s verdict reads YaRN at its defaults (here the
+    worse of the two), while the tuned group is held to its method's claim."""
+    from poscli.study.published import beyond_yarn
+
+    values = {
+        "x+yarn": {128: five(5.0), 1024: five(9.0)},
+        "x+yarn-tuned": {128: five(5.0), 1024: five(5.0)},
+        "x+pi": {1024: five(7.0), 128: five(5.0)},
+        "x+self-extend": {128: five(5.0), 1024: five(8.0)},
+        "x+self-extend-tuned": {128: five(5.0), 1024: five(5.1)},
+    }
+    summary, _ = summary_from(values, {g: "rope" for g in values}, 128)
+    meta = {
+        "x+yarn": {"method": "yarn", "target": "1k", "steps": 0},
+        "x+yarn-tuned": {"method": "yarn", "target": "1k", "steps": 0, "options_from": "tune"},
+        "x+pi": {"method": "pi", "target": "1k", "steps": 0},
+        "x+self-extend": {"method": "self-extend", "target": "1k"},
+        "x+self-extend-tuned": {"method": "self-extend", "target": "1k", "options_from": "tune"},
+    }
+    peng = peng2023(summary, meta)
+    assert "yarn tuned 5.000" in peng and "yarn 9.000" in peng and "self-extend 8.000" in peng
+    assert "pi is best and YaRN lies above it: **differs from the paper**" in peng
+    claims = {line[2:].split(" (")[0]: line for line in beyond_yarn(summary, meta).splitlines() if "Published:" in line}
+    assert claims["self-extend"].endswith("**does not hold**.") and claims["self-extend tuned"].endswith("holds.")
+
+
 def test_the_length_generalization_recipe_plans_the_studies_issues_32_and_33_name():
     from poscli.evaluation import tasks
     from poscli.evaluation.algorithmic import AlgorithmicTask, parse_sizes
