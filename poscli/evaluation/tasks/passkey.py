@@ -63,7 +63,8 @@ class Passkey(Task):
 
     def plots(self, data, folder: Path, table: str) -> list[Path]:
         """TABLE-heatmaps.png, every run's heatmap as a panel of one figure; and, for a table of at most
-        FACETS_ONLY runs, each run's own (TABLE-RUN.png), which a larger table would multiply."""
+        FACETS_ONLY runs, each run's own (TABLE-RUN.png), which a larger table would multiply (and
+        removes those a table that has since grown past it had written)."""
         from poscli.evaluation.plots import heatmap_parts, plot_passkey_facets, plot_passkey_heatmap
         from poscli.evaluation.retrieval import EFFECTIVE_THRESHOLD, run_effective_lengths
 
@@ -74,7 +75,9 @@ class Passkey(Task):
             several = f", {keys} keys" if keys > 1 else ""
             effective = next(iter(run_effective_lengths(part).values()))
             panels.append((f"{part['label'].iloc[0]}{several}: effective {effective}", part))
-            if len(parts) <= FACETS_ONLY:
+            if len(parts) > FACETS_ONLY:  # a table that has grown past it: its runs' old files would go stale
+                (folder / name).unlink(missing_ok=True)
+            else:
                 title = (
                     f"passkey accuracy: {part['label'].iloc[0]}{several} ({int(part['trials'].iloc[0])} trials per "
                     f"cell)\neffective length {effective} (RULER: every length up to it at >= {EFFECTIVE_THRESHOLD:g})"
