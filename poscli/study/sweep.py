@@ -112,7 +112,7 @@ def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: 
     the running jobs (they save checkpoints), starts no more, and raises KeyboardInterrupt."""
     log_dir.mkdir(parents=True, exist_ok=True)
     waiting, running, finished = list(jobs), {}, {}
-    count_file = log_dir / f".running-jobs-{os.getpid()}"
+    count_file = (log_dir / f".running-jobs-{os.getpid()}").absolute()  # read by jobs that may change folder
     try:
         _schedule(waiting, running, finished, parallel, log_dir, report, gpus, follow, count_file)
     except KeyboardInterrupt:  # Ctrl-C: each running poscli process checkpoints, then exits
