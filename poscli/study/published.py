@@ -651,6 +651,23 @@ def _descending(rows: dict[str, object]) -> str:
     return ranked(flipped)[1].replace(" < ", " > ")
 
 
+def _yarn_passkey_verdict(rows: dict) -> str:
+    """Where YaRN stands among the published table's own methods in one setting's rows (method ->
+    pooled cell): best, tied for best, or below the best; empty where YaRN was not run."""
+    published = {m: r for m, r in rows.items() if m in YARN_PASSKEY}
+    if "yarn" not in published:
+        return ""
+    top = max(published, key=lambda m: published[m]["accuracy"])
+    level = [m for m in published if m != top and not published[m]["ci_high"] < published[top]["ci_low"]]
+    among = " among the published table's methods" if len(published) < len(rows) else ""
+    if top == "yarn" and not level:
+        return f". YaRN retrieves best{among}, as published"
+    if top == "yarn" or "yarn" in level:
+        rivals = ", ".join(m for m in [top, *level] if m != "yarn")
+        return f". YaRN is tied for best{among} with {rivals}: the data do not decide"
+    return f". {top} retrieves best{among} and YaRN's interval lies below it: **differs from the published table**"
+
+
 def yarn2023_passkey(summary, meta: dict) -> str:
     """YaRN's published passkey table beside poscli's extended models, lengths as multiples of the
     original context; a method is called best only where its interval separates from the rest."""
@@ -705,26 +722,7 @@ def yarn2023_passkey(summary, meta: dict) -> str:
             if min(int(r["seeds"]) for r in rows.values()) < MIN_ORDERED_SEEDS:
                 lines.append(f"{line}: {cells}; fewer than {MIN_ORDERED_SEEDS} seeds, so not ordered.")
                 continue
-            line += f": {_descending(rows)} ({cells})"
-            published = {
-                m: r for m, r in rows.items() if m in YARN_PASSKEY
-            }  # the verdict: among the table's own methods
-            if "yarn" in published:
-                top = max(published, key=lambda m: published[m]["accuracy"])
-                level = [m for m in published if m != top and not published[m]["ci_high"] < published[top]["ci_low"]]
-                among = "among the published table's methods" if len(published) < len(rows) else ""
-                if top == "yarn" and not level:
-                    line += f". YaRN retrieves best{' ' + among if among else ''}, as published"
-                elif top == "yarn" or "yarn" in level:
-                    rivals = ", ".join(m for m in [top, *level] if m != "yarn")
-                    line += (
-                        f". YaRN is tied for best{' ' + among if among else ''} with {rivals}: the data do not decide"
-                    )
-                else:
-                    where = f" {among}" if among else ""
-                    line += f". {top} retrieves best{where} and YaRN's interval lies below it"
-                    line += ": **differs from the published table**"
-            lines.append(line + ".")
+            lines.append(f"{line}: {_descending(rows)} ({cells}){_yarn_passkey_verdict(rows)}.")
     for group in bases:
         cells = [
             f"{length}: {accuracy_text(pooled_cell(summary, group, int(length)))}"
