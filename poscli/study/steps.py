@@ -218,6 +218,12 @@ def tune_run(run: str, method: str, target: int, results, device: str, console, 
         f"the tuning split after {sum(s is not None for s in state['scores'])} candidates; wrote {out} and its "
         f"trajectory {out.name}.tune.json. Apply with: poscli extend {folder.name} --options-from {out}"
     )
+    if edges := json.loads(out.read_text()).get("at_edge"):
+        named = ", ".join(f"{key}={options[key]:g} is the {side}" for key, side in edges.items())
+        console.print(
+            f"[yellow]note:[/] {named} of the values tried: the best may lie beyond; widen with "
+            f"--grid {' '.join(f'{key}=V1,V2,...' for key in edges)}"
+        )
     return out
 
 

@@ -56,8 +56,9 @@ class TuneSettings:
                 raise PoscliError(f"--{name} must be at least 1, got {getattr(self, name)}")
 
 
-def candidates(method, original_length: int, target: int, settings: TuneSettings) -> list[dict[str, float]]:
-    """The options to try, the method's defaults ({}) first: the grid, or ``budget`` of it."""
+def search_space(method, original_length: int, target: int, settings: TuneSettings) -> dict[str, list[float]]:
+    """The values tried for each option: the method's own (``ExtensionMethod.search_space``), ``--grid``'s
+    in their place."""
     space = {**method.search_space(original_length, target), **settings.grid}
     if not space:
         raise PoscliError(
@@ -65,6 +66,12 @@ def candidates(method, original_length: int, target: int, settings: TuneSettings
             f"({', '.join(method.options) or 'none'})"
         )
     method.check_options({key: values[0] for key, values in space.items()})  # an unknown option fails now
+    return space
+
+
+def candidates(method, original_length: int, target: int, settings: TuneSettings) -> list[dict[str, float]]:
+    """The options to try, the method's defaults ({}) first: the grid, or ``budget`` of it."""
+    space = search_space(method, original_length, target, settings)
     grid = [dict(zip(space, values)) for values in itertools.product(*space.values())]
     random.Random(settings.seed).shuffle(grid)  # one order per seed: a larger budget extends a smaller one
     return [{}, *grid[: settings.budget - 1]]
@@ -85,6 +92,7 @@ class Scorer:
             raise PoscliError(f"--target {settings.target} is not longer than the run's train length")
         self.encoding = encodings.get(self.parent.pe)
         self.weights = runs.load_weights(folder)
+        self.space = search_space(self.method, self.parent.train_length, settings.target, settings)
         self.target, self.device = settings.target, device
         self.batch, self.scored_from = tuning_split(
             folder, self.config, self.target, settings.windows, settings.seed, device, settings.score
@@ -146,6 +154,19 @@ def best_of(state: dict) -> tuple[dict[str, float], float]:
     return state["candidates"][index], score
 
 
+def at_edge(options: dict[str, float], space: dict[str, list[float]]) -> dict[str, str]:
+    """The options whose chosen value is the smallest or the largest the grid tried ({option:
+    "smallest" | "largest"}): the best may lie beyond it, and a wider ``--grid`` would say. Only
+    options tried at three values or more: between two (YaRN's temperature on or off) every choice
+    is an end. The defaults ({}) are not a grid point and are never at an edge."""
+    edges = {}
+    for key, value in options.items():
+        values = sorted(set(space.get(key, [])))
+        if len(values) > 2 and value in (values[0], values[-1]):
+            edges[key] = "smallest" if value == values[0] else "largest"
+    return edges
+
+
 def _load_state(path: Path, settings: TuneSettings) -> dict:
     if path.exists():
         state = json.loads(path.read_text())
@@ -175,6 +196,7 @@ def _save(state_path: Path, out: Path, state: dict, settings: TuneSettings, scor
         "perplexity": math.exp(loss),
         "defaults_loss": defaults,
         "evaluated": sum(s is not None for s in state["scores"]),
+        "at_edge": at_edge(options, scorer.space),
     }
     with atomic_write(out) as handle:
         json.dump(chosen, handle, indent=1)

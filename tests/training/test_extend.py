@@ -286,6 +286,20 @@ def test_tune_chooses_self_extend_options_resumes_and_extend_applies_them(rope_r
     assert done.returncode == 0, done.stderr
     state = json.loads((tmp_path / "chosen.json.tune.json").read_text())
     assert len(state["trajectory"]) == 6 and state["trajectory"][4]["candidate"] == 4  # only the two new ones
+    # a grid of three values an option: the best at an end of one is named, and the user is told to widen it
+    grid = ["--grid", "window=4,6,8", "--grid", "group=12,14,16", "--budget", "10", "--quiet", "--out",
+            str(tmp_path / "g.json")]  # fmt: skip
+    done = poscli("tune", "rope", "--method", "self-extend", *common[:-3], *grid)
+    assert done.returncode == 0, done.stderr
+    state_path = tmp_path / "g.json.tune.json"
+    state = json.loads(state_path.read_text())
+    best = next(i for i, c in enumerate(state["candidates"]) if c == {"window": 4.0, "group": 14.0})
+    state["scores"][best] = min(state["scores"]) - 1.0  # make it the best; resuming rescores nothing
+    state_path.write_text(json.dumps(state))
+    done = poscli("tune", "rope", "--method", "self-extend", *common[:-3], *grid)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "g.json").read_text())["at_edge"] == {"window": "smallest"}  # 14: inside
+    assert "window=4 is the smallest of the values tried" in done.stderr and "widen with --grid window=" in done.stderr
 
     folder = rope_run / "runs" / "rope"
     batch = training_windows(folder, runs.read_config(folder), 256, 1, 0, torch.device("cpu"))

@@ -6,7 +6,7 @@ import pytest
 
 from poscli.errors import PoscliError
 from poscli.extension import methods
-from poscli.training.tune import TuneSettings, candidates, read_options
+from poscli.training.tune import TuneSettings, at_edge, candidates, read_options
 
 
 def settings(**overrides) -> TuneSettings:
@@ -52,3 +52,11 @@ def test_options_from_checks_the_method(tmp_path):
         read_options(path, "yarn")
     with pytest.raises(PoscliError, match="no such file"):
         read_options(tmp_path / "missing.json", None)
+
+
+def test_a_choice_at_the_smallest_or_largest_value_tried_is_flagged_and_an_inner_one_is_not():
+    space = {"window": [8.0, 16.0, 32.0], "group": [4.0, 6.0, 8.0, 10.0], "switch": [0.0, 1.0]}
+    assert at_edge({"window": 32.0, "group": 4.0, "switch": 1.0}, space) == {"window": "largest", "group": "smallest"}
+    assert at_edge({"window": 16.0, "group": 10.0, "switch": 0.0}, space) == {"group": "largest"}
+    assert at_edge({}, space) == {}  # the method's defaults are not a grid point
+    assert at_edge({"window": 16.0}, {"window": [32.0, 16.0, 8.0]}) == {}  # an inner value, in any order
