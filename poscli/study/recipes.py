@@ -369,7 +369,9 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
     """Set each step's status from what RESULTS already holds. With ``each`` (``poscli run --each``),
     a run whose folder is gone but whose rows are in every table that names it counts as done (a
     study carried on in a fresh clone, which holds the tables, not the weights); without it, a
-    missing run is trained (again)."""
+    missing run is trained (again). A run trained again takes everything made from it along: an
+    extension of a base trained again is made again and its old rows replaced, since a base trained
+    twice is not the same model (training is not bitwise repeatable across thread counts)."""
     from poscli.evaluation.tables import read_table
 
     folder = runs.runs_dir(results)
@@ -379,20 +381,28 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
         if (runs.results_dir(results) / f"{step.name}.csv").exists()
     }
     gone = "evaluated (its folder is not here: every table has its rows)"
+    remade = set()  # runs trained (or extended) from scratch: what was made from their last weights is stale
     for step in recipe.train:
         if not (folder / step.name / runs.CONFIG_FILE).exists():
             extensions = [e for e in recipe.extend if e.options.get("parent") == step.name]
             evaluated = [e for e in extensions if any(e.name in evaluation.runs for evaluation in recipe.evals)]
             if each and all(_all_evaluated(recipe, s, tables) for s in [step, *evaluated]):
                 step.status, step.detail = "done", gone  # trained, extended and evaluated earlier (a fresh clone)
+            else:
+                remade.add(step.name)
             continue
         config = runs.read_config(folder / step.name)
         _check_same_run(recipe, step, config, folder)
         _set_status(step, config)
     for step in recipe.extend:
         if not (folder / step.name / runs.CONFIG_FILE).exists():
-            if each and _all_evaluated(recipe, step, tables):
+            if step.options.get("parent") in remade:  # training is not bitwise repeatable across thread counts
+                step.detail = f"{step.detail}; made again: its base {step.options['parent']} is trained again"
+                remade.add(step.name)
+            elif each and _all_evaluated(recipe, step, tables):
                 step.status, step.detail = "done", gone
+            else:
+                remade.add(step.name)
             continue
         config = runs.read_config(folder / step.name)
         _check_same_extension(recipe, step, config, folder)

@@ -799,6 +799,12 @@ def test_each_run_and_its_snapshots_are_evaluated_as_trained_and_count_as_done_w
         "run", str(recipe), "--results", str(results), "--dry-run"
     )  # without --each a missing run is trained again
     assert plain.returncode == 0 and "5 steps to do" in plain.stderr  # 2 runs, 2 extensions, the table's missing runs
+    # a base whose rows are incomplete is trained again, and what was made from its old weights is made again
+    table[table["run"] != "b-rope-s1@4"].to_csv(results / "budgets.csv", index=False)
+    again = poscli("run", str(recipe), "--results", str(results), "--dry-run", "--each")
+    assert again.returncode == 0 and "3 steps to do" in again.stderr, again.stderr  # s1, s1+continue, the table
+    assert "to do   extend b-rope-s1+continue" in again.stderr and "its base b-rope-s1 is trained again" in again.stderr
+    assert "done    extend b-rope-s0+continue" in again.stderr
 
 
 def test_budgets_need_runs_that_keep_snapshots(tmp_path):
