@@ -433,20 +433,23 @@ def peng2023(summary, meta: dict) -> str:
 PENG_METHODS = ("pi", "ntk", "dynamic-ntk", "ntk-by-parts", "yarn")
 
 
+CONTINUE = "continue"  # the continued-training control of poscli.training.extend: no rescaling, the same fine-tuning
+
+
 def method_label(options: dict) -> str:
     """An extension's method as tables name it: yarn, "yarn + PoSE" (or "+ CREAM") when fine-tuned
     with those positions, "yarn tuned" with options chosen by ``poscli tune`` (``options_from``), so
-    a tuned group never stands in for the same method at its defaults."""
+    a tuned group never stands in for the same method at its defaults, and a continued-training
+    control by where it trained, continue@1k (the target) or continue@128, so neither stands in for
+    the other."""
     positions = " + PoSE" if options.get("pose") else " + CREAM" if options.get("cream") else ""
-    return options["method"] + positions + (" tuned" if options.get("options_from") else "")
+    control = f"@{options.get('finetune_length', 'target')}" if options["method"] == CONTINUE else ""
+    return options["method"] + positions + (" tuned" if options.get("options_from") else "") + control
 
 
 def _steps(options: dict) -> int:
     """Fine-tuning steps of an extension as the recipe asked (a method that never trains: 0)."""
     return extension_steps(options)
-
-
-CONTINUE = "continue"  # the continued-training control of poscli.training.extend: no rescaling, the same fine-tuning
 
 
 def _rankings(summary, meta: dict, decisions: Decisions):
@@ -485,7 +488,7 @@ def _ranking_plan(summary, members: dict, decisions: Decisions) -> dict | None:
     their order, the best of Peng et al.'s methods against the others, and each method against
     each continued-training control; None when no method has a value there."""
     target = int(summary[summary["group"].isin(list(members))]["length"].max())
-    groups = {method_label(o) + _control_suffix(o): g for g, o in members.items()}
+    groups = {method_label(o): g for g, o in members.items()}
     rows = {m: cell_at(summary, g, target) for m, g in groups.items()}
     rows = {m: row for m, row in rows.items() if row is not None and not math.isnan(row["mean"])}
     if not rows:
@@ -543,13 +546,6 @@ def _ranking_lines(plan: dict, decisions: Decisions) -> list[str]:
                 f"perplexity ratio at {target}: " + "; ".join(gains) + "."
             )
     return lines
-
-
-def _control_suffix(options: dict) -> str:
-    """A continued-training control is named by where it trained: continue@512 (the target) or continue@128."""
-    if options.get("method") != CONTINUE:
-        return ""
-    return f"@{options.get('finetune_length', 'target')}"
 
 
 # What the papers of the newer methods claim, as an extrapolation class at the target length

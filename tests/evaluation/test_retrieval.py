@@ -395,15 +395,18 @@ def test_the_passkey_comparison_orders_methods_only_with_three_seeds_each():
     assert "yarn > yarn tuned > pi" in line and "YaRN retrieves best" in line
 
 
-def test_the_passkey_comparison_keeps_pose_apart_and_remappings_untrained():
-    """yarn and yarn + PoSE are two rows of one setting, not one overwriting the other; an attention
-    remapping (no steps in the recipe: it never trains) sits with the untrained methods."""
+def test_the_passkey_comparison_keeps_pose_and_each_control_apart_and_remappings_untrained():
+    """yarn and yarn + PoSE are two rows of one setting, not one overwriting the other, and so are
+    the continued-training controls at the target's length and at the base's; an attention remapping
+    (no steps in the recipe: it never trains) sits with the untrained methods."""
     from poscli.study.published import yarn2023_passkey
 
     per_group = {
         "base": {256: [50, 50, 50]},
         "yarn": {256: [50, 50, 50]},
         "yarn-pose": {256: [10, 12, 11]},
+        "continue-1k": {256: [30, 31, 30]},
+        "continue-128": {256: [2, 3, 2]},
         "self-extend": {256: [20, 20, 20]},
         "pi": {256: [0, 0, 0]},
     }
@@ -412,12 +415,14 @@ def test_the_passkey_comparison_keeps_pose_apart_and_remappings_untrained():
         "base": {"pe": "rope"},
         "yarn": {"method": "yarn", "target": "1k", "steps": 100},
         "yarn-pose": {"method": "yarn", "target": "1k", "steps": 100, "pose": True},
+        "continue-1k": {"method": "continue", "target": "1k", "steps": 100, "finetune_length": "1k"},
+        "continue-128": {"method": "continue", "target": "1k", "steps": 100, "finetune_length": "128"},
         "self-extend": {"method": "self-extend", "target": "1k"},
         "pi": {"method": "pi", "target": "1k", "steps": 0},
     }
     lines = yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines()
     tuned = next(line for line in lines if "100 fine-tuning steps" in line)
-    assert "yarn > yarn + PoSE" in tuned and "+ PoSE: at the train length" in tuned
+    assert "yarn > continue@1k > yarn + PoSE > continue@128" in tuned and "+ PoSE: at the train length" in tuned
     untrained = next(line for line in lines if "no fine-tuning" in line)
     assert "self-extend > pi" in untrained and not any("400 fine-tuning" in line for line in lines)
 
