@@ -758,7 +758,7 @@ def wanted_value(config: dict, option: str, value: Any) -> Any:
     if option == "pe_option":
         from poscli import encodings
 
-        pairs = value if isinstance(value, dict) else encodings.parse_option_pairs(list(value))
+        pairs = value if isinstance(value, dict) else encodings.parse_option_pairs(_as_list(value))
         model = ModelConfig.from_dict({**config["model"], "pe_options": pairs})
         return encodings.resolve_options(model).pe_options
     if option == "attention_option":
@@ -766,11 +766,17 @@ def wanted_value(config: dict, option: str, value: Any) -> Any:
     return value
 
 
+def _as_list(value) -> list[str]:
+    """KEY=VALUE pairs as a list: a recipe step holds one pair as a string (its list of values was
+    a grid axis), the command line a list of them."""
+    return [value] if isinstance(value, str) else list(value or [])
+
+
 def attention_switches(value) -> dict[str, bool]:
     """``--attention-option`` pairs (or a recipe's dict) as config.json records them: the switches that are on."""
     from poscli import encodings
 
-    pairs = value if isinstance(value, dict) else encodings.parse_option_pairs(list(value or []), "--attention-option")
+    pairs = value if isinstance(value, dict) else encodings.parse_option_pairs(_as_list(value), "--attention-option")
     return AttentionOptions.parse(pairs).to_dict()
 
 

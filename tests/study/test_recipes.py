@@ -1097,3 +1097,16 @@ def test_a_two_run_recipe_as_submitit_jobs_completes_and_resumes(tmp_path_factor
     assert json.loads(config_path.read_text())["status"] == "finished"
     unknown = poscli("run", str(recipe), "--results", str(results), "--launcher", "pbs")
     assert unknown.returncode == 2 and "choose one of local, slurm, submitit-local" in unknown.stderr
+
+
+def test_a_recipe_steps_single_pe_or_attention_option_matches_the_run_it_made():
+    """A recipe's `pe_option = ["KEY=V"]` is a grid axis, so each step holds one pair as a string; the
+    check that an existing run is the one the recipe asks for (on resuming) reads it as one pair, as
+    the command line's list, not as its characters."""
+    from poscli.config import ModelConfig
+    from poscli.training.options import attention_switches, wanted_value
+
+    config = {"model": ModelConfig(pe="rope").to_dict()}
+    one = wanted_value(config, "pe_option", "base=500000")
+    assert one == wanted_value(config, "pe_option", ["base=500000"]) and one["base"] == 500000
+    assert attention_switches("gate=true") == attention_switches(["gate=true"]) == {"gate": True}
