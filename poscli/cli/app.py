@@ -749,13 +749,23 @@ def run_recipe(
             "POSCLI_SLURM_PARTITION, _GPUS, _CPUS, _TIMEOUT_MIN); submitit-local: the same jobs as local processes.",
         ),
     ] = "local",
+    runs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runs",
+            metavar="PATTERN",
+            help="Only the runs to train whose names match (a glob, repeatable), what is extended from them and "
+            "their evaluations: a long study in parts, e.g. --runs 'xt-*-s[01]' for two seeds a session. "
+            "Summaries and comparisons are the whole study's.",
+        ),
+    ] = None,
     results: Results = None,
 ):
     """Run a whole study: train, extend, evaluate, summarise over seeds, compare with the papers, report.
     Steps already done are skipped and interrupted runs resumed, so running it again continues."""
     from poscli.study.recipes import run_recipe as run
 
-    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console(), each=each, launcher=launcher)
+    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console(), each=each, launcher=launcher, only=runs)
 
 
 @app.command(

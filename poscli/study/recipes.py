@@ -18,7 +18,7 @@ import itertools
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -362,6 +362,33 @@ def _match(patterns, steps: list[Step], fail, section: str, index: int) -> list[
     return matched
 
 
+# --------------------------------------------------------------------------- a part of a study
+
+
+def narrow(recipe: Recipe, patterns: list[str]) -> Recipe:
+    """The part of a recipe that makes the runs matching any of ``patterns`` (globs on the run names of
+    its [[train]]s), everything extended from them, and their evaluations: a long study planned in
+    parts, such as two seeds a session (``poscli run --runs``). The summaries and comparisons are
+    still the whole recipe's, written from whatever its tables hold."""
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(step.name, pattern) for step in recipe.train):
+            shown = ", ".join(step.name for step in recipe.train[:4]) + (", ..." if len(recipe.train) > 4 else "")
+            raise RecipeError(f"--runs {pattern!r} matches none of this recipe's runs to train ({shown})")
+    train = [step for step in recipe.train if any(fnmatch.fnmatchcase(step.name, p) for p in patterns)]
+    kept = {step.name for step in train}
+    extend = []
+    for step in recipe.extend:  # in the recipe's order, so an extension of an extension follows its base
+        if step.options.get("parent") in kept:
+            extend.append(step)
+            kept.add(step.name)
+    evals = []
+    for step in recipe.evals:
+        names = [name for name in step.runs if name.split(runs.SNAPSHOT_MARK)[0] in kept]
+        if names:
+            evals.append(replace(step, runs=names))
+    return replace(recipe, train=train, extend=extend, evals=evals)
+
+
 # --------------------------------------------------------------------------- state
 
 
@@ -397,7 +424,8 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
     for step in recipe.extend:
         if not (folder / step.name / runs.CONFIG_FILE).exists():
             if step.options.get("parent") in remade:  # training is not bitwise repeatable across thread counts
-                step.detail = f"{step.detail}; made again: its base {step.options['parent']} is trained again"
+                if _has_rows(step, tables):  # rows of the old base's extension, to be replaced
+                    step.detail = f"{step.detail}; made again: its base {step.options['parent']} is trained again"
                 remade.add(step.name)
             elif each and _all_evaluated(recipe, step, tables):
                 step.status, step.detail = "done", gone
@@ -475,6 +503,11 @@ def _all_evaluated(recipe: Recipe, step: Step, tables: dict) -> bool:
     return bool(mine) and all(e.name in tables and _evaluated(tables[e.name], name, e) for e, name in mine)
 
 
+def _has_rows(step: Step, tables: dict) -> bool:
+    """Whether any table of the recipe holds a row of this run."""
+    return any(step.name in set(table["run"]) for table in tables.values() if "run" in table.columns)
+
+
 def _set_status(step: Step, config: dict) -> None:
     status = config.get("status")
     if status == "finished":
@@ -501,13 +534,15 @@ def run_recipe(
     console=None,
     each: bool = False,
     launcher: str = "local",
+    only: list[str] | None = None,
 ) -> Recipe:
     """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet. With ``each``,
     every trained run (and its snapshots) is evaluated by each [[eval]] that names it as soon as it
     is trained, before the next run starts: a long study stopped at any point keeps the tables of
     every finished run, and a run whose rows are in every table needs no weights to count as done.
     ``launcher``: ``local`` (this process, or ``jobs`` processes), or cluster jobs through submitit
-    (``slurm``, ``submitit-local``: ``poscli.study.cluster``)."""
+    (``slurm``, ``submitit-local``: ``poscli.study.cluster``). ``only``: run patterns, the part of
+    the study to run (``narrow``)."""
     from rich.console import Console
 
     console = console or Console(stderr=True, soft_wrap=True)
@@ -516,13 +551,11 @@ def run_recipe(
     from poscli.study.cluster import check_launcher
 
     check_launcher(launcher)
-    recipe = load_recipe(path)
+    whole = load_recipe(path)
+    recipe = narrow(whole, only) if only else whole
     check_state(recipe, results, each)
     todo = [s for s in recipe.steps if s.status != "done"]
-    console.print(
-        f"recipe [bold]{recipe.name}[/]: {len(recipe.train)} runs to train, {len(recipe.extend)} extensions, "
-        f"{len(recipe.evals)} evaluations; {len(todo)} steps to do, {len(recipe.steps) - len(todo)} already done"
-    )
+    console.print(_headline(recipe, whole, only, len(todo)), highlight=False)
     if dry_run:
         for step in recipe.steps:
             console.print(f"  {step.status:6}  {step.kind:6} {step.name}  [dim]{step.detail}[/]", highlight=False)
@@ -564,12 +597,21 @@ def run_recipe(
                 name if names.count(name) == 1 else f"{name}-{i + 1}" for i, name in enumerate(names)
             ]  # two [[eval]] of one table
             runner.phase(list(zip(names, steps)), parallel, phase)
-        write_summaries(recipe, results)
+        write_summaries(whole, results)  # the whole study's, from what its tables hold
         from poscli.study.report import write_report
 
         report_path = write_report(results)
     console.print(f"recipe {recipe.name} done; report: {report_path}")
     return recipe
+
+
+def _headline(recipe: Recipe, whole: Recipe, only: list[str] | None, todo: int) -> str:
+    """The recipe's first line: what it holds, what is done, and the part run (``--runs``)."""
+    part = f" (--runs {' '.join(only)}: {len(recipe.train)} of its {len(whole.train)} runs)" if only else ""
+    return (
+        f"recipe [bold]{recipe.name}[/]{part}: {len(recipe.train)} runs to train, {len(recipe.extend)} extensions, "
+        f"{len(recipe.evals)} evaluations; {todo} steps to do, {len(recipe.steps) - todo} already done"
+    )
 
 
 def _run_each(recipe: Recipe, todo: list[Step], runner: _Runner, jobs: int) -> None:

@@ -17,7 +17,7 @@ from poscli.core.lengths import parse_length, parse_lengths
 from poscli.errors import PoscliError
 from poscli.evaluation.seeds import seed_summary
 from poscli.study.published import extrapolation_class, peng2023, press2022
-from poscli.study.recipes import RecipeError, load_recipe
+from poscli.study.recipes import RecipeError, check_state, load_recipe, narrow
 from tests.conftest import poscli_in_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -768,6 +768,8 @@ def test_each_run_and_its_snapshots_are_evaluated_as_trained_and_count_as_done_w
         "b-rope-s1+continue",
         "b-rope-s1@4",
     ]
+    check_state(plan, results, each=True)  # nothing trained yet: no old rows to replace
+    assert not any("made again" in step.detail for step in plan.extend), [step.detail for step in plan.extend]
     done = poscli("run", str(recipe), "--results", str(results), "--each")
     assert done.returncode == 0, done.stderr
     log = done.stderr
@@ -795,6 +797,11 @@ def test_each_run_and_its_snapshots_are_evaluated_as_trained_and_count_as_done_w
     again = poscli("run", str(recipe), "--results", str(results), "--dry-run", "--each")
     assert again.returncode == 0 and "0 steps to do" in again.stderr, again.stderr
     assert "every table has its rows" in again.stderr
+    summaries = {name: (results / name).read_text() for name in ("budgets-seeds.csv", "budgets-published.md")}
+    part = poscli("run", str(recipe), "--results", str(results), "--each", "--runs", "b-rope-s0")
+    assert part.returncode == 0 and "1 of its 2 runs" in part.stderr and "0 steps to do" in part.stderr, part.stderr
+    for name, text in summaries.items():  # the whole study's summaries, not its part's
+        assert (results / name).read_text() == text, name
     plain = poscli(
         "run", str(recipe), "--results", str(results), "--dry-run"
     )  # without --each a missing run is trained again
@@ -805,6 +812,20 @@ def test_each_run_and_its_snapshots_are_evaluated_as_trained_and_count_as_done_w
     assert again.returncode == 0 and "3 steps to do" in again.stderr, again.stderr  # s1, s1+continue, the table
     assert "to do   extend b-rope-s1+continue" in again.stderr and "its base b-rope-s1 is trained again" in again.stderr
     assert "done    extend b-rope-s0+continue" in again.stderr
+    part = poscli("run", str(recipe), "--results", str(results), "--dry-run", "--each", "--runs", "b-rope-s0")
+    assert part.returncode == 0 and "0 steps to do" in part.stderr and "b-rope-s1" not in part.stderr, part.stderr
+
+
+def test_a_part_of_a_study_is_its_runs_what_is_made_from_them_and_their_evaluations(tmp_path):
+    plan = load_recipe(write(tmp_path, BUDGETS.format(corpus="stdlib")))
+    part = narrow(plan, ["b-*-s1"])
+    assert [step.name for step in part.train] == ["b-rope-s1"]
+    assert [step.name for step in part.extend] == ["b-rope-s1+continue"]
+    assert [sorted(step.runs) for step in part.evals] == [["b-rope-s1", "b-rope-s1+continue", "b-rope-s1@4"]]
+    assert [len(step.runs) for step in plan.evals] == [6], "the whole recipe is left as it was"
+    assert narrow(plan, ["b-rope-s0", "b-rope-s1"]).steps == plan.steps
+    with pytest.raises(RecipeError, match="--runs 'b-nope-\\*' matches none"):
+        narrow(plan, ["b-nope-*"])
 
 
 def test_budgets_need_runs_that_keep_snapshots(tmp_path):
