@@ -45,7 +45,8 @@ def build(pe, **options):
 def scan(request, monkeypatch):
     """CoPE and stick-breaking scan keys in chunks from the nearest back, carrying what the nearer
     chunks summed: with "chunked", blocks of 3 queries and chunks of 4 keys, so the 11 tokens of
-    these tests cross several of each and every carry is used."""
+    these tests cross several of each and every carry is used (the first block, whose keys fit in
+    one chunk, takes the direct path that "one-step" takes for every row)."""
     from poscli.attention import data_dependent
 
     if request.param == "chunked":
