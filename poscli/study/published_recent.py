@@ -148,12 +148,13 @@ def recent_tasks(summary, meta: dict) -> str:
         for task in tasks:
             part = summary[summary["task"] == task]
             largest = int(part["largest"].iloc[0])
+            here = _groups_by_pe(part, meta)  # this task's groups: each task's runs are groups of their own
             for factor in FACTORS:
                 means = band_means(summary, task, factor)
                 mine = found[(found["task"] == task) & (found["factor"] == factor)]
-                row = _pair_row(mine, present[claim.pe], present[BASELINE])
+                row = _pair_row(mine, here.get(claim.pe), here.get(BASELINE))
                 cells = ", ".join(
-                    f"{pe} {_band_mean(means.get(present[pe]))}" for pe in (claim.pe, BASELINE) if pe in present
+                    f"{pe} {_band_mean(means.get(here[pe]))}" for pe in (claim.pe, BASELINE) if pe in here
                 )
                 said = (
                     "not comparable (fewer than two seeds mastered the task in both)"

@@ -50,10 +50,11 @@ def test_without_rope_nothing_is_claimed_and_the_file_says_why():
 
 
 def test_copes_task_claim_is_checked_on_the_tasks_it_names_by_the_paired_decision():
-    copy, groups = table({"lg-cope": [0.9, 0.92, 0.95], "lg-rope": [0.1, 0.12, 0.1]}, task="selective-copy", at=32)
-    flip, more = table({"lg-cope": [0.5, 0.52, 0.55], "lg-rope": [0.95, 0.97, 0.99]}, task="flip-flop", at=32)
-    other, rest = table({"lg-cope": [0.9, 0.9, 0.9], "lg-rope": [0.1, 0.1, 0.1]}, task="copy", at=32)
-    summary = generalization.seed_summary(pd.concat([copy, flip, other]), groups | more | rest)
+    # each task's runs are groups of their own, as a recipe names them (lg-TASK-PE-s*)
+    other, rest = table({"cp-cope": [0.9, 0.9, 0.9], "cp-rope": [0.1, 0.1, 0.1]}, task="copy", at=32)
+    copy, groups = table({"sc-cope": [0.9, 0.92, 0.95], "sc-rope": [0.1, 0.12, 0.1]}, task="selective-copy", at=32)
+    flip, more = table({"ff-cope": [0.5, 0.52, 0.55], "ff-rope": [0.95, 0.97, 0.99]}, task="flip-flop", at=32)
+    summary = generalization.seed_summary(pd.concat([other, copy, flip]), rest | groups | more)
     text = recent_tasks(summary, {})
     assert line_with(text, "selective-copy, sizes 9-16").endswith(": holds.")
     assert "cope 0.92 [" in line_with(text, "selective-copy, sizes 9-16")
