@@ -77,6 +77,7 @@ reproduce: install
 trained: install
 	$(POSCLI) run recipes/tstl-stdlib.toml --each --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/extend-rope-trained.toml --each --jobs $(JOBS) --results $(REFERENCE)
+	$(POSCLI) run recipes/extend-rope-trained-more.toml --each --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/tstl-shakespeare.toml --each --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/extend-rope-trained-shakespeare.toml --each --jobs $(JOBS) --results $(REFERENCE)
 

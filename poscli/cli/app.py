@@ -432,7 +432,8 @@ def search_factors_command(
         Path | None,
         typer.Option(
             metavar="FILE",
-            help="The factors JSON to write (default: RESULTS/searches/RUN-longrope-TARGET.json); FILE.search.json "
+            help="The factors JSON to write (default: RESULTS/searches/RUN-longrope-TARGET.json, with -needle before "
+            ".json for --score needle); FILE.search.json "
             "keeps the state and trajectory.",
         ),
     ] = None,

@@ -167,3 +167,26 @@ def extension_steps(options: dict) -> int:
     from poscli.extension import methods
 
     return 0 if methods.get(options["method"]).training == "never" else int(options.get("steps", 400))
+
+
+CONTINUE = "continue"  # the continued-training control of poscli.training.extend: no rescaling, the same fine-tuning
+
+
+def method_label(options: dict) -> str:
+    """An extension's method as tables name it: yarn, "yarn + PoSE" (or "+ CREAM") when fine-tuned
+    with those positions, "yarn tuned" with options chosen by ``poscli tune`` (``options_from``), so
+    a tuned group never stands in for the same method at its defaults, and a continued-training
+    control by where it trained, continue@1k (the target) or continue@128, so neither stands in for
+    the other. LongRoPE with factors searched by the needle is "longrope2", and "+ mixed" when its
+    fine-tuning mixes in windows of the train length (``mixed_short``; Shang et al., 2025)."""
+    control = f"@{options.get('finetune_length', 'target')}" if options["method"] == CONTINUE else ""
+    return method_kind(options) + (" tuned" if options.get("options_from") else "") + control
+
+
+def method_kind(options: dict) -> str:
+    """``method_label`` without "tuned" and without a control's "@LENGTH": what a claim names."""
+    method = options["method"]
+    if method == "longrope" and options.get("search_score") == "needle":
+        method = "longrope2"
+    positions = " + PoSE" if options.get("pose") else " + CREAM" if options.get("cream") else ""
+    return method + positions + (" + mixed" if options.get("mixed_short") else "")

@@ -13,11 +13,14 @@ import math
 
 from poscli.evaluation.stats import MIN_EFFECT
 from poscli.study.paired import (
+    CONTINUE,
     Decisions,
     accuracy_text,
     cell_at,
     extension_steps,
     format_cell,
+    method_kind,
+    method_label,
     pooled_cell,
     seed_log_ratios,
 )
@@ -433,20 +436,6 @@ def peng2023(summary, meta: dict) -> str:
 PENG_METHODS = ("pi", "ntk", "dynamic-ntk", "ntk-by-parts", "yarn")
 
 
-CONTINUE = "continue"  # the continued-training control of poscli.training.extend: no rescaling, the same fine-tuning
-
-
-def method_label(options: dict) -> str:
-    """An extension's method as tables name it: yarn, "yarn + PoSE" (or "+ CREAM") when fine-tuned
-    with those positions, "yarn tuned" with options chosen by ``poscli tune`` (``options_from``), so
-    a tuned group never stands in for the same method at its defaults, and a continued-training
-    control by where it trained, continue@1k (the target) or continue@128, so neither stands in for
-    the other."""
-    positions = " + PoSE" if options.get("pose") else " + CREAM" if options.get("cream") else ""
-    control = f"@{options.get('finetune_length', 'target')}" if options["method"] == CONTINUE else ""
-    return options["method"] + positions + (" tuned" if options.get("options_from") else "") + control
-
-
 def _steps(options: dict) -> int:
     """Fine-tuning steps of an extension as the recipe asked (a method that never trains: 0)."""
     return extension_steps(options)
@@ -557,6 +546,7 @@ CLAIMS = {
     "leaky-rerope": ("Su, 2023", "no training; the loss does not rise with length", KEEPS),
     "sinks": ("Xiao et al., 2024", "4 sink tokens and a recent window keep perplexity stable at any length", KEEPS),
     "yarn + PoSE": ("Zhu et al., 2024", "fine-tuning at the original window reaches the target", KEEPS),
+    "yarn + CREAM": ("Wu et al., 2024", "fine-tuning at the original window reaches the target", KEEPS),
     "dca": ("An et al., 2024", "no training; perplexity stays flat far past the pretraining length", KEEPS),
     "lm-infinite": ("Han et al., 2024", "no training; perplexity stays flat at lengths far past training", KEEPS),
 }
@@ -569,7 +559,7 @@ def _claims(summary, meta: dict) -> list[str]:
     rows = []
     for group, options in meta.items():
         label = method_label(options) if "method" in options else None
-        claimed = label and label.removesuffix(" tuned")  # a tuned method is held to its method's claim
+        claimed = label and method_kind(options)  # a tuned method is held to its method's claim
         if claimed not in CLAIMS or group not in set(summary["group"]) or (claimed == "longrope" and _steps(options)):
             continue  # LongRoPE's claim is about no fine-tuning
         part = summary[summary["group"] == group]

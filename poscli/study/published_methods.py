@@ -7,6 +7,13 @@ correction over this file), and said to hold, not to hold, or to be undecided:
 
 - Wang et al. (2024), Resonance RoPE: Resonance YaRN has a lower perplexity than YaRN out of
   distribution (the same fine-tuning, or none, for both).
+- Wang et al. (2024), Resonance RoPE alone: a lower perplexity than RoPE out of distribution after
+  the same fine-tuning (its rival: the continued-training control at the target).
+- Wu et al. (2024), CREAM: a lower perplexity than PoSE at the target after the same fine-tuning
+  at the original window.
+- Shang et al. (2025), LongRoPE2: factors searched by needle-driven perplexity extend better than
+  factors searched by perplexity (LongRoPE's search), and mixed context windows in the fine-tuning
+  keep the perplexity at the original length that fine-tuning at the target alone loses.
 - Gelberg et al. (2025), DroPE: zero-shot extension better than RoPE scaling (YaRN without
   training); and, a control the paper does not run, better than the same recalibration steps with
   RoPE kept (``continue`` at the train length), so the gain is the dropping, not the extra training.
@@ -22,17 +29,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poscli.study.paired import Decisions, cell_at, extension_steps, format_cell, seed_log_ratios
+from poscli.study.paired import Decisions, cell_at, extension_steps, format_cell, method_kind, seed_log_ratios
 
 
 @dataclass(frozen=True)
 class Ordering:
-    method: str  # the group's method
-    rival: str  # the rival's method
+    method: str  # the group's method as claims name it (``paired.method_kind``: "yarn + CREAM", "longrope2")
+    rival: str  # the rival's, likewise
     citation: str
     claim: str
     rival_steps: int | None = None  # the rival's fine-tuning steps (None: the method's own)
     rival_at_train_length: bool = False  # a continue rival fine-tuned at the base's own length, not the target's
+    at_train_length: bool = False  # compared at the table's shortest length, the base's train length, not the target
 
 
 ORDERINGS = (
@@ -41,6 +49,26 @@ ORDERINGS = (
         "yarn",
         "Wang et al., 2024",
         "Resonance YaRN has a lower perplexity than YaRN past the train length",
+    ),
+    Ordering(
+        "resonance",
+        "continue",
+        "Wang et al., 2024",
+        "Resonance RoPE has a lower perplexity than RoPE past the train length after the same fine-tuning",
+    ),
+    Ordering("yarn + CREAM", "yarn + PoSE", "Wu et al., 2024", "CREAM has a lower perplexity than PoSE at the target"),
+    Ordering(
+        "longrope2",
+        "longrope",
+        "Shang et al., 2025",
+        "factors searched by needle-driven perplexity extend better than factors searched by perplexity",
+    ),
+    Ordering(
+        "longrope2 + mixed",
+        "longrope2",
+        "Shang et al., 2025",
+        "mixed context windows keep the perplexity at the original length that fine-tuning at the target loses",
+        at_train_length=True,
     ),
     Ordering("drope", "yarn", "Gelberg et al., 2025", "DroPE extends better than RoPE scaling (YaRN)", rival_steps=0),
     Ordering(
@@ -65,13 +93,15 @@ def _plain(options: dict) -> bool:
 
 
 def _rival(extensions, ordering: Ordering, options: dict) -> str | None:
-    """The rival group at the same target, untuned: the same steps (or the ordering's)."""
+    """The rival group at the same target, untuned: the same steps (or the ordering's), fine-tuned
+    at the target (a continue rival at the train length where the ordering says so)."""
     steps = extension_steps(options) if ordering.rival_steps is None else ordering.rival_steps
     for group, theirs in extensions:
-        if theirs["method"] != ordering.rival or theirs.get("target") != options.get("target") or not _plain(theirs):
+        same_target = theirs.get("target") == options.get("target")
+        if method_kind(theirs) != ordering.rival or not same_target or theirs.get("options_from"):
             continue
         at_target = str(theirs.get("finetune_length", theirs.get("target"))) == str(options.get("target"))
-        if extension_steps(theirs) == steps and not (ordering.rival_at_train_length and at_target):
+        if extension_steps(theirs) == steps and ordering.rival_at_train_length != at_target:
             return group
     return None
 
@@ -99,12 +129,13 @@ def method_orderings(summary, meta: dict) -> str:
     rows = []  # (text before the decision, decision index)
     for ordering in ORDERINGS:
         for group, options in extensions:
-            if options["method"] != ordering.method or options.get("options_from"):
+            if method_kind(options) != ordering.method or options.get("options_from"):
                 continue
             rival = _rival(extensions, ordering, options)
             if rival is None:
                 continue
-            target = int(summary[summary["group"] == group]["length"].max())
+            lengths = summary[summary["group"] == group]["length"]  # from the base's train length to the target
+            target = int(lengths.min() if ordering.at_train_length else lengths.max())
             index = decisions.add(seed_log_ratios(summary, group, summary, rival, target))
             cells = _cells(summary, group, rival, target)
             rows.append((f"- **{ordering.method}** ({ordering.citation}): {ordering.claim}. {cells}", index))

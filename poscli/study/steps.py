@@ -117,7 +117,7 @@ def extend_run(run: str, values: dict[str, Any], console=None):
     options = (
         tuned
         | user_method_options({**values, "method": method})
-        | _factors(values["factors"], run, target, results, values["device"], console, quiet)
+        | _factors(values["factors"], values["search_score"], run, target, results, values["device"], console, quiet)
     )
     from poscli.training.extend import extend
 
@@ -163,19 +163,35 @@ def method_options(pairs: list[str]) -> dict[str, float | tuple[float, ...]]:
     return options
 
 
-def _factors(factors: Path | None, run: str, target: int, results, device: str, console, quiet: bool) -> dict:
-    """``--factors FILE`` read, or ``--factors search`` run first; {} without it. A missing run
-    fails here, before torch is imported."""
+def _factors(
+    factors: Path | None, score: str | None, run: str, target: int, results, device: str, console, quiet: bool
+) -> dict:
+    """``--factors FILE`` read, or ``--factors search`` run first (scored by ``score``, default
+    perplexity); {} without it. A missing run fails here, before torch is imported."""
     from poscli.model.runs import find_run
 
     find_run(run, results)
+    check_search_score(factors, score)
+    searching = str(factors) == "search" and not Path(factors).exists()
     if factors is None:
         return {}
     from poscli.extension.scaling import read_factors
 
-    if str(factors) == "search" and not Path(factors).exists():
-        factors = search(run, target, results, device, console, quiet)
+    if searching:
+        factors = search(run, target, results, device, console, quiet, score=score or "perplexity")
     return read_factors(Path(factors))
+
+
+def check_search_score(factors: Path | None, score: str | None) -> None:
+    """``--search-score`` chooses what ``--factors search`` minimises: refused without it, or unknown."""
+    from poscli.training.options import SCORES
+
+    if score is None:
+        return
+    if str(factors) != "search":
+        raise PoscliError(f"--search-score {score} chooses what --factors search minimises; add --factors search")
+    if score not in SCORES:
+        raise PoscliError(f"--search-score {score!r} is unknown; choose {' or '.join(SCORES)}")
 
 
 def search(run: str, target: int, results, device: str, console, quiet: bool, out: Path | None = None, **settings):
@@ -185,7 +201,8 @@ def search(run: str, target: int, results, device: str, console, quiet: bool, ou
     folder = find_run(run, results)  # a missing run fails before torch is imported
     from poscli.training.factor_search import SearchSettings, perplexity_of, search_factors
 
-    out = out or results_dir(results) / "searches" / f"{folder.name}-longrope-{target}.json"
+    scored = "" if settings.get("score", "perplexity") == "perplexity" else f"-{settings['score']}"
+    out = out or results_dir(results) / "searches" / f"{folder.name}-longrope-{target}{scored}.json"
     console = console or make_console()
     with progress_bar(console, quiet) as progress:
         state = search_factors(SearchSettings(folder.name, target, **settings), out, results, device, progress)
@@ -319,6 +336,7 @@ def check_step(kind: str, name: str, positional: list[str], options: dict) -> No
         train_plan(parsed(TRAIN_DECLARED, {**options, "name": name}))
     elif kind == "extend":
         values = parsed(EXTEND_DECLARED, {key: value for key, value in options.items() if key not in LINEAGE_KEYS})
+        check_search_score(values["factors"], values["search_score"])
         if values["options_from"] is not None or values["factors"] is not None:
             return  # the options come from a file or a search the step itself runs
         from poscli.training.extend import check_extension

@@ -35,8 +35,7 @@ from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
 from poscli.extension import methods, scaling
 from poscli.model import runs
-
-SCORES = ("perplexity", "needle")
+from poscli.training.options import SCORES
 
 
 @dataclass(frozen=True)

@@ -416,6 +416,14 @@ EXTEND_DECLARED: dict[str, Option] = declare(
         kind=Path,
         metavar="FILE|search",
     ),
+    Option(
+        "search_score",
+        None,
+        "longrope with --factors search: what the search minimises, perplexity (the default: the loss on "
+        "training-split windows) or needle (the loss on the answers of passkey prompts of the target length: "
+        "LongRoPE2's fitness, Shang et al., 2025).",
+        metavar="perplexity|needle",
+    ),
     Option("low_freq_factor", None, "llama3: default 1.", kind=float, metavar="X"),
     Option("high_freq_factor", None, "llama3: default 4.", kind=float, metavar="X"),
     Option("rope_base", None, "base: the new RoPE base, e.g. 500000.", kind=float, metavar="B"),
@@ -663,6 +671,10 @@ RUN_ONLY = {"device", "checkpoint_every", "accumulate", "compile"}
 # Options the runner of a sweep or recipe sets itself.
 RUNNER_OPTIONS = {name for name, option in (TRAIN_DECLARED | EXTEND_DECLARED).items() if option.runner}
 LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--random-positions"}
+
+# What a LongRoPE factor search or poscli tune scores a candidate by: every token of training-split
+# windows, or only the answers of passkey prompts (LongRoPE2's needle-driven perplexity).
+SCORES = ("perplexity", "needle")
 
 # The built-in extension methods' options that poscli extend offers as flags of their own (a method
 # of your own takes -M KEY=VALUE); tests/extension/test_methods.py checks them against the methods.

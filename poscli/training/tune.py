@@ -34,7 +34,8 @@ import torch
 from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
 from poscli.model import runs
-from poscli.training.factor_search import SCORES, split_loss, tuning_split
+from poscli.training.factor_search import split_loss, tuning_split
+from poscli.training.options import SCORES
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,27 @@ def test_needle_fitness_scores_the_passkey_answer_only_and_drives_the_search(rop
     logits_free = torch.full((1, 128, 256), 0.0)
     uniform = factor_search.split_loss(lambda tokens: logits_free, batch[:1], starts[:1])
     assert uniform == pytest.approx(torch.log(torch.tensor(256.0)).item())  # a uniform model: ln V per answer token
+
+
+@pytest.mark.slow
+def test_extend_searches_by_the_needle_when_asked_and_keeps_it_apart(rope_run):
+    """``--factors search --search-score needle`` runs LongRoPE2's needle-scored search (its own
+    state file, apart from the perplexity search's) and the new run carries the factors it found;
+    --search-score without --factors search, or an unknown score, is one line that says what to type."""
+    common = ("--method", "longrope", "--target", "128", "--steps", "0", "--results", str(rope_run), "--quiet")
+    done = poscli("extend", "r", *common, "--factors", "search", "--search-score", "needle", "--name", "r-l2")
+    assert done.returncode == 0, done.stderr
+    searches = rope_run / "searches"
+    state = json.loads((searches / "r-longrope-128-needle.json.search.json").read_text())
+    assert state["settings"]["score"] == "needle"
+    assert not (searches / "r-longrope-128.json").exists()  # the perplexity search's file is another
+    found = json.loads((searches / "r-longrope-128-needle.json").read_text())["long_factor"]
+    extension = json.loads((rope_run / "runs" / "r-l2" / "config.json").read_text())["extension"]
+    assert extension["options"]["long_factor"] == found
+    for flags, message in (
+        (("--search-score", "needle"), "add --factors search"),
+        (("--factors", "search", "--search-score", "answers"), "choose perplexity or needle"),
+    ):
+        refused = poscli("extend", "r", *common, *flags, "--name", "r-refused")
+        assert refused.returncode == 2 and message in refused.stderr and "Traceback" not in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
