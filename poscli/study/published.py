@@ -510,7 +510,8 @@ def _ranking_lines(plan: dict, decisions: Decisions) -> list[str]:
     cells = ", ".join(f"{m} {format_cell(rows[m])}" for m in order)
     line = f"- poscli, target {plan['target_text']}, {tuning}, at {target}: {text} ({cells})"
     tied_best = [m for m in compared[1:] if not below(best, m)]
-    if "yarn" in rows:
+    # YaRN is placed among Peng et al.'s other methods; alone among them, it is placed nowhere
+    if "yarn" in rows and len(compared) > 1:
         if best == "yarn" and not tied_best:
             verdict = "YaRN is best, as in the paper"
         elif best == "yarn" or "yarn" in tied_best:
@@ -639,9 +640,10 @@ def _descending(rows: dict[str, object]) -> str:
 
 def _yarn_passkey_verdict(rows: dict) -> str:
     """Where YaRN stands among the published table's own methods in one setting's rows (method ->
-    pooled cell): best, tied for best, or below the best; empty where YaRN was not run."""
+    pooled cell): best, tied for best, or below the best; empty where YaRN was not run, or ran
+    without another of the table's methods to stand among."""
     published = {m: r for m, r in rows.items() if m in YARN_PASSKEY}
-    if "yarn" not in published:
+    if "yarn" not in published or len(published) < 2:
         return ""
     top = max(published, key=lambda m: published[m]["accuracy"])
     level = [m for m in published if m != top and not published[m]["ci_high"] < published[top]["ci_low"]]

@@ -362,6 +362,16 @@ def test_the_yarn_passkey_comparison_names_a_best_method_only_where_it_separates
     )
     assert "yarn > pi > ntk" in line and "YaRN retrieves best, as published" in line
     assert "unextended base base: 256: 1.00" in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta)
+    # YaRN beside methods the published table lacks only: nothing to place it among
+    alone = {"base": per_group["base"], "yarn": per_group["yarn"], "logn": {256: [50, 50, 50], 1024: [0, 0, 0]}}
+    rows, groups = passkey_rows(alone)
+    meta_alone = {"base": meta["base"], **{m: {"method": m, "target": "1k", "steps": 0} for m in ("yarn", "logn")}}
+    line = next(
+        line
+        for line in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta_alone).splitlines()
+        if "at 1024" in line
+    )
+    assert "yarn > logn" in line and "YaRN" not in line
 
 
 def test_the_passkey_comparison_orders_methods_only_with_three_seeds_each():

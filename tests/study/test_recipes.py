@@ -459,6 +459,11 @@ def test_peng2023_names_a_best_method_only_where_a_paired_corrected_test_decides
     worse = {**values, "x+yarn": {1024: five(9.0)}}
     summary, _ = summary_from(worse, {g: "rope" for g in worse}, 128)
     assert "pi is best and YaRN lies above it: **differs from the paper**" in peng2023(summary, meta)
+    alone = {"x+yarn": {1024: five(5.0)}, "x+logn": {1024: five(9.0)}, "x": {1024: five(40.0)}}  # no other of Peng's
+    summary, _ = summary_from(alone, {g: "rope" for g in alone}, 128)
+    meta_alone = {f"x+{m}": {"method": m, "target": "1k", "steps": 0} for m in ("yarn", "logn")} | {"x": meta["x"]}
+    text = peng2023(summary, meta_alone)
+    assert "yarn < logn" in text and "YaRN is" not in text and "Peng et al. compare" not in text
 
 
 def test_a_fine_tuned_method_is_measured_over_the_continued_training_control():
