@@ -697,7 +697,11 @@ class _Runner:
         the recipe goes on past a failed chain and names the failed ones at the end."""
         log_dir = str(self.log_dir)
         payloads = [
-            (f"each-{run}", {"chain": [(n, s.call(self.results)) for n, s in chain], "log_dir": log_dir})
+            # named by the recipe too: another recipe's chain of the same run (its own extensions) keeps its log
+            (
+                f"each-{self.recipe.name}-{run}",
+                {"chain": [(n, s.call(self.results)) for n, s in chain], "log_dir": log_dir},
+            )
             for run, chain in chains
         ]
         sizes = {name: len(payload["chain"]) for name, payload in payloads}

@@ -1000,7 +1000,7 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
 
     def pool(commands, parallel, log_dir, report, module, follow):
         assert parallel == 2 and module == "poscli.study.steps"
-        assert [name for name, _ in commands] == [f"each-{step.name}" for step in trains]
+        assert [name for name, _ in commands] == [f"each-{recipe.name}-{step.name}" for step in trains]
         for i, ((name, argv), (_, chain)) in enumerate(zip(commands, chains, strict=True)):
             payload = json.loads(argv[0])
             assert [n for n, _ in payload["chain"]] == [n for n, _ in chain]
@@ -1087,12 +1087,12 @@ def test_each_with_two_jobs_trains_two_runs_at_once_then_evaluates_each(tmp_path
     done = poscli("run", str(recipe), "--results", str(results), "--each", "--jobs", "2")
     assert done.returncode == 0, done.stderr
     log = done.stderr
-    assert max(log.index("started each-j-rope"), log.index("started each-j-alibi")) < min(
-        log.index("finished each-j-rope"), log.index("finished each-j-alibi")
+    assert max(log.index("started each-jobs-j-rope"), log.index("started each-jobs-j-alibi")) < min(
+        log.index("finished each-jobs-j-rope"), log.index("finished each-jobs-j-alibi")
     ), "both runs train at once"
     for run in ("j-rope", "j-alibi"):  # each run's process trains it, then evaluates it; each step logs apart
-        assert log.index(f"finished train-{run}") < log.index(f"finished each-{run}"), "each step shown as it ends"
-        chain = (results / "logs" / f"each-{run}.log").read_text()
+        assert log.index(f"finished train-{run}") < log.index(f"finished each-jobs-{run}"), "each step shown as it ends"
+        chain = (results / "logs" / f"each-jobs-{run}.log").read_text()  # named by the recipe, then the run
         assert chain.index(f"finished train-{run}") < chain.index(f"started eval-jobs-{run}"), chain
         assert "wrote" in (results / "logs" / f"eval-jobs-{run}.log").read_text()  # the step's own log
     assert set(pd.read_csv(results / "jobs.csv")["run"]) == {"j-rope", "j-alibi", "reference-3gram"}
