@@ -7,7 +7,7 @@ so a seed that never learned the task cannot make an encoding look worse (or bet
 
 - Accuracy at each size: the mean exact match over mastered seeds, with a 95% interval from
   resampling the seeds and drawing each seed's accuracy from its Jeffreys posterior
-  (``retrieval.bootstrap_accuracy``).
+  (``retrieval.accuracy_interval``).
 - Decisions, at ``FACTORS`` (2x and 4x) the largest training size N: every pair of groups with at
   least two seeds mastered in both, seed s against seed s (the instances of a size are the same
   for every run), the per-seed difference in exact match tested with a paired t-test
@@ -71,8 +71,7 @@ def seed_summary(rows, groups: dict[str, str], min_runs: int = 2):
     group has ``min_runs`` runs."""
     import pandas as pd
 
-    from poscli.evaluation.retrieval import bootstrap_accuracy
-    from poscli.evaluation.stats import interval
+    from poscli.evaluation.retrieval import accuracy_interval
 
     rows = rows[rows["run"].isin(list(groups))].copy()
     learned = mastery(rows)
@@ -91,7 +90,7 @@ def seed_summary(rows, groups: dict[str, str], min_runs: int = 2):
         good = cell[cell["mastered"] & cell["accuracy"].notna()]
         correct, trials = good["exact"].to_numpy(float), good["trials"].to_numpy(float)
         accuracy = float((correct / trials).mean()) if len(good) else math.nan
-        low, high = interval(bootstrap_accuracy(correct, trials)) if len(good) else (math.nan, math.nan)
+        low, high = accuracy_interval(correct, trials) if len(good) else (math.nan, math.nan)
         by_seed = {r.seed: (round(r.exact / r.trials, 4) if r.mastered and r.accuracy == r.accuracy else None)
                    for r in cell.itertuples()}  # fmt: skip
         largest = int(cell["largest"].iloc[0])

@@ -477,15 +477,29 @@ def bootstrap_accuracy(correct: np.ndarray, trials: np.ndarray, resamples: int =
     return drawn.mean(1)
 
 
+def accuracy_interval(correct: np.ndarray, trials: np.ndarray) -> tuple[float, float]:
+    """95% interval of the mean accuracy over runs (``bootstrap_accuracy``), with Brown, Cai and
+    DasGupta's (2001) convention for the Jeffreys interval at the boundary: when no run got a trial
+    right the lower bound is 0, and when every run got every trial right the upper bound is 1 (the
+    posterior draws alone would put both bounds strictly inside, excluding the estimate itself).
+    correct, trials: (R,)."""
+    from poscli.evaluation.stats import interval
+
+    low, high = interval(bootstrap_accuracy(correct, trials))
+    if not correct.any():
+        low = 0.0
+    if (correct == trials).all():
+        high = 1.0
+    return low, high
+
+
 def passkey_seed_summary(rows, groups: dict[str, str], threshold: float = EFFECTIVE_THRESHOLD):
     """Per group of runs (runs that differ only in seed), number of keys, length and depth (and
     every depth pooled, depth = ALL_DEPTHS): the mean accuracy over seeds with its 95% interval
-    (``bootstrap_accuracy``), the mean per-digit accuracy and answer log-probability, and the
+    (``accuracy_interval``), the mean per-digit accuracy and answer log-probability, and the
     group's effective length (from the seed-mean accuracy pooled over depths) beside each seed's.
     None when no run of the groups has been scored."""
     import pandas as pd
-
-    from poscli.evaluation.stats import interval
 
     rows = rows[rows["run"].isin(list(groups)) & rows["accuracy"].notna()].copy()
     if rows.empty:
@@ -510,7 +524,7 @@ def passkey_seed_summary(rows, groups: dict[str, str], threshold: float = EFFECT
         for (length, depth), cell in cells.groupby(["length", "depth"]):
             correct, trials = cell["correct"].to_numpy(float), cell["trials"].to_numpy(float)
             accuracy = float((correct / trials).mean())
-            low, high = interval(bootstrap_accuracy(correct, trials))
+            low, high = accuracy_interval(correct, trials)
             if depth == ALL_DEPTHS:
                 mean_by_length[int(length)] = accuracy
             records.append(

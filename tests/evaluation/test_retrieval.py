@@ -338,6 +338,18 @@ def test_the_seed_summary_pools_depths_gives_intervals_and_effective_lengths():
     assert "effective length" in retrieval.passkey_seed_markdown(summary)
 
 
+def test_every_seed_interval_contains_its_own_estimate_even_at_zero_and_one():
+    # Jeffreys posterior draws alone put both bounds inside (0, 1); Brown, Cai and DasGupta (2001)
+    # set the bound to 0 (or 1) when no trial (or every trial) is right
+    rows, groups = passkey_rows({"a": {256: [50, 50, 50], 512: [0, 0, 0], 1024: [0, 50, 0]}})
+    summary = retrieval.passkey_seed_summary(rows, groups)
+    assert ((summary["ci_low"] <= summary["accuracy"]) & (summary["accuracy"] <= summary["ci_high"])).all()
+    pooled = summary[summary["depth"] == retrieval.ALL_DEPTHS].set_index("length")
+    assert pooled.loc[512, "ci_low"] == 0.0 and 0.0 < pooled.loc[512, "ci_high"] < 0.05
+    assert pooled.loc[256, "ci_high"] == 1.0 and 0.95 < pooled.loc[256, "ci_low"] < 1.0
+    assert 0.0 < pooled.loc[1024, "ci_low"] < pooled.loc[1024, "ci_high"] < 1.0  # mixed seeds: inside
+
+
 def test_the_yarn_passkey_comparison_names_a_best_method_only_where_it_separates():
     from poscli.study.published import yarn2023_passkey
 
