@@ -74,7 +74,6 @@ def scanned_causal_attention(q: Tensor, k: Tensor, v: Tensor, chunk_logits: Call
     """
     B, H, T, hd = q.shape
     rows_per_block, keys_per_chunk = SCAN_ROWS, max(SCAN_KEYS, SCAN_ROWS)  # a chunk covers a block's diagonal
-    scale = 1.0 / math.sqrt(hd)
     work = working_dtype(q)
     k32, v32 = k.to(work), v.to(work)
     outputs = RowBlocks((B, H, T, v.shape[-1]), v32)
@@ -84,8 +83,8 @@ def scanned_causal_attention(q: Tensor, k: Tensor, v: Tensor, chunk_logits: Call
         rows = torch.arange(start, end, device=q.device)  # (Bq,)
         carry = q_block.new_zeros(B, H, end - start)
         if end <= keys_per_chunk:  # one chunk holds every key the block sees (training lengths): no carry to merge
-            scores = q_block @ k32[:, :, :end].transpose(-1, -2) * scale  # (B, H, Bq, end)
-            log_weights, _ = chunk_logits(q_block, scores, rows, torch.arange(end, device=q.device), carry)
+            keys = torch.arange(end, device=q.device)  # (end,)
+            log_weights, _ = chunk_logits(q_block, scaled_scores(q_block, k32, 0, end), rows, keys, carry)
             weights = log_weights.softmax(dim=-1) if normalize else log_weights.exp()
             outputs.add(start, end, weights @ v32[:, :, :end])  # (B, H, Bq, hd)
             continue
@@ -94,9 +93,8 @@ def scanned_causal_attention(q: Tensor, k: Tensor, v: Tensor, chunk_logits: Call
         mass = q_block.new_zeros(B, H, end - start)  # sum of exp(log weight - top)
         for high in range(end, 0, -keys_per_chunk):  # chunks [high - Kc, high), the nearest first
             low = max(0, high - keys_per_chunk)
-            scores = q_block @ k32[:, :, low:high].transpose(-1, -2) * scale  # (B, H, Bq, Kc)
             keys = torch.arange(low, high, device=q.device)  # (Kc,)
-            log_weights, carry = chunk_logits(q_block, scores, rows, keys, carry)
+            log_weights, carry = chunk_logits(q_block, scaled_scores(q_block, k32, low, high), rows, keys, carry)
             if not normalize:
                 total = total + log_weights.exp() @ v32[:, :, low:high]
                 continue
@@ -108,6 +106,12 @@ def scanned_causal_attention(q: Tensor, k: Tensor, v: Tensor, chunk_logits: Call
             top = new_top
         outputs.add(start, end, total / mass[..., None] if normalize else total)  # (B, H, Bq, hd)
     return outputs.result().to(q.dtype)  # (B, H, T, hd)
+
+
+def scaled_scores(q_block: Tensor, k: Tensor, low: int, high: int) -> Tensor:
+    """q k^T / sqrt(hd) of a block of queries against keys [low, high) of k.
+    q_block: (B, H, Bq, hd), k: (B, H, T, hd) -> (B, H, Bq, high - low)."""
+    return q_block @ k[:, :, low:high].transpose(-1, -2) * (1.0 / math.sqrt(q_block.shape[-1]))
 
 
 def working_dtype(x: Tensor) -> torch.dtype:
