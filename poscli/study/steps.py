@@ -184,14 +184,13 @@ def _factors(
 
 def check_search_score(factors: Path | None, score: str | None) -> None:
     """``--search-score`` chooses what ``--factors search`` minimises: refused without it, or unknown."""
-    from poscli.training.options import SCORES
+    from poscli.training.options import check_score
 
     if score is None:
         return
     if str(factors) != "search":
         raise PoscliError(f"--search-score {score} chooses what --factors search minimises; add --factors search")
-    if score not in SCORES:
-        raise PoscliError(f"--search-score {score!r} is unknown; choose {' or '.join(SCORES)}")
+    check_score(score, "--search-score")
 
 
 def search(run: str, target: int, results, device: str, console, quiet: bool, out: Path | None = None, **settings):

@@ -35,7 +35,7 @@ from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
 from poscli.extension import methods, scaling
 from poscli.model import runs
-from poscli.training.options import SCORES
+from poscli.training.options import check_score
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,7 @@ class SearchSettings:
                 raise PoscliError(f"--{name} must be at least 1, got {getattr(self, name)}")
         if self.parents > self.population:
             raise PoscliError(f"--parents {self.parents} is more than the --population {self.population}")
-        if self.score not in SCORES:
-            raise PoscliError(f"--score {self.score!r} is unknown; choose {' or '.join(SCORES)}")
+        check_score(self.score)
 
 
 def seed_factors(head_dim: int, base: float, factor: float, original_length: int) -> list[np.ndarray]:

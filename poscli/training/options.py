@@ -676,6 +676,13 @@ LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--rando
 # windows, or only the answers of passkey prompts (LongRoPE2's needle-driven perplexity).
 SCORES = ("perplexity", "needle")
 
+
+def check_score(score: str, flag: str = "--score") -> None:
+    """Stop in one line when ``score`` is not one of ``SCORES``."""
+    if score not in SCORES:
+        raise PoscliError(f"{flag} {score!r} is unknown; choose {' or '.join(SCORES)}")
+
+
 # The built-in extension methods' options that poscli extend offers as flags of their own (a method
 # of your own takes -M KEY=VALUE); tests/extension/test_methods.py checks them against the methods.
 METHOD_FLAGS = ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor", "rope_base",

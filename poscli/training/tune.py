@@ -35,7 +35,7 @@ from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
 from poscli.model import runs
 from poscli.training.factor_search import split_loss, tuning_split
-from poscli.training.options import SCORES
+from poscli.training.options import check_score
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,7 @@ class TuneSettings:
     grid: dict[str, list[float]] = field(default_factory=dict)  # overrides the method's own values
 
     def check(self) -> None:
-        if self.score not in SCORES:
-            raise PoscliError(f"--score {self.score!r} is unknown; choose {' or '.join(SCORES)}")
+        check_score(self.score)
         for name in ("budget", "windows"):
             if getattr(self, name) < 1:
                 raise PoscliError(f"--{name} must be at least 1, got {getattr(self, name)}")

@@ -60,3 +60,11 @@ def test_a_choice_at_the_smallest_or_largest_value_tried_is_flagged_and_an_inner
     assert at_edge({"window": 16.0, "group": 10.0, "switch": 0.0}, space) == {"group": "largest"}
     assert at_edge({}, space) == {}  # the method's defaults are not a grid point
     assert at_edge({"window": 16.0}, {"window": [32.0, 16.0, 8.0]}) == {}  # an inner value, in any order
+
+
+def test_an_unknown_score_or_a_budget_under_one_is_a_one_line_error_naming_the_choices():
+    with pytest.raises(PoscliError, match=r"--score 'answers' is unknown; choose perplexity or needle"):
+        settings(score="answers").check()
+    with pytest.raises(PoscliError, match="--budget must be at least 1"):
+        settings(budget=0).check()
+    settings(score="needle").check()  # both scores are accepted
