@@ -179,15 +179,18 @@ def _band_mean(mean) -> str:
 
 def recent_retrieval(summary, meta: dict, perplexity=None) -> str:
     """RNoPE-SWA's retrieval claim on a passkey table: the hybrid's passkey accuracy beside RoPE's at
-    every length beyond the train length (the same prompts for both, every depth pooled, Wilson
-    95% intervals). The claim holds at a length where the hybrid's interval lies wholly above
-    RoPE's, does not hold where RoPE's lies wholly above, and is undecided where they overlap."""
+    every length beyond the train length (the same prompts for both, every depth pooled, 95%
+    intervals of ``retrieval.accuracy_interval``: seeds resampled, each seed's accuracy drawn from
+    its Jeffreys posterior; with one seed about the Wilson interval). The claim holds at a length
+    where the hybrid's interval lies wholly above RoPE's, does not hold where RoPE's lies wholly
+    above, and is undecided where they overlap."""
 
     present = _groups_by_pe(summary, meta)
     lines = [
         "### RNoPE-SWA's retrieval claim (Yang et al., 2025)\n",
-        "Passkey accuracy over every depth (the same prompts for each model, Wilson 95% intervals) at each length "
-        "beyond the train length. The claim holds where the hybrid's interval lies wholly above RoPE's.\n",
+        "Passkey accuracy over every depth (the same prompts for each model; 95% intervals with seeds resampled and "
+        "each seed's accuracy drawn from its Jeffreys posterior) at each length beyond the train length. The claim "
+        "holds where the hybrid's interval lies wholly above RoPE's.\n",
     ]
     for claim in RETRIEVAL_CLAIMS:
         if claim.pe not in present or BASELINE not in present:
