@@ -158,7 +158,8 @@ def plot_seed_summary(summary, path: Path, title: str) -> Path:
     for group, part in rows.groupby("group", sort=False):
         part = part.sort_values("length")
         reference = (part["pe"] == "reference").all()
-        label = group if reference else f"{short[group]} ({int(part['seeds'].max())} seeds)"
+        seeds = int(part["seeds"].max())
+        label = group if reference else f"{short[group]} ({seeds} seed{'s' * (seeds != 1)})"
         style = {"linestyle": "--", "color": "black", "marker": "o"} if reference else {}
         line = axes.plot(part["length"], part["mean"], label=label, **style)[0]
         axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.15)
@@ -213,7 +214,10 @@ def plot_loss_by_position(table, path: Path, title: str) -> Path:
     for label, part in table.groupby("label", sort=False):
         longest = part[part["length"] == part["length"].max()].sort_values("position_start")
         centre = (longest["position_start"] + longest["position_end"]) / 2
-        axes.plot(centre, longest["loss"], marker=".", label=f"{label} (length {longest['length'].iloc[0]})")
+        reference = "pe" in part.columns and (part["pe"] == "reference").all()
+        style = {"linestyle": "--", "color": "black"} if reference else {}  # the 3-gram, as in the other figures
+        line_label = f"{label} (length {longest['length'].iloc[0]})"
+        axes.plot(centre, longest["loss"], marker=".", markersize=4, label=line_label, **style)
     return _finish_length_plot(
         figure, axes, table, "token position in the window", "mean loss (nats per byte)", title, path
     )

@@ -725,13 +725,6 @@ def retrieval_vs_perplexity(summary, meta: dict, perplexity=None) -> str:
     each length (from the ratio's interval) beside the passkey accuracy there."""
     from poscli.evaluation.retrieval import EFFECTIVE_THRESHOLD
 
-    def retrieval_class(row) -> str:
-        if row is None or math.isnan(row["accuracy"]):
-            return "n/a"
-        if row["ci_low"] >= EFFECTIVE_THRESHOLD:
-            return "retrieves"
-        return "fails to retrieve" if row["ci_high"] < EFFECTIVE_THRESHOLD else "retrieval undecided"
-
     lines = [
         "### Perplexity is not retrieval\n",
         "Each encoding trained with passkey examples, evaluated on the same perplexity protocol and the same passkey "
@@ -762,22 +755,51 @@ def retrieval_vs_perplexity(summary, meta: dict, perplexity=None) -> str:
                 f"{retrieval_class(row)}"
             )
         lines.append(f"- {group} ({summary[summary['group'] == group]['pe'].iloc[0]}): " + "; ".join(cells) + ".")
-    contrast = []
+    contrast, unlearned = [], []
     for group in groups:
-        longest = int(summary[summary["group"] == group]["length"].max())
-        ppl, row = cell_at(perplexity, group, longest), pooled_cell(summary, group, longest)
-        if ppl is None or row is None or math.isnan(ppl.get("ratio_high", float("nan"))):
+        lengths = sorted(int(n) for n in summary[summary["group"] == group]["length"].unique())
+        train_length = int(summary[summary["group"] == group]["train_length"].iloc[0])
+        if retrieval_class(pooled_cell(summary, group, train_length)) != "retrieves":
+            unlearned.append(group)  # a model that cannot retrieve at its train length says nothing about length
             continue
-        keeps = interval_class(ppl["ratio_low"], ppl["ratio_high"]) == "keeps"
-        if keeps and retrieval_class(row) == "fails to retrieve":
-            contrast.append(f"{group} keeps its perplexity at {longest} but fails to retrieve there")
+        split = [n for n in lengths if n > train_length and _keeps_but_fails(perplexity, summary, group, n)]
+        if split:
+            at = " and ".join(", ".join(str(n) for n in split).rsplit(", ", 1))
+            contrast.append(f"{group} keeps its perplexity at {at} but fails to retrieve there")
     lines += [
         "",
         ("Computed: " + "; ".join(contrast) + ": perplexity is not retrieval.")
         if contrast
-        else "Computed: no encoding both keeps its perplexity and fails to retrieve at the longest length.",
+        else "Computed: no encoding both keeps its perplexity and fails to retrieve beyond its train length.",
     ]
+    if unlearned:
+        lines.append(
+            "Left out (they do not retrieve at their own train length, so their longer rows say nothing about "
+            "length): " + ", ".join(unlearned) + "."
+        )
     return "\n".join(lines) + "\n"
+
+
+def retrieval_class(row) -> str:
+    """A pooled passkey cell's class against the effective-retrieval line: the whole interval at or
+    above it retrieves, the whole interval below it fails, anything else is undecided."""
+    from poscli.evaluation.retrieval import EFFECTIVE_THRESHOLD
+
+    if row is None or math.isnan(row["accuracy"]):
+        return "n/a"
+    if row["ci_low"] >= EFFECTIVE_THRESHOLD:
+        return "retrieves"
+    return "fails to retrieve" if row["ci_high"] < EFFECTIVE_THRESHOLD else "retrieval undecided"
+
+
+def _keeps_but_fails(perplexity, summary, group: str, length: int) -> bool:
+    """Whether a group's perplexity interval keeps at `length` while its passkey interval lies wholly
+    below the effective-retrieval line there (both intervals must decide)."""
+    ppl = cell_at(perplexity, group, length)
+    if ppl is None or math.isnan(ppl.get("ratio_high", float("nan"))):
+        return False
+    keeps = interval_class(ppl["ratio_low"], ppl["ratio_high"]) == "keeps"
+    return keeps and retrieval_class(pooled_cell(summary, group, length)) == "fails to retrieve"
 
 
 PUBLISHED.update({"yarn2023-passkey": yarn2023_passkey, "retrieval-vs-perplexity": retrieval_vs_perplexity})

@@ -78,3 +78,23 @@ def test_a_perplexity_figure_of_many_runs_gets_a_panel_per_encoding(tmp_path):
     few = Image.open(plot_perplexity(table[table["run"].str.match(r"tstl-(rope|alibi)-s[01]$")], tmp_path / "few.png",
                                      "four"))  # fmt: skip
     assert many.size[1] >= 4 * 4 * 100 and few.size[1] < 4 * 4 * 100  # 4 rows of 4-inch panels at 100 dpi
+
+
+def test_the_3gram_row_is_black_and_dashed_in_the_loss_by_position_figure(tmp_path, monkeypatch):
+    """As in the perplexity figures: the reference is told apart from eight runs, which reuse the colours."""
+    import pandas as pd
+
+    from poscli.evaluation import plots
+
+    rows = [
+        {"label": label, "pe": pe, "length": 64, "position_start": p, "position_end": p + 1, "loss": 1.0 + i}
+        for i, (label, pe) in enumerate([(f"run{k}", "rope") for k in range(8)] + [("3-gram", "reference")])
+        for p in range(4)
+    ]
+    kept = []
+    monkeypatch.setattr(plots.plt, "close", kept.append)
+    plots.plot_loss_by_position(pd.DataFrame(rows).assign(train_length=64), tmp_path / "p.png", "t")
+    lines = {line.get_label(): line for line in kept[0].axes[0].get_lines()}
+    reference = lines["3-gram (length 64)"]
+    assert reference.get_color() == "black" and reference.get_linestyle() == "--"
+    assert all(line.get_color() != "black" for label, line in lines.items() if label.startswith("run"))

@@ -453,19 +453,35 @@ def test_perplexity_is_not_retrieval_is_said_only_where_both_intervals_decide():
     from poscli.study.published import retrieval_vs_perplexity
     from tests.study.test_recipes import summary_from
 
-    rows, groups = passkey_rows({"alibi": {256: [50], 4096: [0]}, "rope": {256: [50], 4096: [0]}})
-    passkey_summary = retrieval.passkey_seed_summary(rows, groups)
+    passkey_summary = retrieval.passkey_seed_summary(
+        *passkey_rows(
+            {
+                "alibi": {256: [50], 1024: [0], 4096: [0]},
+                "rope": {256: [50], 1024: [0], 4096: [0]},
+                "pope": {256: [50], 1024: [0], 4096: [0]},  # keeps at 4x only, then blows up
+                "unlearned": {256: [0], 1024: [0], 4096: [0]},  # never retrieves, not even at 256
+            }
+        )
+    )
     perplexity, _ = summary_from(
-        {"alibi": {256: [5.0], 4096: [5.0]}, "rope": {256: [5.0], 4096: [40.0]}},
-        {"alibi": "alibi", "rope": "rope"},
+        {
+            "alibi": {256: [5.0], 1024: [5.0], 4096: [5.0]},
+            "rope": {256: [5.0], 1024: [40.0], 4096: [40.0]},
+            "pope": {256: [5.0], 1024: [5.0], 4096: [40.0]},
+            "unlearned": {256: [5.0], 1024: [5.0], 4096: [5.0]},
+        },
+        {"alibi": "alibi", "rope": "rope", "pope": "pope", "unlearned": "scaled-sinusoidal"},
         256,
         spread=0.1,
         min_runs=1,
     )
-    meta = {"alibi": {"pe": "alibi"}, "rope": {"pe": "rope"}}
+    meta = {g: {"pe": g} for g in ("alibi", "rope", "pope", "unlearned")}
     text = retrieval_vs_perplexity(passkey_summary, meta, perplexity=perplexity)
-    assert "alibi keeps its perplexity at 4096 but fails to retrieve there" in text
-    assert "rope keeps" not in text and "16x: perplexity 8.00x" in text
+    computed = next(line for line in text.splitlines() if line.startswith("Computed:"))
+    assert "alibi keeps its perplexity at 1024 and 4096 but fails to retrieve there" in computed
+    assert "pope keeps its perplexity at 1024 but fails to retrieve there" in computed
+    assert "rope keeps" not in computed and "16x: perplexity 8.00x" in text
+    assert "unlearned" not in computed and "Left out" in text and "unlearned" in text
 
 
 def test_a_run_scored_with_one_and_four_keys_gets_a_heatmap_for_each():
