@@ -35,7 +35,7 @@ from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
 from poscli.extension import methods, scaling
 from poscli.model import runs
-from poscli.training.options import check_score
+from poscli.training.options import check_positive, check_score
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,7 @@ class SearchSettings:
     score: str = "perplexity"  # or "needle": the loss on passkey answers only (LongRoPE2's fitness)
 
     def check(self) -> None:
-        for name in ("population", "generations", "parents", "windows"):
-            if getattr(self, name) < 1:
-                raise PoscliError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        check_positive(self, "population", "generations", "parents", "windows")
         if self.parents > self.population:
             raise PoscliError(f"--parents {self.parents} is more than the --population {self.population}")
         check_score(self.score)

@@ -683,6 +683,13 @@ def check_score(score: str, flag: str = "--score") -> None:
         raise PoscliError(f"{flag} {score!r} is unknown; choose {' or '.join(SCORES)}")
 
 
+def check_positive(settings, *names: str) -> None:
+    """Stop in one line at the first of ``names`` (a field of ``settings`` and its --flag) below 1."""
+    for name in names:
+        if getattr(settings, name) < 1:
+            raise PoscliError(f"--{name} must be at least 1, got {getattr(settings, name)}")
+
+
 # The built-in extension methods' options that poscli extend offers as flags of their own (a method
 # of your own takes -M KEY=VALUE); tests/extension/test_methods.py checks them against the methods.
 METHOD_FLAGS = ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor", "rope_base",

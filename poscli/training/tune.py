@@ -35,7 +35,7 @@ from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
 from poscli.model import runs
 from poscli.training.factor_search import split_loss, tuning_split
-from poscli.training.options import check_score
+from poscli.training.options import check_positive, check_score
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,7 @@ class TuneSettings:
 
     def check(self) -> None:
         check_score(self.score)
-        for name in ("budget", "windows"):
-            if getattr(self, name) < 1:
-                raise PoscliError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        check_positive(self, "budget", "windows")
 
 
 def search_space(method, original_length: int, target: int, settings: TuneSettings) -> dict[str, list[float]]:

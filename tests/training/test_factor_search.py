@@ -1,10 +1,12 @@
 """LongRoPE's factor search (Ding et al., 2024): constraints, never worse than its seeds, resumable."""
 
 import json
+import re
 
 import numpy as np
 import pytest
 
+from poscli.errors import PoscliError
 from poscli.training import factor_search
 from poscli.training.factor_search import Fitness, SearchSettings, constrain, search_factors, seed_factors
 from tests.cli.test_cli import TINY, poscli
@@ -107,3 +109,17 @@ def test_extend_searches_by_the_needle_when_asked_and_keeps_it_apart(rope_run):
         refused = poscli("extend", "r", *common, *flags, "--name", "r-refused")
         assert refused.returncode == 2 and message in refused.stderr and "Traceback" not in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"generations": 0}, "--generations must be at least 1, got 0"),
+        ({"windows": 0}, "--windows must be at least 1, got 0"),
+        ({"parents": 5, "population": 4}, "--parents 5 is more than the --population 4"),
+        ({"score": "answers"}, "--score 'answers' is unknown; choose perplexity or needle"),
+    ],
+)
+def test_a_search_setting_out_of_range_is_a_one_line_error_naming_its_flag(given, message):
+    with pytest.raises(PoscliError, match=re.escape(message)):
+        SearchSettings("r", 128, **given).check()
