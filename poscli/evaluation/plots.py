@@ -90,48 +90,83 @@ def short_labels(names) -> dict[str, str]:
     return {name: re.sub(r"-s\*(?=$|\+|@)", "", "-".join(w[shared:])) or name for name, w in zip(names, words)}
 
 
-FACET_ABOVE = 12  # a perplexity figure of more lines than this gets a panel per encoding
+FACET_ABOVE = 12  # a figure of more lines than this gets panels of at most this many (plus the 3-gram)
 
 
-def plot_perplexity(table, path: Path, title: str) -> Path:
-    """Perplexity versus evaluation length, one line per run (and mode), log-log axes; with more
-    than FACET_ABOVE lines of several encodings, a panel per encoding (the 3-gram row in each)."""
+def facets(rows, line_keys: list[str]) -> list[tuple[str, object]]:
+    """Panels of at most FACET_ABOVE lines, the 3-gram row in each: one per encoding, and an
+    encoding of more lines split into panels that each hold whole families (a run's seeds, or one
+    extension method's seeds: the label with its ``-sN`` dropped). One panel when the whole figure
+    has at most FACET_ABOVE lines. rows: a table with ``pe``, ``label`` and ``line_keys`` columns
+    -> [(panel title, rows)]."""
     import pandas as pd
 
-    from poscli.evaluation.evalset import NULL_PREFIX
-
-    rows = table.dropna(subset=["ppl"])
-    rows = rows[~rows["mode"].astype(str).str.startswith(NULL_PREFIX)]  # the null is in the tables, not the figure
-    encodings = [pe for pe in rows["pe"].unique() if pe != "reference"]
-    if rows.groupby(["label", "mode"]).ngroups <= FACET_ABOVE or len(encodings) < 2:
-        figure, axes = plt.subplots(figsize=(11, 5))
-        _perplexity_lines(axes, rows)
-        _plain_log_y(axes)
-        return _finish_length_plot(
-            figure, axes, table, "evaluation length (tokens)", "perplexity (held-out, per byte)", title, path
-        )
-    columns = min(3, len(encodings))
-    panels = -(-len(encodings) // columns)
-    figure, grid = plt.subplots(
-        panels, columns, figsize=(5.5 * columns, 4 * panels), squeeze=False, sharey=True, layout="constrained"
-    )
+    if "pe" not in rows.columns:
+        return [("", rows)]
     reference = rows[rows["pe"] == "reference"]
-    for axes, pe in zip(grid.flat, encodings):
-        part = rows[rows["pe"] == pe]
-        _perplexity_lines(axes, part if reference.empty else pd.concat([reference, part]))
-        _mark_train_lengths(axes, part["train_length"])
+    runs = rows[rows["pe"] != "reference"]
+    if runs.groupby(line_keys).ngroups <= FACET_ABOVE:
+        return [("", rows)]
+    panels = []
+    for pe, part in runs.groupby("pe", sort=False):
+        family = part["label"].astype(str).str.replace(r"-s\d+(?=$|[\s+@])", "", regex=True)
+        packed, held = [[]], 0  # families per panel, and the lines the last panel holds
+        for name in family.unique():
+            lines = part[family == name].groupby(line_keys).ngroups
+            if packed[-1] and held + lines > FACET_ABOVE:
+                packed, held = [*packed, []], 0
+            packed[-1].append(name)
+            held += lines
+        for n, names in enumerate(packed):
+            title = str(pe) if len(packed) == 1 else f"{pe} ({n + 1}/{len(packed)})"
+            panels.append((title, pd.concat([reference, part[family.isin(names)]])))
+    return panels
+
+
+def _faceted(panels, draw, title: str, path: Path) -> Path:
+    """A grid of up to three panels a row, ``draw(axes, rows)`` on each, the figure's title above."""
+    columns = min(3, len(panels))
+    grid_rows = -(-len(panels) // columns)
+    figure, grid = plt.subplots(
+        grid_rows, columns, figsize=(6 * columns, 4.5 * grid_rows), squeeze=False, sharey=True, layout="constrained"
+    )
+    for axes, (name, rows) in zip(grid.flat, panels):
+        draw(axes, rows)
+        _mark_train_lengths(axes, rows.loc[rows["pe"] != "reference", "train_length"])
         _length_axis(axes)
-        _plain_log_y(axes)
-        axes.set(title=pe, xlabel="evaluation length (tokens)", ylabel="perplexity (held-out, per byte)")
+        axes.set_title(name)
         axes.grid(True, which="both", alpha=0.3)
         axes.legend(fontsize=6)
-    for axes in grid.flat[len(encodings) :]:
+    for axes in grid.flat[len(panels) :]:
         axes.set_visible(False)
     figure.suptitle(title)
     with atomic_write(path, "wb") as handle:
         figure.savefig(handle, format="png", dpi=100)
     plt.close(figure)
     return path
+
+
+def plot_perplexity(table, path: Path, title: str) -> Path:
+    """Perplexity versus evaluation length, one line per run (and mode) with its interval band,
+    log-log axes; with more than FACET_ABOVE lines, panels (``facets``)."""
+    from poscli.evaluation.evalset import NULL_PREFIX
+
+    rows = table.dropna(subset=["ppl"])
+    rows = rows[~rows["mode"].astype(str).str.startswith(NULL_PREFIX)]  # the null is in the tables, not the figure
+    panels = facets(rows, ["label", "mode"])
+    xlabel, ylabel = "evaluation length (tokens)", "perplexity (held-out, per byte)"
+    if len(panels) == 1:
+        figure, axes = plt.subplots(figsize=(11, 5))
+        _perplexity_lines(axes, rows)
+        _plain_log_y(axes)
+        return _finish_length_plot(figure, axes, table, xlabel, ylabel, title, path)
+
+    def draw(axes, part):
+        _perplexity_lines(axes, part)
+        _plain_log_y(axes)
+        axes.set(xlabel=xlabel, ylabel=ylabel)
+
+    return _faceted(panels, draw, title, path)
 
 
 def _perplexity_lines(axes, rows) -> None:
@@ -208,19 +243,32 @@ def plot_budgets(summary, path: Path, title: str, multiples=(16, 64)) -> Path | 
 
 
 def plot_loss_by_position(table, path: Path, title: str) -> Path:
-    """Mean loss against token position (log axis), one line per run at its longest length."""
-    figure, axes = plt.subplots(figsize=(11, 5))
+    """Mean loss against token position (log axis), one line per run at its longest length; with
+    more than FACET_ABOVE runs, panels (``facets``)."""
+    panels = facets(table, ["label"])
+    xlabel, ylabel = "token position in the window", "mean loss (nats per byte)"
+    if len(panels) == 1:
+        figure, axes = plt.subplots(figsize=(11, 5))
+        _loss_lines(axes, table)
+        return _finish_length_plot(figure, axes, table, xlabel, ylabel, title, path)
+
+    def draw(axes, part):
+        _loss_lines(axes, part)
+        axes.set(xlabel=xlabel, ylabel=ylabel)
+
+    return _faceted(panels, draw, title, path)
+
+
+def _loss_lines(axes, table) -> None:
+    """One line per label at its longest length; the 3-gram row black and dashed, as in the other figures."""
     _distinct_colors(axes, table["label"].nunique())
     for label, part in table.groupby("label", sort=False):
         longest = part[part["length"] == part["length"].max()].sort_values("position_start")
         centre = (longest["position_start"] + longest["position_end"]) / 2
         reference = "pe" in part.columns and (part["pe"] == "reference").all()
-        style = {"linestyle": "--", "color": "black"} if reference else {}  # the 3-gram, as in the other figures
+        style = {"linestyle": "--", "color": "black"} if reference else {}
         line_label = f"{label} (length {longest['length'].iloc[0]})"
         axes.plot(centre, longest["loss"], marker=".", markersize=4, label=line_label, **style)
-    return _finish_length_plot(
-        figure, axes, table, "token position in the window", "mean loss (nats per byte)", title, path
-    )
 
 
 def _heatmap(axes, table, title: str, font: int = 8):

@@ -98,3 +98,25 @@ def test_the_3gram_row_is_black_and_dashed_in_the_loss_by_position_figure(tmp_pa
     reference = lines["3-gram (length 64)"]
     assert reference.get_color() == "black" and reference.get_linestyle() == "--"
     assert all(line.get_color() != "black" for label, line in lines.items() if label.startswith("run"))
+
+
+def test_facets_hold_at_most_facet_above_lines_each_keep_a_family_whole_and_the_3gram_in_every_panel():
+    """An extension table's 28 methods x 5 seeds of one encoding (140 lines, one panel before) and 5
+    runs of another: every line in exactly one panel, no panel over FACET_ABOVE, no method's seeds split."""
+    import pandas as pd
+
+    from poscli.evaluation.plots import FACET_ABOVE, facets
+
+    labels = [(f"xt-rope-s{seed} +method{m} x8, no training", "rope") for m in range(28) for seed in range(5)]
+    labels += [(f"xt-none-s{seed} +drope", "none") for seed in range(5)] + [("3-gram", "reference")]
+    rows = pd.DataFrame([{"label": label, "pe": pe, "mode": "m", "length": n} for label, pe in labels for n in (1, 2)])
+    panels = facets(rows, ["label", "mode"])
+    runs = [part[part["pe"] != "reference"] for _, part in panels]
+    assert all(part["label"].nunique() <= FACET_ABOVE for part in runs)
+    assert sum(part["label"].nunique() for part in runs) == len(labels) - 1
+    assert all((part["pe"] == "reference").any() for _, part in panels)
+    for part in runs:
+        methods = part["label"].str.extract(r"\+(\w+)")[0]
+        assert all(len(part[methods == m]["label"].unique()) == 5 for m in methods.unique())
+    assert [title for title, _ in panels][-1] == "none" and panels[0][0] == f"rope (1/{len(panels) - 1})"
+    assert facets(rows[rows["label"].str.startswith("xt-none")], ["label", "mode"])[0][0] == ""  # 5 lines: one panel
