@@ -37,7 +37,8 @@ def seed_summary(
     TABLE_spans.csv (None: intervals are left empty). None when no group has ``min_runs`` runs.
     ``mode`` (default: the stride's) picks other rows, e.g. "truncated-128" (the truncation null).
     ``summary.attrs["run_losses"][(group, length)]``: (evaluation set, [mean loss of each run, in
-    run-name order]), for paired tests over seeds (``poscli.study.published``)."""
+    run-name order], [each run's seed key, ``seed_keys``]), for paired tests over seeds
+    (``poscli.study.paired.seed_log_ratios``)."""
     import numpy as np
     import pandas as pd
 
@@ -66,7 +67,7 @@ def seed_summary(
                 samples[length], count, losses = drawn
                 record["ci_low"], record["ci_high"] = interval(samples[length])
                 paired[(group, length)] = (record["eval_set"], count, samples[length])
-                run_losses[(group, length)] = (record["eval_set"], losses)
+                run_losses[(group, length)] = (record["eval_set"], losses, seed_keys(group, cell["run"]))
             mine.append(record)
         _add_ratios(mine, samples, base_length)
         records += mine
@@ -80,6 +81,22 @@ def seed_summary(
     summary.attrs["samples"] = paired
     summary.attrs["run_losses"] = run_losses
     return summary
+
+
+def seed_keys(group: str, runs) -> list[str]:
+    """What each run's name puts where its group has the wildcard, in run-name order: ``0@625``
+    for ``tstl-fox-s0@625`` in ``tstl-fox-s*@625``, ``0`` for ``xt-rope-s0+yarn-1k-0`` in
+    ``xt-rope-s*+yarn-1k-0``; so two groups pair the runs of the same seed. A run its group does
+    not match by a wildcard keys by its own name."""
+    import fnmatch
+    import re
+
+    pattern = re.compile(fnmatch.translate(group).replace(".*", "(.*)", 1)) if "*" in group else None
+    keys = []
+    for run in sorted(runs):
+        found = pattern.fullmatch(run) if pattern else None
+        keys.append(found.group(1) if found and found.groups() else run)
+    return keys
 
 
 def _cell_record(group: str, part, cell, train_length: int, length: int) -> dict:

@@ -140,15 +140,21 @@ def corrected_together(writers: list[Callable[[], str]]) -> list[str]:
 
 
 def seed_log_ratios(summary_a, group_a: str, summary_b, group_b: str, length: int):
-    """Per-seed log perplexity ratio of group a over group b at ``length`` (runs paired in name
-    order, i.e. by seed), or None where the two were not scored on the same spans with as many runs."""
+    """Per-seed log perplexity ratio of group a over group b at ``length``, over the seeds both
+    groups have (runs paired by ``seeds.seed_keys``: FoX's seeds 0-1 against RoPE's 0-1 when RoPE
+    has 0-4), or None where the two were not scored on the same spans or share no seed. Groups whose
+    runs no wildcard names pair in run-name order when they hold as many runs."""
     import numpy as np
 
     a = summary_a.attrs.get("run_losses", {}).get((group_a, length))
     b = summary_b.attrs.get("run_losses", {}).get((group_b, length))
-    if a is None or b is None or a[0] != b[0] or len(a[1]) != len(b[1]):
+    if a is None or b is None or a[0] != b[0]:
         return None
-    return np.array(a[1]) - np.array(b[1])
+    losses_a, losses_b = dict(zip(a[2], a[1])), dict(zip(b[2], b[1]))
+    shared = [key for key in losses_a if key in losses_b]
+    if shared:
+        return np.array([losses_a[key] - losses_b[key] for key in shared])
+    return np.array(a[1]) - np.array(b[1]) if len(a[1]) == len(b[1]) else None
 
 
 def accuracy_text(row) -> str:

@@ -89,13 +89,15 @@ def recent_perplexity(summary, meta: dict) -> str:
     present = _groups_by_pe(summary, meta)
     claims = [c for c in EXTRAPOLATION_CLAIMS if c.pe in present and BASELINE in present]
     decisions = Decisions()
-    tests = {}
+    tests, pairs = {}, {}
     for claim in claims:
         group, rope = present[claim.pe], present[BASELINE]
         train_length = int(summary[summary["group"] == group]["train_length"].iloc[0])
         for length in sorted(summary[summary["group"] == group]["length"].unique()):
             if length > train_length:
-                tests[(claim.pe, int(length))] = decisions.add(seed_log_ratios(summary, group, summary, rope, length))
+                ratios = seed_log_ratios(summary, group, summary, rope, length)
+                tests[(claim.pe, int(length))] = decisions.add(ratios)
+                pairs[(claim.pe, int(length))] = 0 if ratios is None else len(ratios)
     decisions.finish()
     lines = [
         "### The 2024-2026 encodings' extrapolation claims\n",
@@ -111,11 +113,16 @@ def recent_perplexity(summary, meta: dict) -> str:
                 continue
             lines.append(
                 f"  - {length}: {claim.pe} {format_cell(cell_at(summary, group, length))}, rope "
-                f"{format_cell(cell_at(summary, rope, length))}; ratio {decisions.describe(index)}: "
+                f"{format_cell(cell_at(summary, rope, length))}; ratio ({_seeds_paired(pairs[(pe, length)])}) "
+                f"{decisions.describe(index)}: "
                 f"{HOLDS[_lower_is_better(decisions.symbol(index))]}."
             )
     lines += _missing(EXTRAPOLATION_CLAIMS, present)
     return "\n".join([*lines, "", decisions.footer()]) + "\n"
+
+
+def _seeds_paired(count: int) -> str:
+    return f"{count} seed{'s' * (count != 1)} paired"
 
 
 def _lower_is_better(symbol: str) -> str:

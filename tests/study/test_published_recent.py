@@ -43,6 +43,24 @@ def test_a_claim_whose_encodings_differ_unpaired_is_undecided():
     assert "Not compared here (no run in this table): stick-breaking." in text
 
 
+def test_a_claim_with_fewer_seeds_than_rope_is_tested_on_the_seeds_both_have():
+    # RoPE at 3 seeds, FoX at 2, each FoX seed 0.8x the RoPE run of its own seed: seeds 0 and 1 pair
+    # (RoPE's seed 2 is left out), not FoX's seeds against RoPE's first two whatever their numbers.
+    perplexity = {
+        "t-rope-s*": {128: [5.0, 6.0, 7.0], 512: [10.0, 12.0, 14.0]},
+        "t-fox-s*": {128: [5.0, 6.0], 512: [8.0, 9.6]},
+    }
+    summary, _ = summary_from(perplexity, {"t-rope-s*": "rope", "t-fox-s*": "fox"}, 128)
+    line = line_with(recent_perplexity(summary, {}), "512: fox")
+    assert "(2 seeds paired) 0.800 [" in line and line.endswith(": holds.")
+    shifted, _ = summary_from(
+        {"t-rope-s*": perplexity["t-rope-s*"], "t-fox-s*": {128: [6.0, 7.0], 512: [9.6, 11.2]}},
+        {"t-rope-s*": "rope", "t-fox-s*": "fox"},
+        128,
+    )
+    assert "0.800" not in line_with(recent_perplexity(shifted, {}), "512: fox")  # seeds 0-1 of FoX are not RoPE's 1-2
+
+
 def test_without_rope_nothing_is_claimed_and_the_file_says_why():
     summary, _ = summary_from({"fox": {128: [5.0, 6.0], 512: [8.0, 9.0]}}, {"fox": "fox"}, 128)
     text = recent_perplexity(summary, {})

@@ -253,7 +253,7 @@ def summary_from(
     for group, by_length in per_group.items():
         for length, values in by_length.items():
             for seed, value in enumerate(values):
-                run = f"{group}-s{seed}"
+                run = group.replace("*", str(seed)) if "*" in group else f"{group}-s{seed}"
                 groups[run] = group
                 key = {"run": run, "corpus": "c", "protocol": "stream", "mode": "nonoverlapping", "length": length}
                 rows.append(
