@@ -84,8 +84,8 @@ def seed_summary(
 
 
 def seed_keys(group: str, runs) -> list[str]:
-    """What each run's name puts where its group has the wildcard, in run-name order: ``0@625``
-    for ``tstl-fox-s0@625`` in ``tstl-fox-s*@625``, ``0`` for ``xt-rope-s0+yarn-1k-0`` in
+    """What each run's name puts where its group has the wildcard, in run-name order: ``0`` for
+    ``tstl-fox-s0@625`` in ``tstl-fox-s*@625`` and for ``xt-rope-s0+yarn-1k-0`` in
     ``xt-rope-s*+yarn-1k-0``; so two groups pair the runs of the same seed. A run its group does
     not match by a wildcard keys by its own name."""
     import fnmatch
