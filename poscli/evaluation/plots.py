@@ -63,6 +63,7 @@ def _finish_length_plot(figure, axes, table, xlabel: str, ylabel: str, title: st
 # Okabe & Ito's eight colours, told apart with every kind of colour blindness (Wong, 2011, Nature Methods)
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 LINE_STYLES = ("-", "--", ":", "-.")
+REFERENCE_STYLE = {"linestyle": "--", "color": "black", "marker": "o"}  # the 3-gram row in every figure
 
 
 def _distinct_colors(axes, count: int) -> None:
@@ -177,7 +178,7 @@ def _perplexity_lines(axes, rows) -> None:
         part = part.sort_values("length")
         name = label if len(modes) == 1 else f"{label} ({mode})"
         reference = (part["pe"] == "reference").all()
-        style = {"linestyle": "--", "color": "black", "marker": "o"} if reference else {}
+        style = REFERENCE_STYLE if reference else {}
         line = axes.plot(part["length"], part["ppl"], label=name, **style)[0]
         if "ci_low" in part.columns:
             axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.12)
@@ -195,7 +196,7 @@ def plot_seed_summary(summary, path: Path, title: str) -> Path:
         reference = (part["pe"] == "reference").all()
         seeds = int(part["seeds"].max())
         label = group if reference else f"{short[group]} ({seeds} seed{'s' * (seeds != 1)})"
-        style = {"linestyle": "--", "color": "black", "marker": "o"} if reference else {}
+        style = REFERENCE_STYLE if reference else {}
         line = axes.plot(part["length"], part["mean"], label=label, **style)[0]
         axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.15)
     _plain_log_y(axes)
@@ -266,9 +267,9 @@ def _loss_lines(axes, table) -> None:
         longest = part[part["length"] == part["length"].max()].sort_values("position_start")
         centre = (longest["position_start"] + longest["position_end"]) / 2
         reference = "pe" in part.columns and (part["pe"] == "reference").all()
-        style = {"linestyle": "--", "color": "black"} if reference else {}
+        style = {**(REFERENCE_STYLE if reference else {}), "marker": "."}
         line_label = f"{label} (length {longest['length'].iloc[0]})"
-        axes.plot(centre, longest["loss"], marker=".", markersize=4, label=line_label, **style)
+        axes.plot(centre, longest["loss"], markersize=4, label=line_label, **style)
 
 
 def _heatmap(axes, table, title: str, font: int = 8):
