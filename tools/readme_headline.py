@@ -5,8 +5,10 @@
 
 The headline numbers are never typed by hand: each block between
 ``<!-- results/FILE -->`` and ``<!-- end -->`` is the file's content (for a -published.md file,
-only its sentences: the lines that start with "- "). ``<!-- results/FILE only "- A" "- B" -->``
-keeps only the sentences that start with one of the quoted beginnings, in the file's order.
+only its sentences: the lines that start with "- ", each with the indented "  - " lines under it).
+``<!-- results/FILE only "- A" "- B" -->`` keeps only the sentences that start with one of the
+quoted beginnings, in the file's order, each with its indented lines (a declared claim's verdict
+and its test at each length); ``heads "- A"`` the same without the indented lines.
 tests/repository/test_readme.py runs the check.
 """
 
@@ -18,21 +20,39 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK = re.compile(r"(<!-- (results/[\w./+-]+)(?: only (.+?))? -->\n)(.*?)(<!-- end -->)", re.S)
+BLOCK = re.compile(r"(<!-- (results/[\w./+-]+)(?: (only|heads) (.+?))? -->\n)(.*?)(<!-- end -->)", re.S)
 
 
-def block_text(path: Path, only: str | None = None) -> str:
+def block_text(path: Path, only: str | None = None, heads: bool = False) -> str:
     text = path.read_text(encoding="utf-8").strip()
     if path.name.endswith("-published.md"):
-        text = "\n".join(line for line in text.splitlines() if line.startswith("- "))
+        text = "\n".join(_kept(text.splitlines(), ("- ",)))
     if only:
-        beginnings = tuple(shlex.split(only))
-        text = "\n".join(line for line in text.splitlines() if line.startswith(beginnings))
+        text = "\n".join(_kept(text.splitlines(), tuple(shlex.split(only)), heads))
     return text + "\n"
 
 
+def _kept(lines: list[str], beginnings: tuple[str, ...], heads: bool = False) -> list[str]:
+    """The lines that start with one of ``beginnings``, each with the indented "  - " lines under it
+    (``heads``: without them)."""
+    kept, keeping = [], False
+    for line in lines:
+        if line.startswith("  - "):
+            if keeping and not heads:
+                kept.append(line)
+            continue
+        keeping = line.startswith(beginnings)
+        if keeping:
+            kept.append(line)
+    return kept
+
+
 def render(readme: str, root: Path = ROOT) -> str:
-    return BLOCK.sub(lambda m: m.group(1) + block_text(root / m.group(2), m.group(3)) + m.group(5), readme)
+    def filled(match) -> str:
+        text = block_text(root / match.group(2), match.group(4), heads=match.group(3) == "heads")
+        return match.group(1) + text + match.group(6)
+
+    return BLOCK.sub(filled, readme)
 
 
 def main() -> int:

@@ -760,12 +760,25 @@ def run_recipe(
             "Summaries and comparisons are the whole study's.",
         ),
     ] = None,
+    summaries: Annotated[
+        bool,
+        typer.Option(
+            "--summaries",
+            help="Train and evaluate nothing: rewrite the summaries over seeds, the published files (declared claims, "
+            "gates, screen) and the report from the tables as they are, e.g. after declaring a claim.",
+        ),
+    ] = False,
     results: Results = None,
 ):
     """Run a whole study: train, extend, evaluate, summarise over seeds, compare with the papers, report.
     Steps already done are skipped and interrupted runs resumed, so running it again continues."""
     from poscli.study.recipes import run_recipe as run
+    from poscli.study.recipes import summarise
 
+    if summaries:
+        for path in summarise(recipe, results):
+            _console().print(f"wrote {path}", highlight=False)
+        return
     run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console(), each=each, launcher=launcher, only=runs)
 
 

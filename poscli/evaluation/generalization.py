@@ -8,12 +8,12 @@ so a seed that never learned the task cannot make an encoding look worse (or bet
 - Accuracy at each size: the mean exact match over mastered seeds, with a 95% interval from
   resampling the seeds and drawing each seed's accuracy from its Jeffreys posterior
   (``retrieval.accuracy_interval``).
-- Decisions, at ``FACTORS`` (2x and 4x) the largest training size N: every pair of groups with at
-  least two seeds mastered in both, seed s against seed s (the instances of a size are the same
-  for every run), the per-seed difference in exact match tested with a paired t-test
-  (``stats.paired_t``), Holm's (1979) correction over every pair at that task and size. A
-  difference is claimed only where the adjusted p is under 0.05 and the difference is at least
-  ``MIN_DIFFERENCE``.
+- An exploratory screen, at ``FACTORS`` (2x and 4x) the largest training size N: every pair of
+  groups with at least two mastered seeds each, the per-seed exact match of two different models
+  compared by Welch's unpaired t-test (``stats.welch_t``: seed 0 of one encoding and seed 0 of
+  another share nothing), Benjamini and Hochberg's (1995) correction over every pair at that task
+  and size. A difference is shown only where the adjusted p is under 0.05 and the difference is at
+  least ``MIN_DIFFERENCE``; a declared claim is decided on its own (``poscli.study.claims``).
 
 Shapes: R seeds. The summary's ``seed_accuracy`` column keeps each seed's accuracy (JSON, seed ->
 exact match, null where that seed is not mastered), so the decisions can be taken from the
@@ -148,12 +148,12 @@ def band_label(largest: int, factor: int) -> str:
 def decisions(summary, factors=FACTORS):
     """Paired decisions between every two groups of each task, on the exact match over each band
     of sizes beyond the training sizes (up to 2x, then 2x to 4x; ``band_values``): columns task,
-    factor, sizes, a, b, pairs (seeds mastered in both), difference (mean of a - b), low, high, p,
-    adjusted (Holm over the pairs of that task and band) and verdict (">": a higher, "<": a lower,
-    "≈": not claimed)."""
+    factor, sizes, a, b, pairs (the fewer mastered seeds of the two), difference (mean of a - b), low,
+    high, p (Welch), adjusted (Benjamini-Hochberg over the pairs of that task and band) and verdict
+    (">": a higher, "<": a lower, "≈": not claimed)."""
     import pandas as pd
 
-    from poscli.evaluation.stats import holm, paired_t
+    from poscli.evaluation.stats import benjamini_hochberg, welch_t
 
     records = []
     for task, part in summary.groupby("task", sort=True):
@@ -162,14 +162,14 @@ def decisions(summary, factors=FACTORS):
             seeds = band_values(part, factor)
             family = []
             for a, b in combinations(sorted(seeds), 2):
-                shared = sorted(set(seeds[a]) & set(seeds[b]))
-                if len(shared) < 2:
+                if min(len(seeds[a]), len(seeds[b])) < 2:
                     continue
-                difference, low, high, p = paired_t(np.array([seeds[a][s] - seeds[b][s] for s in shared]))
+                values_a, values_b = np.array(list(seeds[a].values())), np.array(list(seeds[b].values()))
+                difference, low, high, p, _ = welch_t(values_a, values_b)  # two models: no seed pairs
                 family.append({"task": task, "factor": factor, "sizes": band_label(largest, factor), "a": a,
-                               "b": b, "pairs": len(shared), "difference": difference, "low": low, "high": high,
-                               "p": p})  # fmt: skip
-            for record, adjusted in zip(family, holm([r["p"] for r in family])):
+                               "b": b, "pairs": min(len(values_a), len(values_b)), "difference": difference,
+                               "low": low, "high": high, "p": p})  # fmt: skip
+            for record, adjusted in zip(family, benjamini_hochberg([r["p"] for r in family])):
                 record["adjusted"] = adjusted
                 record["verdict"] = verdict(record["difference"], adjusted)
             records += family
@@ -192,7 +192,7 @@ def band_means(summary, task: str, factor: int) -> dict[str, tuple[float, float,
 
 
 def verdict(difference: float, adjusted_p: float) -> str:
-    """ ">" (A higher), "<" (A lower) or "≈": claimed only where Holm's adjusted p is under ALPHA and
+    """ ">" (A higher), "<" (A lower) or "≈": shown only where the adjusted p is under ALPHA and
     the difference is at least MIN_DIFFERENCE."""
     from poscli.evaluation.stats import ALPHA
 
@@ -226,8 +226,9 @@ def seed_markdown(summary) -> str:
         f"beyond them, over the seeds that mastered the task (>= {MASTERY} at its training sizes). A band (e.g. "
         "9-16: beyond the largest training size 8, up to 2x) is each seed's mean over its sizes, then the mean "
         "over seeds with a 95% t interval; a single size (2x, 4x) has a 95% interval from resampling seeds, each "
-        "seed's accuracy drawn from its Jeffreys posterior. Decisions, on the bands: paired t-tests over seeds, "
-        "Holm's correction over the pairs of a task and band, a difference claimed where the adjusted p < 0.05 "
+        "seed's accuracy drawn from its Jeffreys posterior. Screen (exploratory), on the bands: Welch's t-tests "
+        "over seeds, Benjamini-Hochberg over the pairs of a task and band, a difference shown where the adjusted "
+        "p < 0.05 "
         f"and it is at least {MIN_DIFFERENCE:.2f}. n/a: the encoding has no positions there (a learned table).",
         "",
     ]

@@ -113,6 +113,101 @@ def t_two_sided_p(t: float, df: int) -> float:
     return max(0.0, min(1.0, 1 - a))
 
 
+def regularized_beta(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified
+    Lentz; Press et al., Numerical Recipes, 3rd ed., 6.4), on the side where it converges fast."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - regularized_beta(1 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    total = d
+    for m in range(1, 500):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            total *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * total
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom, whole or not (Welch's are not):
+    P(|T| > |t|) = I_{df / (df + t^2)}(df / 2, 1 / 2), halved, on the side of t."""
+    if math.isnan(t) or not df > 0:
+        return float("nan")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * regularized_beta(df / (df + t * t), df / 2, 0.5)
+    return tail if t >= 0 else 1.0 - tail
+
+
+def t_ppf(probability: float, df: float) -> float:
+    """The ``probability`` quantile of Student's t (bisection on ``t_sf``)."""
+    low, high = -1e4, 1e4
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if 1 - t_sf(middle, df) < probability else (low, middle)
+    return (low + high) / 2
+
+
+def welch_t(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float, float, float, float]:
+    """Welch's (1947) unpaired t-test of mean(a) - mean(b): for two different models, whose seeds
+    share nothing (seed 0 of ALiBi and seed 0 of T5 bias are not a pair). a: (Ra,), b: (Rb,) ->
+    (difference, low, high, p, df): the difference with its ``confidence`` interval on the
+    Welch-Satterthwaite degrees of freedom, and the two-sided p of "no difference". Fewer than 2
+    values on a side: no test (nan)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    difference = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
+    if len(a) < 2 or len(b) < 2:
+        return difference, float("nan"), float("nan"), float("nan"), float("nan")
+    va, vb = float(a.var(ddof=1)) / len(a), float(b.var(ddof=1)) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return difference, difference, difference, 0.0 if difference else 1.0, float("inf")
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = t_ppf(1 - (1 - confidence) / 2, df) * se
+    p = min(1.0, 2 * t_sf(abs(difference) / se, df))
+    return difference, difference - half, difference + half, p, df
+
+
+def one_sided_p(estimate: float, low: float, high: float, margin: float, df: float, confidence: float = CONFIDENCE):
+    """The one-sided p of "the effect is at least ``margin``" (H0: effect >= margin) from a t
+    estimate and its two-sided ``confidence`` interval on ``df`` degrees of freedom: the
+    non-inferiority test whose rejection at (1 - confidence) / 2 is the interval's upper end under
+    the margin (Schuirmann, 1987)."""
+    if math.isnan(low) or math.isnan(high):
+        return float("nan")
+    if high == low:
+        return 0.0 if estimate < margin else 1.0
+    se = (high - low) / (2 * t_ppf(1 - (1 - confidence) / 2, df))
+    return 1.0 - t_sf((estimate - margin) / se, df)
+
+
+def benjamini_hochberg(p_values: list[float]) -> list[float]:
+    """Benjamini and Hochberg's (1995) step-up adjusted p-values (q-values): reject where adjusted
+    p < ALPHA and the expected share of false discoveries among the rejections stays under ALPHA.
+    For an exploratory screen, not for a verdict. NaN stays NaN (not tested)."""
+    tested = sorted(((p, i) for i, p in enumerate(p_values) if not math.isnan(p)), reverse=True)
+    adjusted = [float("nan")] * len(p_values)
+    running, m = 1.0, len(tested)
+    for rank, (p, i) in enumerate(tested):
+        running = min(running, m / (m - rank) * p)
+        adjusted[i] = running
+    return adjusted
+
+
 def paired_t(differences: np.ndarray) -> tuple[float, float, float, float]:
     """The paired t-test of per-seed differences (seed s of A minus seed s of B, on the same
     sample). differences: (R,) -> (mean, low, high, p): the mean difference with its 95% t interval
@@ -138,13 +233,9 @@ def paired_seed_test(log_ratios: np.ndarray) -> tuple[float, float, float, float
     return math.exp(mean), math.exp(low), math.exp(high), p
 
 
-def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
-    """The two-sided ``confidence`` quantile of Student's t (bisection on ``t_two_sided_p``)."""
-    low, high = 0.0, 1e3
-    for _ in range(200):
-        middle = (low + high) / 2
-        low, high = (middle, high) if t_two_sided_p(middle, df) > 1 - confidence else (low, middle)
-    return (low + high) / 2
+def t_quantile(df: float, confidence: float = CONFIDENCE) -> float:
+    """The two-sided ``confidence`` quantile of Student's t."""
+    return t_ppf(1 - (1 - confidence) / 2, df)
 
 
 def holm(p_values: list[float]) -> list[float]:

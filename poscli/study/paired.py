@@ -1,5 +1,7 @@
 """What every published comparison reads from a summary over seeds: one group's cell at a length,
-formatted with its interval, and the paired decisions over seeds corrected together (Holm, 1979).
+formatted with its interval, and the exploratory screen's tests over seeds, corrected together
+over the file by Benjamini and Hochberg (1995). A declared claim is decided elsewhere, in its own
+family (``poscli.study.claims``); nothing here is a verdict.
 ``poscli.study.published`` (Press et al., Peng et al., YaRN's passkey table) and
 ``poscli.study.published_recent`` (issue 33's claims) both build on these."""
 
@@ -8,6 +10,9 @@ from __future__ import annotations
 import contextvars
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
 
 from poscli.evaluation.tables import format_estimate
 
@@ -24,13 +29,15 @@ def format_cell(row) -> str:
 
 
 class Decisions:
-    """The paired decisions of one published comparison, corrected together (Holm, 1979).
+    """The screen's tests of one published comparison, corrected together.
 
-    Each decision compares two groups evaluated on the same spans, run against run in seed order:
-    the per-seed log perplexity ratio is tested with a paired t-test (``stats.paired_seed_test``).
-    ``add`` collects a test and returns its index; ``finish`` adjusts every p-value at once; only
-    then are ``symbol`` and ``describe`` read, so the first decision knows how many there were.
-    Inside ``corrected_together`` the family is the whole published file: every comparison in it."""
+    Each test compares two groups evaluated on the same spans: a model against itself or two
+    extensions of one base by the paired t-test of the per-seed log perplexity ratio
+    (``stats.paired_seed_test``), two different models by Welch's t-test on their per-seed mean
+    losses (``seed_log_ratios(..., paired=False)``). ``add`` collects a test and returns its
+    index; ``finish`` adjusts every p-value at once (Holm alone; inside ``corrected_together``,
+    Benjamini-Hochberg over the whole file's screen); only then are ``symbol`` and ``describe``
+    read, so the first test knows how many there were."""
 
     def __init__(self):
         self.tests: list[tuple[float, float, float, float]] = []
@@ -39,8 +46,16 @@ class Decisions:
         self.family_size = 0
 
     def add(self, log_ratios) -> int | None:
-        from poscli.evaluation.stats import paired_seed_test
+        """A test of paired per-seed log ratios (an array), or of two models' unpaired per-seed mean
+        losses (an ``Unpaired``)."""
+        from poscli.evaluation.stats import paired_seed_test, welch_t
 
+        if isinstance(log_ratios, Unpaired):
+            if min(len(log_ratios.a), len(log_ratios.b)) < 2:
+                return None
+            difference, low, high, p, _ = welch_t(log_ratios.a, log_ratios.b)
+            self.tests.append((math.exp(difference), math.exp(low), math.exp(high), p))
+            return len(self.tests) - 1
         if log_ratios is None or len(log_ratios) < 2:
             return None
         self.tests.append(paired_seed_test(log_ratios))
@@ -73,19 +88,25 @@ class Decisions:
         if index is None:
             return "not tested (fewer than 2 seeds scored alike)"
         ratio, low, high, _ = self.tests[index]
-        return f"{ratio:.3f} [{low:.3f}, {high:.3f}], Holm p {self.adjusted[index]:.3g}"
+        word = "q" if self.family == "this file" else "Holm p"
+        return f"{ratio:.3f} [{low:.3f}, {high:.3f}], {word} {self.adjusted[index]:.3g}"
 
     def footer(self) -> str:
         from poscli.evaluation.stats import ALPHA, MIN_EFFECT
 
         here = f"; {len(self.tests)} of them here" if self.family_size != len(self.tests) else ""
+        correction = (
+            f"Benjamini-Hochberg over the {self.family_size} tests of {self.family}'s screen (false discovery rate "
+            f"{ALPHA:.0%}{here}; q: the adjusted p)"
+            if self.family == "this file"
+            else f"Holm's correction across these {self.family_size} tests (family-wise {ALPHA:.0%})"
+        )
         return (
-            "Decisions (`<`, `>`, `≈`, keeps / uses): paired t-test over seeds of the log perplexity ratio (the same "
-            f"spans, seed against seed), Holm's correction across the {self.family_size} decisions of {self.family} "
-            f"(family-wise {ALPHA:.0%}{here}), minimum effect {MIN_EFFECT:.0%} of "
-            "perplexity: a smaller or uncorrected-only difference is "
-            "not claimed (`≈`: tied, or too few seeds to decide). "
-            "Ratios are geometric means over seeds with their 95% t interval."
+            "Screen (`<`, `>`, `≈`, keeps / uses; exploratory, not verdicts): a model against itself or two extensions "
+            "of one base by the paired t-test over seeds of the log perplexity ratio (the same spans), two different "
+            f"models by Welch's t-test on their per-seed mean losses; {correction}; minimum effect {MIN_EFFECT:.0%} of "
+            "perplexity (`≈`: not separated, or too few seeds). Ratios are geometric means over seeds with their 95% "
+            "t interval."
         )
 
 
@@ -100,11 +121,11 @@ class _FilePool:
         self.handed = 0
 
     def adjust(self, p_values: list[float]) -> tuple[list[float], int]:
-        from poscli.evaluation.stats import holm
+        from poscli.evaluation.stats import benjamini_hochberg
 
         if self.adjusted is None:
             self.gathered += p_values
-            return holm(p_values), len(p_values)  # provisional: this writing is thrown away
+            return benjamini_hochberg(p_values), len(p_values)  # provisional: this writing is thrown away
         chunk = self.adjusted[self.handed : self.handed + len(p_values)]
         if len(chunk) != len(p_values):
             raise RuntimeError("a published comparison made other tests on its second writing")
@@ -112,19 +133,19 @@ class _FilePool:
         return chunk, len(self.adjusted)
 
     def settle(self) -> None:
-        from poscli.evaluation.stats import holm
+        from poscli.evaluation.stats import benjamini_hochberg
 
-        self.adjusted = holm(self.gathered)
+        self.adjusted = benjamini_hochberg(self.gathered)
 
 
 _FILE_POOL: contextvars.ContextVar[_FilePool | None] = contextvars.ContextVar("file_pool", default=None)
 
 
 def corrected_together(writers: list[Callable[[], str]]) -> list[str]:
-    """The texts of one published file's comparisons, with Holm's correction across every decision
-    in the file (not each comparison's own): each writer runs once to gather its tests, then again
-    with its p-values adjusted over the file's. Writers must be deterministic (they are: functions
-    of a summary)."""
+    """The texts of one published file's comparisons, the exploratory screen, with Benjamini and
+    Hochberg's correction across every test in it: each writer runs once to gather its tests, then
+    again with its p-values adjusted over the file's. Writers must be deterministic (they are:
+    functions of a summary)."""
     pool = _FilePool()
     token = _FILE_POOL.set(pool)
     try:
@@ -139,17 +160,27 @@ def corrected_together(writers: list[Callable[[], str]]) -> list[str]:
     return texts
 
 
-def seed_log_ratios(summary_a, group_a: str, summary_b, group_b: str, length: int):
-    """Per-seed log perplexity ratio of group a over group b at ``length``, over the seeds both
-    groups have (runs paired by ``seeds.seed_keys``: FoX's seeds 0-1 against RoPE's 0-1 when RoPE
-    has 0-4), or None where the two were not scored on the same spans or share no seed. Groups whose
-    runs no wildcard names pair in run-name order when they hold as many runs."""
-    import numpy as np
+@dataclass(frozen=True)
+class Unpaired:
+    """Two different models' per-seed mean losses on the same spans: nothing pairs their seeds."""
 
+    a: np.ndarray
+    b: np.ndarray
+
+
+def seed_log_ratios(summary_a, group_a: str, summary_b, group_b: str, length: int, paired: bool = True):
+    """Per-seed log perplexity ratio of group a over group b at ``length``, over the seeds both
+    groups have (runs paired by ``seeds.seed_keys``: an extension's seed 0 against its base's or
+    another extension's of the same base), or None where the two were not scored on the same spans
+    or share no seed. Groups whose runs no wildcard names pair in run-name order when they hold as
+    many runs. ``paired=False`` (two different models, whose seeds pair nothing): their per-seed
+    mean losses, ``Unpaired``, for Welch's test."""
     a = summary_a.attrs.get("run_losses", {}).get((group_a, length))
     b = summary_b.attrs.get("run_losses", {}).get((group_b, length))
     if a is None or b is None or a[0] != b[0]:
         return None
+    if not paired:
+        return Unpaired(np.array(a[1], dtype=float), np.array(b[1], dtype=float))
     losses_a, losses_b = dict(zip(a[2], a[1])), dict(zip(b[2], b[1]))
     shared = [key for key in losses_a if key in losses_b]
     if shared:

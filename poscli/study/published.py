@@ -193,7 +193,7 @@ def _press_tests(summary, groups: list[str], press: dict, longer: list[int]):
             for b in press:
                 if a < b:
                     order_tests[(a, b, length)] = decisions.add(
-                        seed_log_ratios(summary, press[a], summary, press[b], length)
+                        seed_log_ratios(summary, press[a], summary, press[b], length, paired=False)
                     )
     decisions.finish()
     return decisions, null_tests, order_tests
@@ -249,44 +249,44 @@ def _press_ratio_table(summary, groups: list[str], lengths: list[int], longer: l
     return lines
 
 
+def nearest_paper_length(pe: str, multiple: float) -> int:
+    """Press et al.'s evaluation length whose ratio to their train length is nearest (in log ratio) to
+    ``multiple``, among those where the paper has ``pe``: a paper's number is set beside ours only at
+    the same ratio of lengths, or the nearest."""
+    lengths = [length for length, values in PRESS_2022.items() if pe in values and length > PRESS_TRAIN_LENGTH]
+    return min(lengths, key=lambda length: abs(math.log(length / PRESS_TRAIN_LENGTH / multiple)))
+
+
 def _press_class_lines(summary, by_pe: dict, longer: list[int], train_length: int) -> list[str]:
-    """Each of the paper's encodings: its class in the paper and here, and whether they agree."""
+    """Each of the paper's encodings at each longer length: its class here beside the paper's at the
+    nearest ratio of lengths the paper has (said so), and whether they agree."""
     lines = [
         "",
         f"Classes: ratio ≤ {KEEPS} keeps its perplexity, {KEEPS}–{BLOWS_UP} degrades gracefully, ≥ {BLOWS_UP} blows "
-        "up; "
-        "an interval that crosses a threshold gets both classes and decides nothing.\n",
+        "up; an interval that crosses a threshold gets both classes and decides nothing. The paper's ratio is the one "
+        "at the nearest ratio of lengths it has (its lengths are 2.0x-30x its train length).\n",
     ]
     for pe, name in PAPER_NAMES.items():
-        paper_length = max(length for length, values in PRESS_2022.items() if pe in values)
-        paper_ratio = PRESS_2022[paper_length][pe] / PRESS_2022[PRESS_TRAIN_LENGTH][pe]
-        paper_class = extrapolation_class(paper_ratio)
         if pe not in by_pe:
-            lines.append(
-                f"- {name}: paper {paper_class} ({paper_ratio:.2f}x at {paper_length / PRESS_TRAIN_LENGTH:.0f}x); not "
-                "in this study."
+            lines.append(f"- {name}: not in this study.")
+            continue
+        cells = []
+        for length in longer:
+            row = cell_at(summary, by_pe[pe], length)
+            if row is None or math.isnan(row.get("ratio", float("nan"))):
+                continue
+            multiple = length / train_length
+            paper_length = nearest_paper_length(pe, multiple)
+            paper_ratio = PRESS_2022[paper_length][pe] / PRESS_2022[PRESS_TRAIN_LENGTH][pe]
+            paper_class = extrapolation_class(paper_ratio)
+            same = "" if abs(paper_length / PRESS_TRAIN_LENGTH - multiple) < 0.05 * multiple else ", the nearest"
+            verdict = class_verdict(paper_class, row["ratio_low"], row["ratio_high"])
+            cells.append(
+                f"at {multiple:g}x poscli {row['ratio']:.2f}x [{row['ratio_low']:.2f}, {row['ratio_high']:.2f}] "
+                f"{interval_class(row['ratio_low'], row['ratio_high'])}, paper {paper_ratio:.2f}x {paper_class} (at "
+                f"{paper_length / PRESS_TRAIN_LENGTH:.1f}x{same}): {verdict}"
             )
-            continue
-        rows = {length: cell_at(summary, by_pe[pe], length) for length in longer}
-        usable = [
-            length
-            for length in longer
-            if rows[length] is not None and not math.isnan(rows[length].get("ratio", float("nan")))
-        ]
-        if not usable:
-            lines.append(f"- {name}: paper {paper_class}; poscli has no ratio with an interval.")
-            continue
-        last = rows[usable[-1]]
-        verdict = class_verdict(paper_class, last["ratio_low"], last["ratio_high"])
-        ours_text = ", ".join(
-            f"{rows[length]['ratio']:.2f}x [{rows[length]['ratio_low']:.2f}, {rows[length]['ratio_high']:.2f}] at "
-            f"{length // train_length}x"
-            for length in usable
-        )
-        lines.append(
-            f"- {name}: paper {paper_class} ({paper_ratio:.2f}x at {paper_length / PRESS_TRAIN_LENGTH:.0f}x); "
-            f"poscli {interval_class(last['ratio_low'], last['ratio_high'])} ({ours_text}): **{verdict}**."
-        )
+        lines.append(f"- {name}: " + ("; ".join(cells) if cells else "poscli has no ratio with an interval") + ".")
     return lines
 
 

@@ -79,7 +79,7 @@ ORDERINGS = (
         rival_at_train_length=True,
     ),
 )
-HOLDS = {"<": "holds", ">": "**does not hold** (the opposite is supported)", "≈": "undecided"}
+HOLDS = {"<": "in the claimed direction", ">": "against the claimed direction", "≈": "not separated"}  # screen words
 
 
 def _extensions(summary, meta: dict) -> list[tuple[str, dict]]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
+from poscli.config import ModelConfig
 from poscli.core.lengths import parse_length, parse_lengths
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.evaluation import tasks
@@ -41,7 +42,7 @@ from poscli.training.options import (
 # encoding file joins a study without a recipe edit.
 EVERY_ENCODING = "all"
 
-SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare"}
+SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare", "claims", "gates"}
 # Options a recipe may not set: the runner sets them, or they would break the plan.
 EVAL_KEYS = {*EVAL_OPTIONS, "runs", "budgets"}  # every poscli eval option, and what the runner reads
 EXTEND_KEYS = {"runs", "name", "method_options"}
@@ -87,6 +88,9 @@ class Recipe:
     extend: list[Step]
     evals: list[Step]
     compare: list[dict]
+    claims: list = field(default_factory=list)  # poscli.study.claims.Claim, declared before the runs
+    gates: object = None  # poscli.study.gates.GateBounds: which runs learned
+    tables: dict = field(default_factory=dict)  # table -> what its claims may name (``_RecipeParser.tables``)
 
     @property
     def steps(self) -> list[Step]:
@@ -168,7 +172,31 @@ def load_recipe(path: str | Path) -> Recipe:
     extend_steps = parser.extend_steps(train_steps)
     eval_steps = parser.eval_steps([*train_steps, *extend_steps])
     compare = parser.compare({s.name for s in eval_steps})
-    return Recipe(path, data["name"], data.get("description", ""), train_steps, extend_steps, eval_steps, compare)
+    tables = parser.tables(train_steps, extend_steps, eval_steps)
+    claims = parser.claims(tables)
+    gates = parser.gates()
+    description = data.get("description", "")
+    return Recipe(
+        path, data["name"], description, train_steps, extend_steps, eval_steps, compare, claims, gates, tables
+    )
+
+
+def recipe_claims(text: str) -> dict | None:
+    """The claims of a recipe's text by name, unchecked against its runs (an older copy of the
+    recipe, from git: when a claim was declared); None where the text is not TOML."""
+    from poscli.study.claims import claim_of_entry
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return None
+    tables = list(dict.fromkeys(str(entry.get("table")) for entry in data.get("eval", [])))
+    found = {}
+    for entry in data.get("claims", []):
+        claim = claim_of_entry(entry)
+        if claim is not None:
+            found[claim.name] = replace(claim, table=claim.table or (tables[0] if len(tables) == 1 else ""))
+    return found
 
 
 class _RecipeParser:
@@ -307,6 +335,30 @@ class _RecipeParser:
                     self.fail(f"{message} ({', '.join(sorted(tables))})", key, "compare", index)
         return compare
 
+    def tables(self, train: list[Step], extend: list[Step], evals: list[Step]) -> dict[str, dict]:
+        return {name: _claim_table(train, extend, evals, name) for name in dict.fromkeys(s.name for s in evals)}
+
+    def claims(self, tables: dict[str, dict]) -> list:
+        from poscli.study.claims import parse_claims
+
+        entries = self.data.get("claims", [])
+        if not isinstance(entries, list):
+            self.fail("claims must be [[claims]] tables, one per claim", "claims")
+        return parse_claims(entries, lambda message, key, index: self.fail(message, key, "claims", index), tables)
+
+    def gates(self):
+        from poscli.study.gates import GateBounds
+
+        entry = self.data.get("gates", {})
+        for key, value in entry.items():
+            if key not in GateBounds.names():
+                self.fail(
+                    f"[gates] has no key {key!r}; its keys: {', '.join(sorted(GateBounds.names()))}", key, "gates"
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 100:
+                self.fail(f"[gates] {key} must be a number from 0 (no gate) up, got {value!r}", key, "gates")
+        return GateBounds(**{key: float(value) for key, value in entry.items()})
+
 
 def _snapshots(step: Step) -> list[Step]:
     """A train step's snapshots (``snapshots`` fractions of its ``steps``) as steps of their own,
@@ -438,6 +490,18 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
     _check_evaluations(recipe, tables, results)
 
 
+def _print_claims(recipe: Recipe, console) -> None:
+    """--dry-run's list of the recipe's declared claims, each with its test and its planned runs."""
+    from poscli.study.claims import describe
+
+    if not recipe.claims:
+        console.print("  claims: none declared (every comparison is an exploratory screen)", highlight=False)
+        return
+    console.print(f"  claims ({len(recipe.claims)}, each its own Holm family):", highlight=False)
+    for claim in recipe.claims:
+        console.print(f"    {describe(claim, recipe.tables[claim.table])}", highlight=False, markup=False)
+
+
 def _check_same_run(recipe: Recipe, step: Step, config: dict, folder: Path) -> None:
     """A run folder of the step's name must hold the run the recipe asks for (options that change
     only how it runs aside)."""
@@ -526,6 +590,41 @@ def _evaluated(rows, name: str, step: Step) -> bool:
 # --------------------------------------------------------------------------- running
 
 
+def _table_kind(task: str) -> str:
+    from poscli.evaluation.algorithmic import AlgorithmicTask
+
+    if task in ("perplexity", "passkey"):
+        return task
+    return "algorithmic" if isinstance(tasks.get(task), AlgorithmicTask) else task
+
+
+def _claim_table(train: list[Step], extend: list[Step], evals: list[Step], name: str) -> dict:
+    """What the claims of one table may name: its groups, lengths, kind and tasks, each group's base
+    train length, an extension's target and base group, and the runs each group has planned."""
+    mine = [step for step in evals if step.name == name]
+    steps = {s.name: s for s in [*train, *extend]}
+    groups = list(dict.fromkeys(group for step in mine for group in step.groups.values()))
+    kind = _table_kind(str(mine[0].options.get("task", EVAL_OPTIONS["task"])))
+    lengths = None
+    if kind != "algorithmic" and all(step.options.get("lengths") for step in mine):
+        lengths = {n for step in mine for n in parse_lengths(str(step.options["lengths"]))}
+    info = {"groups": groups, "lengths": lengths, "kind": kind, "null": any(s.options.get("null") for s in mine),
+            "tasks": sorted({str(s.options.get("task")) for s in mine}), "train_length": {}, "target": {},
+            "parent": {}, "runs": {}}  # fmt: skip
+    for step in mine:
+        for run, group in step.groups.items():
+            info["runs"][group] = info["runs"].get(group, 0) + 1
+            made = steps.get(run.split(runs.SNAPSHOT_MARK)[0])
+            if made is None or group in info["train_length"]:
+                continue
+            own = made.options.get("parent_options", made.options)
+            info["train_length"][group] = int(own.get("train_length") or ModelConfig.train_length)
+            if made.kind == "extend":
+                info["target"][group] = parse_length(str(made.options["target"]), "target")
+                info["parent"][group] = steps[made.options["parent"]].group
+    return info
+
+
 def run_recipe(
     path: str | Path,
     results=None,
@@ -561,6 +660,7 @@ def run_recipe(
             console.print(f"  {step.status:6}  {step.kind:6} {step.name}  [dim]{step.detail}[/]", highlight=False)
             if step.status != "done":
                 console.print(f"          poscli {shlex.join(step.argv)}", highlight=False, markup=False)  # to paste
+        _print_claims(whole, console)
         return recipe
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -759,57 +859,140 @@ class _Runner:
 
 
 def write_summaries(recipe: Recipe, results=None) -> list[Path]:
-    """For each perplexity table of the recipe whose runs repeat over seeds: TABLE-seeds.csv/.md/.png,
-    the mean over seeds of each group of runs at each length with its 95% interval over seeds and
-    evaluation sample, and its ratio to the train length (``seed_summary``). Then each [[compare]]
-    with published numbers: TABLE-published.md."""
+    """For each table of the recipe whose runs repeat over seeds: TABLE-seeds.csv/.md/.png, the
+    mean over seeds of each group of runs at each length with its 95% interval over seeds and
+    evaluation sample (``seed_summary``), and how many of each group's runs did not learn
+    (``poscli.study.gates``). Then, for each table with declared claims or a [[compare]],
+    TABLE-published.md: the claims' verdicts, the runs that did not learn, and the exploratory
+    screen (the [[compare]] writers, over the runs that learned)."""
     from poscli.core.io import atomic_write
     from poscli.evaluation.tables import read_table
-    from poscli.study.paired import corrected_together
-    from poscli.study.published import PUBLISHED
+    from poscli.study.gates import merged as merged_gates
     from poscli.study.report import PUBLISHED_SUFFIX, SEEDS_SUFFIX
 
     folder = runs.results_dir(results)
     written = []
-    summaries = {}
-    groups_of_table: dict[
-        str, dict
-    ] = {}  # two [[eval]] of one table (e.g. the runs, then their snapshots) summarise together
+    studied: dict[str, tuple] = {}  # table -> (summary over learned runs, rows, learned run -> group, gates)
+    groups_of_table: dict[str, dict] = {}  # two [[eval]] of one table (runs, then snapshots) summarise together
     for step in recipe.evals:
         groups_of_table.setdefault(step.name, {}).update(step.groups)
-    done_tables = set()
+    meta = _group_options(recipe)
+    read = {}  # table -> (its step with every group, its rows)
     for step in recipe.evals:
         table = folder / f"{step.name}.csv"
-        if not table.exists() or step.name in done_tables:
-            continue
-        done_tables.add(step.name)
-        step = Step(step.kind, step.name, runs=step.runs, options=step.options, groups=groups_of_table[step.name])
-        rows = read_table(table)
+        if table.exists() and step.name not in read:
+            merged_step = Step(
+                step.kind, step.name, runs=step.runs, options=step.options, groups=groups_of_table[step.name]
+            )
+            read[step.name] = (merged_step, read_table(table))
+    gates_of = merged_gates({name: _gates(recipe, step, rows, meta) for name, (step, rows) in read.items()})
+    for name, (step, rows) in read.items():
         task = tasks.get(step.options.get("task", EVAL_OPTIONS["task"]))
         compared = any(entry.get("perplexity") == step.name for entry in recipe.compare)  # one seed is enough
-        summary, text = task.seed_summary(rows, step.groups, step.options, folder, step.name, 1 if compared else 2)
+        min_runs = 1 if compared else 2
+        summary, text = task.seed_summary(rows, step.groups, step.options, folder, step.name, min_runs)
         if summary is None:
             continue
-        summaries[step.name] = summary
+        gates = gates_of[name]
+        learned = {run: group for run, group in step.groups.items() if run not in gates or gates[run].learned}
+        _count_unlearned(summary, gates)
         with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.csv") as handle:
             summary.to_csv(handle, index=False)
         with atomic_write(folder / f"{step.name}{SEEDS_SUFFIX}.md") as handle:
-            handle.write(text)
+            handle.write(text + _unlearned_note(gates))
         written += [folder / f"{step.name}{SEEDS_SUFFIX}.csv", folder / f"{step.name}{SEEDS_SUFFIX}.md"]
         written += task.seed_plots(summary, folder, step.name)
-    meta = {}  # group -> the options that made it (an extension's include its parent's; a snapshot's, its budget)
+        if len(learned) < len(step.groups) and recipe.tables[step.name]["kind"] != "algorithmic":
+            summary = task.seed_summary(rows, learned, step.options, folder, step.name, min_runs)[0]
+        studied[step.name] = (summary, rows, learned, gates)
+    for table in dict.fromkeys([*(e["table"] for e in recipe.compare), *(c.table for c in recipe.claims)]):
+        if table in studied:
+            text = _published_text(recipe, table, studied, meta)
+            with atomic_write(folder / f"{table}{PUBLISHED_SUFFIX}.md") as handle:
+                handle.write(text)
+            written.append(folder / f"{table}{PUBLISHED_SUFFIX}.md")
+    return written
+
+
+def summarise(path: str | Path, results=None) -> list[Path]:
+    """``poscli run RECIPE --summaries``: the recipe's summaries, published files and report from
+    its tables as they are, nothing trained or evaluated."""
+    from poscli.study.report import write_report
+
+    recipe = load_recipe(path)
+    if not (runs.results_dir(results)).is_dir():
+        raise RecipeError(f"no results folder {runs.results_dir(results)}; give the one the study wrote (--results)")
+    return [*write_summaries(recipe, results), write_report(results)]
+
+
+def _group_options(recipe: Recipe) -> dict:
+    """group -> the options that made it (an extension's include its parent's; a snapshot's, its budget)."""
+    meta = {}
     for step in [*recipe.train, *recipe.extend, *(snapshot for s in recipe.train for snapshot in _snapshots(s))]:
         meta.setdefault(step.group, step.options)
-    compared: dict[str, list] = {}  # table -> a writer of each [[compare]] of it, in the recipe's order
-    for entry in recipe.compare:
-        summary = summaries.get(entry["table"])
+    return meta
+
+
+def _gates(recipe: Recipe, step: Step, rows, meta: dict) -> dict:
+    """Each run's gate (``poscli.study.gates``) by its table's kind."""
+    from poscli.evaluation.seeds import table_mode
+    from poscli.study import gates
+
+    kind = recipe.tables[step.name]["kind"]
+    if kind == "perplexity":
+        mode = table_mode(step.options.get("stride"))
+        return gates.perplexity_gates(rows, step.groups, meta, recipe.gates or gates.GateBounds(), mode)
+    if kind == "algorithmic":
+        return gates.task_gates(rows, step.groups)
+    if kind == "passkey":
+        return gates.passkey_gates(rows, step.groups, meta, recipe.gates or gates.GateBounds())
+    return {}
+
+
+def _count_unlearned(summary, gates: dict) -> None:
+    """The summary's ``not_learned`` column: how many of each group's runs did not pass their gate."""
+    failed: dict[str, int] = {}
+    for gate in gates.values():
+        failed[gate.group] = failed.get(gate.group, 0) + (not gate.learned)
+    summary["not_learned"] = [failed.get(group, 0) for group in summary["group"]]
+
+
+def _unlearned_note(gates: dict) -> str:
+    failed = sorted(gate.run for gate in gates.values() if not gate.learned)
+    if not failed:
+        return ""
+    return (f"\nDid not learn ({len(failed)} runs, kept out of every claim and ranking; the reasons are in the "
+            f"published file): {', '.join(failed)}.\n")  # fmt: skip
+
+
+def _published_text(recipe: Recipe, table: str, studied: dict, meta: dict) -> str:
+    """TABLE-published.md: the declared claims, the runs that did not learn, then the exploratory screen."""
+    from poscli.study import claims as claim_module
+    from poscli.study.gates import gates_markdown
+    from poscli.study.paired import corrected_together
+    from poscli.study.published import PUBLISHED
+
+    summary, rows, learned, gates = studied[table]
+    info = recipe.tables[table]
+    values = claim_module.values_of(info, summary, rows, learned)
+    verdicts = []
+    for claim in (c for c in recipe.claims if c.table == table):
+        verdict = claim_module.decide(claim, info, values)
+        verdict.declared, verdict.exploratory = claim_module.declaration(recipe.path, claim, recipe_claims)
+        verdicts.append(verdict)
+    writers = []
+    for entry in (e for e in recipe.compare if e["table"] == table):
+        extra = {"perplexity": studied[entry["perplexity"]][0]} if "perplexity" in entry else {}
+        writers.append(partial(PUBLISHED[entry["published"]], summary, meta, **extra))
+    lines = claim_module.claims_markdown(verdicts) or [
+        "### Declared claims\n",
+        "None: this table's recipe declares no claim, so nothing below is a verdict.",
+    ]
+    lines += ["", *gates_markdown(gates)] if gates else []
+    if writers:
+        lines += ["", "## Exploratory screen\n", claim_module.SCREEN_NOTE, ""]
         if summary is None:
-            continue
-        extra = {"perplexity": summaries.get(entry["perplexity"])} if "perplexity" in entry else {}
-        compared.setdefault(entry["table"], []).append(partial(PUBLISHED[entry["published"]], summary, meta, **extra))
-    for table, writers in compared.items():
-        texts = corrected_together(writers)  # Holm's family: every decision of the file
-        with atomic_write(folder / f"{table}{PUBLISHED_SUFFIX}.md") as handle:
-            handle.write("\n".join(texts))
-        written.append(folder / f"{table}{PUBLISHED_SUFFIX}.md")
-    return written
+            lines.append("None: no group of this table has runs enough that learned.")
+        else:
+            lines += corrected_together(writers)  # Benjamini-Hochberg over the screen's tests
+    return "\n".join(lines).rstrip("\n") + "\n"

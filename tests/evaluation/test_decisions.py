@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from poscli.evaluation.stats import decide, holm, paired_seed_test, t_quantile, t_two_sided_p
+from poscli.evaluation.stats import benjamini_hochberg, decide, holm, paired_seed_test, t_quantile, t_two_sided_p
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_the_paired_test_reproduces_a_hand_computed_t_and_its_interval():
     assert low < ratio < high and (low < 1 < high)
 
 
-def test_a_published_file_corrects_every_comparison_in_it_as_one_family():
+def test_a_published_files_screen_corrects_every_comparison_in_it_together_by_benjamini_hochberg():
     """Two comparisons written into one file (say press2022 and the recent encodings' claims):
     inside ``corrected_together`` each decision's Holm p is the one over the union of both
     comparisons' tests, not over its own comparison's, and each footer counts the file's tests."""
@@ -90,7 +90,8 @@ def test_a_published_file_corrects_every_comparison_in_it_as_one_family():
 
     (adjusted_a, footer_a), (adjusted_b, footer_b) = corrected_together([writer("a"), writer("b")])
     raw = [paired_seed_test(log_ratios)[3] for log_ratios in draws["a"] + draws["b"]]
-    assert adjusted_a + adjusted_b == pytest.approx(holm(raw))
+    assert adjusted_a + adjusted_b == pytest.approx(benjamini_hochberg(raw))  # the screen: one false discovery rate
     alone, _ = writer("a")()
-    assert alone == pytest.approx(holm(raw[:3])) and alone != pytest.approx(adjusted_a)  # the file's family is larger
-    assert "7 decisions of this file" in footer_a and "3 of them here" in footer_a and "4 of them here" in footer_b
+    assert alone == pytest.approx(holm(raw[:3])) and alone != pytest.approx(adjusted_a)  # the file's screen is larger
+    assert "7 tests of this file's screen" in footer_a and "3 of them here" in footer_a and "4 of them here" in footer_b
+    assert "exploratory, not verdicts" in footer_a

@@ -57,18 +57,19 @@ def test_no_mastered_seed_means_no_accuracy_beyond_and_the_table_says_so():
     assert "no seed mastered" in generalization.seed_markdown(summary)
 
 
-def test_decisions_pair_seed_with_seed():
-    # Seed s of A is 0.1 above seed s of B at every seed: a paired test decides it, although the
-    # seeds spread far more than the difference (an unpaired test would not).
+def test_the_screen_compares_two_encodings_unpaired_so_seed_labels_do_not_matter():
+    # Seed s of A is 0.1 above seed s of B at every seed, but seed 0 of ALiBi and seed 0 of RoPE share
+    # nothing: Welch's test sees two spreads far wider than the difference, in any labelling.
     rows, groups = table({"a-alibi": [0.2, 0.5, 0.8], "b-rope": [0.1, 0.4, 0.7]})
     found = generalization.decisions(generalization.seed_summary(rows, groups))
     row = found[found["factor"] == 2].iloc[0]
     assert (row["a"], row["b"], row["pairs"]) == ("a-alibi-s*", "b-rope-s*", 3)
-    assert row["difference"] == pytest.approx(0.1)
-    assert row["verdict"] == ">"
-    shuffled, groups = table({"a-alibi": [0.8, 0.2, 0.5], "b-rope": [0.1, 0.4, 0.7]})  # the same values, unpaired
-    row = generalization.decisions(generalization.seed_summary(shuffled, groups)).iloc[0]
-    assert row["verdict"] == "≈"
+    assert row["difference"] == pytest.approx(0.1) and row["verdict"] == "≈"
+    shuffled, groups = table({"a-alibi": [0.8, 0.2, 0.5], "b-rope": [0.1, 0.4, 0.7]})  # the same values, relabelled
+    other = generalization.decisions(generalization.seed_summary(shuffled, groups)).iloc[0]
+    assert other["p"] == pytest.approx(row["p"]) and other["verdict"] == row["verdict"]
+    apart, groups = table({"a-alibi": [0.9, 0.92, 0.95], "b-rope": [0.1, 0.12, 0.1]})
+    assert generalization.decisions(generalization.seed_summary(apart, groups)).iloc[0]["verdict"] == ">"
 
 
 def test_small_differences_and_many_comparisons_are_not_claimed():
@@ -76,7 +77,7 @@ def test_small_differences_and_many_comparisons_are_not_claimed():
     rows, groups = table({f"g{i}-rope": [0.5 + 0.02 * i + 0.01 * s for s in range(3)] for i in range(5)})
     found = generalization.decisions(generalization.seed_summary(rows, groups))
     assert len(found) == 10  # every pair of five groups
-    assert (found["adjusted"] >= found["p"]).all()  # Holm only raises p-values
+    assert (found["adjusted"] >= found["p"]).all()  # Benjamini-Hochberg only raises p-values
 
 
 def test_groups_with_fewer_than_two_mastered_seeds_in_common_are_not_tested():

@@ -1,6 +1,7 @@
 """The headline numbers in the README and docs/ are the files in results/reference, copied by
 tools/readme_headline.py."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,40 @@ def test_the_readme_headline_is_exactly_what_results_holds():
     )  # the block is filled, not empty
 
 
+# What a verdict quotes: an interval, a ratio, a p value. Outside a generated block (and code) none
+# may be typed by hand in docs/results.md or the README's results, so each one is a published file's.
+QUOTED = re.compile(r"\[-?\d+\.\d+, -?\d+\.\d+\]|\b\d+\.\d+x\b|Holm p|\bq \d|\bp \d?\.\d")
+VERDICT_WORDS = re.compile(r"\*\*(agrees|differs|holds|same order|does not hold)\*\*|\bnot separated at \d")
+
+
+def hand_written(text: str) -> list[str]:
+    """The lines of ``text`` outside <!-- results/... --> blocks and code fences."""
+    text = re.sub(r"<!-- results/.*?<!-- end -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return text.splitlines()
+
+
+def readme_results() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split("## What the reference study shows", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("name", ["docs/results.md", "README.md"])
+def test_every_verdict_ratio_and_p_value_in_the_docs_is_quoted_from_a_published_file(name):
+    text = readme_results() if name == "README.md" else (ROOT / name).read_text(encoding="utf-8")
+    typed = [line for line in hand_written(text) if QUOTED.search(line) or VERDICT_WORDS.search(line)]
+    assert not typed, f"{name}: quote these from results/reference in a block (tools/readme_headline.py): {typed[:3]}"
+
+
+def test_the_quote_check_catches_a_typed_ratio_and_passes_a_block():
+    typed = "ALiBi keeps (0.93x [0.92, 0.93], Holm p 0.049).\n"
+    block = (
+        '<!-- results/reference/x-published.md only "- **a" -->\n- **a**: holds, 0.93x [0.92, 0.93].\n<!-- end -->\n'
+    )
+    assert any(QUOTED.search(line) for line in hand_written(typed))
+    assert not any(QUOTED.search(line) for line in hand_written(block))
+
+
 def test_the_check_notices_a_number_typed_by_hand(tmp_path):
     sys.path.insert(0, str(ROOT / "tools"))
     from readme_headline import render
@@ -34,6 +69,9 @@ def test_the_check_notices_a_number_typed_by_hand(tmp_path):
     )
     some = '<!-- results/p-published.md only "- ALiBi" "- Paper at" -->\nold\n<!-- end -->\n'
     assert render(some, tmp_path).splitlines()[1:3] == ["- ALiBi: keeps.", "- Paper at 512."]
+    (tmp_path / "results" / "c-published.md").write_text("- **a**: holds.\n  - 4x: holds.\n- **b**: x.\n  - 4x: y.\n")
+    claim = '<!-- results/c-published.md only "- **a**" -->\nold\n<!-- end -->\n'
+    assert render(claim, tmp_path).splitlines()[1:3] == ["- **a**: holds.", "  - 4x: holds."]  # with its lines
 
 
 def test_each_runs_table_is_what_tools_runs_table_writes_from_its_csv():

@@ -29,11 +29,15 @@ def test_orderings_pick_the_right_rival_and_follow_the_paired_test():
         "self-extend-tuned-0": {"method": "self-extend", "target": "1k", "options_from": "tune"},
     }
     text = method_orderings(summary, meta)
-    assert line_with(text, "resonance-yarn-0", "yarn-0").endswith(": holds.")
-    assert "does not hold" in line_with(text, "Gelberg", "drope-250", "yarn-0")
+    assert line_with(text, "resonance-yarn-0", "yarn-0").endswith(": in the claimed direction.")
+    assert "against the claimed direction" in line_with(text, "Gelberg", "drope-250", "yarn-0")
     control = line_with(text, "control", "drope-250")
-    assert "continue-128-250" in control and "continue-1k-250" not in control and control.endswith(": holds.")
-    assert line_with(text, "self-extend tuned", "self-extend-0").endswith(": undecided.")
+    assert (
+        "continue-128-250" in control
+        and "continue-1k-250" not in control
+        and control.endswith(": in the claimed direction.")
+    )
+    assert line_with(text, "self-extend tuned", "self-extend-0").endswith(": not separated.")
     assert "Holm" in text
 
 
@@ -73,10 +77,14 @@ def test_the_newer_claims_find_their_rivals_by_kind_and_the_mixed_windows_are_re
         "resonance-250": {"method": "resonance", "target": "1k", "steps": 250, "finetune_length": "1k"},
     }
     text = method_orderings(summary, meta)
-    assert line_with(text, "Wu et al.", "At 1024: cream", "pose").endswith(": holds.")
+    assert line_with(text, "Wu et al.", "At 1024: cream", "pose").endswith(": in the claimed direction.")
     needle = line_with(text, "needle-driven", "At 1024: longrope2 ")
-    assert "longrope " in needle and "does not hold" in needle
+    assert "longrope " in needle and "against the claimed direction" in needle
     mixed = line_with(text, "mixed context windows", "longrope2-mixed-250")
-    assert "At 128:" in mixed and "longrope2-250" in mixed and mixed.endswith(": holds.")
+    assert "At 128:" in mixed and "longrope2-250" in mixed and mixed.endswith(": in the claimed direction.")
     resonance = line_with(text, "Resonance RoPE", "resonance-250")
-    assert "continue-1k-250" in resonance and "continue-128-250" not in resonance and resonance.endswith(": holds.")
+    assert (
+        "continue-1k-250" in resonance
+        and "continue-128-250" not in resonance
+        and resonance.endswith(": in the claimed direction.")
+    )

@@ -137,6 +137,9 @@ def test_a_malformed_recipe_through_the_cli_is_exit_2_one_line_and_writes_nothin
 TINY = """
 name = "tiny"
 
+[gates]             # 4-step models learn nothing: let every run through, to test the pipeline
+three_gram = 99
+
 [defaults]
 layers = 1
 width = 32
@@ -336,16 +339,24 @@ def test_press2022_claims_a_class_where_intervals_and_an_order_where_paired_test
     meta = {pe: {"pe": pe} for pe in paper_like}
     summary, groups = summary_from(paper_like, {pe: pe for pe in paper_like}, 128)
     text = press2022(summary, meta)
-    assert "- ALiBi: paper keeps" in text and "poscli keeps" in text
-    assert "T5 bias: paper degrades gracefully (1.17x at 7x); poscli degrades gracefully" in text
-    assert "Rotary: paper blows up (3.95x at 30x); poscli blows up" in text and "**agrees**" in text
-    assert "Sinusoidal: paper blows up (20.25x at 30x); poscli keeps" in text and "**differs**" in text
+    lines = {line.split(":")[0]: line for line in text.splitlines() if line.startswith("- ")}
+    assert (
+        "at 4x poscli 0.98x [" in lines["- ALiBi"]
+        and "paper 0.93x keeps (at 4.9x, the nearest): agrees" in lines["- ALiBi"]
+    )
+    assert (
+        "at 16x poscli 1.20x" in lines["- T5 bias"]
+        and "paper 1.17x degrades gracefully (at 6.9x, the nearest)" in lines["- T5 bias"]
+    )
+    assert "paper 3.95x blows up (at 30.3x, the nearest): agrees" in lines["- Rotary"]  # 16x: nearer 30x than 6.9x
+    assert "keeps, paper 20.25x blows up (at 30.3x, the nearest): differs" in lines["- Sinusoidal"]
     assert "poscli at 512 (4x): ALiBi < T5 bias < Rotary < Sinusoidal: **same order**" in text
     assert (
         "poscli at 2048 (16x): Sinusoidal < ALiBi < T5 bias < Rotary: **a reversal of the paper's order**: Sinusoidal "
         "below ALiBi" in text
     )
-    assert "Holm's correction across the 12 decisions of this comparison" in text  # 6 pairs x 2 lengths, no nulls
+    assert "Holm's correction across these 12 tests" in text  # 6 pairs x 2 lengths, no nulls
+    assert "two different models by Welch's t-test" in text  # encodings are never paired by seed index
 
 
 def test_press2022_ties_what_the_seeds_or_the_minimum_effect_do_not_separate():
@@ -721,6 +732,9 @@ def test_each_gives_every_step_of_a_run_its_own_log_with_two_evaluations_of_one_
 BUDGETS = """
 name = "budgets"
 
+[gates]             # 8-step models learn nothing: let every run through, to test the pipeline
+three_gram = 99
+
 [defaults]
 train_length = 32
 steps = 8
@@ -795,7 +809,7 @@ def test_each_run_and_its_snapshots_are_evaluated_as_trained_and_count_as_done_w
     assert seen["b-rope-s0@4"] == 4 * 4 * 32 and seen["b-rope-s0"] == 8 * 4 * 32
     published = (results / "budgets-published.md").read_text()
     assert "Verdicts against the training budget" in published and "Against the truncation null" in published
-    assert "Holm's correction" in published
+    assert "Benjamini-Hochberg over the" in published and "## Exploratory screen" in published
     assert (results / "budgets-budgets.png").exists()
 
     shutil.rmtree(results / "runs")  # a fresh clone: the tables, not the weights

@@ -1,0 +1,469 @@
+"""Claims declared in a recipe before its runs, each decided by its own tests (issue 62).
+
+A verdict is decided once, by a rule fixed before the data:
+
+- **Declared.** A recipe's ``[[claims]]`` name the groups compared, what against (another group,
+  the group's own truncation null, or the base it was extended from), the lengths, the direction
+  and the minimum effect, with the paper the claim comes from. A claim that names a group, a table,
+  a task or a length the recipe does not have is a one-line error at ``--dry-run``. The published
+  file records the commit that first declared each claim; a claim whose test (not its wording)
+  changed since then is marked exploratory.
+- **Its own family.** The claim's tests (one per length) are corrected together by Holm's (1979)
+  step-down procedure and nothing else: a verdict never depends on which unrelated runs share a
+  table. Everything not declared is an exploratory screen (``poscli.study.paired.Decisions``),
+  corrected by Benjamini and Hochberg (1995) over the file.
+- **Pairing only where it is physical.** A model against itself (its null, its base at the same
+  length on the same spans) or two methods extended from the same base: a paired t-test over the
+  seeds both have. Two different models share no seed (seed 0 of ALiBi and seed 0 of T5 bias are
+  not a pair): Welch's (1947) unpaired t-test on per-seed values over the same spans.
+- **Runs that learned.** Only runs that passed their gate (``poscli.study.gates``) count; a claim
+  with fewer than ``MIN_SEEDS`` learned seeds on a side is "not tested", never "equal".
+- **Words from the test.** "less"/"greater": holds where the Holm-adjusted p is under ALPHA and the
+  effect is at least the minimum in the claimed direction; the opposite where the same holds the
+  other way. "no-worse": the test of the effect against the margin (a ratio of 1 + the minimum
+  effect, Schuirmann's non-inferiority reading of the 95% interval); holds where the adjusted p is
+  under ALPHA and the effect is below the margin, fails where it is above. Anything else is "not
+  separated at N seeds (ratio r [lo, hi])", which is not "no difference".
+
+Values: per seed, the mean loss (nats per token) over the table's spans for perplexity, so a
+difference is a log perplexity ratio and is shown as the ratio; exact match over a band of sizes
+(``generalization.band_values``) for an algorithmic task; passkey accuracy pooled over depths.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from poscli.core.lengths import parse_length
+from poscli.errors import PoscliError
+from poscli.evaluation.stats import ALPHA
+
+NULL, BASE = "null", "base"  # against: the group's own truncation null; the base an extension was made from
+DIRECTIONS = ("less", "greater", "no-worse")
+MIN_SEEDS = 3  # learned seeds each side needs before a claim is tested
+MIN_EFFECT = {"perplexity": 0.01, "accuracy": 0.05}  # 1% of perplexity; 5 points of accuracy
+SCREEN_NOTE = (
+    "Everything below is exploratory: the comparisons no claim declared, each test corrected by Benjamini and "
+    "Hochberg (1995) over this file's screen, over the runs that learned. Its words (orders, keeps, agrees, in the "
+    "claimed direction) describe the screen and are not verdicts; a verdict is a declared claim's, above."
+)
+KEYS = {"name", "says", "source", "table", "compare", "against", "lengths", "direction", "min_effect", "task"}
+TEST_FIELDS = ("table", "compare", "against", "lengths", "direction", "min_effect", "task")  # what a test is
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One declared claim: ``compare``'s value is ``direction`` than ``against``'s at each length."""
+
+    name: str
+    says: str  # the sentence, as its source says it
+    source: str  # the paper, with the place in it
+    table: str
+    compare: str  # a group of runs (the run name with its seed replaced by *)
+    against: str  # another group, NULL or BASE
+    lengths: tuple[str, ...]  # "4x" (of the base's train length; of the largest training size for a task), "2k"
+    direction: str  # "less", "greater", "no-worse" (of the metric: perplexity, or accuracy)
+    min_effect: float | None = None  # None: MIN_EFFECT of the metric
+    task: str = ""  # an algorithmic table's task
+
+    def test_key(self) -> tuple:
+        return tuple((name, getattr(self, name)) for name in TEST_FIELDS)
+
+
+@dataclass(frozen=True)
+class Test:
+    """One test of a claim at one length: the estimate with its 95% interval, raw and adjusted p."""
+
+    length: str
+    paired: bool
+    seeds: tuple[int, int]  # learned seeds of compare and against (paired: the pairs, twice)
+    estimate: float  # perplexity: the ratio; accuracy: the difference
+    low: float
+    high: float
+    p: float
+    adjusted: float = math.nan
+    note: str = ""  # why it was not tested
+
+
+@dataclass
+class Verdict:
+    claim: Claim
+    metric: str
+    tests: list[Test] = field(default_factory=list)
+    declared: str = ""
+    exploratory: str = ""  # why it is exploratory, if it is
+
+    def word(self, test: Test) -> str:
+        """holds, the opposite (or fails), not separated, or not tested, decided by the claim's rule."""
+        if test.note:
+            return "not tested"
+        margin = self.margin()
+        beyond = test.adjusted < ALPHA
+        if self.claim.direction == "no-worse":
+            if beyond:
+                return "holds" if self._worse_by(test.estimate) < margin else "fails"
+            return "not separated"
+        lower = test.estimate < (1 if self.metric == "perplexity" else 0)
+        effect = abs(test.estimate - 1) if self.metric == "perplexity" else abs(test.estimate)
+        if not beyond or effect < self.min_effect():
+            return "not separated"
+        return "holds" if lower == (self.claim.direction == "less") else "the opposite holds"
+
+    def margin(self) -> float:
+        return self.min_effect() if self.metric == "accuracy" else math.log1p(self.min_effect())
+
+    def min_effect(self) -> float:
+        return self.claim.min_effect if self.claim.min_effect is not None else MIN_EFFECT[self.metric]
+
+    def _worse_by(self, estimate: float) -> float:
+        """How much worse ``compare`` is, in the margin's units (higher perplexity, lower accuracy)."""
+        return math.log(estimate) if self.metric == "perplexity" else -estimate
+
+
+# --------------------------------------------------------------------------- declaring
+
+
+def parse_claims(entries: list, fail, tables: dict[str, dict]) -> list[Claim]:
+    """The ``[[claims]]`` of a recipe, checked against what it runs. tables: table -> {"groups":
+    its groups, "lengths": its lengths (ints, or None), "kind": perplexity / passkey / algorithmic,
+    "tasks": its tasks, "train_length": group -> base train length, "target": group -> int,
+    "parent": group -> the base's group}. ``fail(message, key, index)`` raises the one-line error."""
+    claims, names = [], set()
+    for index, entry in enumerate(entries):
+        claim = _claim_of(entry, index, fail, tables)
+        if claim.name in names:
+            fail(f"claim {claim.name!r} is declared twice; each claim needs its own name", "name", index)
+        names.add(claim.name)
+        claims.append(claim)
+    return claims
+
+
+def _claim_of(entry, index: int, fail, tables: dict[str, dict]) -> Claim:
+    if not isinstance(entry, dict):
+        fail("each [[claims]] is a table of keys", "claims", index)
+    for key in entry:
+        if key not in KEYS:
+            fail(f"[[claims]] has no key {key!r}; its keys: {', '.join(sorted(KEYS))}", key, index)
+    for key in ("name", "says", "source", "compare", "against", "lengths", "direction"):
+        if key not in entry:
+            fail(f"every [[claims]] needs {key!r} (keys: {', '.join(sorted(KEYS))})", "claims", index)
+    table = entry.get("table") or (next(iter(tables)) if len(tables) == 1 else "")
+    if table not in tables:
+        fail(f"claim table {table!r} is not one of this recipe's [[eval]] tables ({', '.join(tables)})", "table", index)
+    info = tables[table]
+    lengths = entry["lengths"]
+    if isinstance(lengths, str):
+        lengths = [lengths]
+    if not isinstance(lengths, list) or not lengths or len(set(map(str, lengths))) != len(lengths):
+        fail('lengths must be a list of distinct lengths, e.g. ["4x", "16x"] or ["1k"]', "lengths", index)
+    min_effect = entry.get("min_effect")
+    if min_effect is not None and (not isinstance(min_effect, (int, float)) or not 0 < min_effect < 1):
+        fail(f"min_effect must be a number between 0 and 1, got {min_effect!r}", "min_effect", index)
+    claim = replace(claim_of_entry(entry), table=table)
+    _check_claim(claim, index, fail, info)
+    return claim
+
+
+def claim_of_entry(entry) -> Claim | None:
+    """A [[claims]] table as a Claim, unchecked (None where it lacks a key): for an older copy of a
+    recipe, to tell whether a claim's test has changed since."""
+    try:
+        lengths = [entry["lengths"]] if isinstance(entry["lengths"], str) else entry["lengths"]
+        min_effect = entry.get("min_effect")
+        return Claim(str(entry["name"]), str(entry["says"]), str(entry["source"]), str(entry.get("table", "")),
+                     str(entry["compare"]), str(entry["against"]), tuple(str(n) for n in lengths),
+                     str(entry["direction"]), None if min_effect is None else float(min_effect),
+                     str(entry.get("task", "")))  # fmt: skip
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _check_claim(claim: Claim, index: int, fail, info: dict) -> None:
+    groups = info["groups"]
+    if claim.direction not in DIRECTIONS:
+        fail(f"direction must be one of {', '.join(DIRECTIONS)}, got {claim.direction!r}", "direction", index)
+    if claim.compare not in groups:
+        fail(f"compare {claim.compare!r} is not a group of table {claim.table} ({', '.join(groups)})", "compare", index)
+    if claim.against == BASE and claim.compare not in info["parent"]:
+        fail(f"against = 'base' needs an extension; {claim.compare} is not one", "against", index)
+    if claim.against not in (NULL, BASE) and claim.against not in groups:
+        message = f"against {claim.against!r} is not 'null', 'base' or a group of table {claim.table}"
+        fail(message + f" ({', '.join(groups)})", "against", index)
+    if claim.against == claim.compare:
+        fail("a claim compares a group with something else: against names the same group", "against", index)
+    if claim.against == NULL and not info.get("null"):
+        fail(f"against = 'null' needs null = true in table {claim.table}'s [[eval]]", "against", index)
+    if info["kind"] == "algorithmic":
+        if claim.task not in info["tasks"]:
+            fail(f"task {claim.task!r} is not one of table {claim.table}'s ({', '.join(info['tasks'])})", "task", index)
+    elif claim.task:
+        fail(f"task is for an algorithmic table; {claim.table} is a {info['kind']} table", "task", index)
+    for text in claim.lengths:
+        try:
+            length = resolve_length(claim, text, info)
+        except ValueError as error:
+            fail(str(error), "lengths", index)
+        if info["lengths"] is not None and length not in info["lengths"]:
+            shown = ", ".join(str(n) for n in sorted(info["lengths"]))
+            fail(f"length {text} ({length}) is not evaluated in table {claim.table} ({shown})", "lengths", index)
+
+
+def resolve_length(claim: Claim, text: str, info: dict) -> int:
+    """A claim's length as the table holds it: "4x" of the compared group's (base's) train length,
+    or for an algorithmic table the factor itself (its band up to 4x the largest training size);
+    "target": an extension's target; else a length ("2k")."""
+    if text.endswith("x") and text[:-1].isdigit():
+        factor = int(text[:-1])
+        if info["kind"] == "algorithmic":
+            if factor not in (2, 4):
+                raise ValueError(f"length {text}: an algorithmic claim is at 2x or 4x its largest training size")
+            return factor
+        return factor * info["train_length"][claim.compare]
+    if info["kind"] == "algorithmic":
+        raise ValueError(f"length {text}: an algorithmic claim is at 2x or 4x its largest training size")
+    if text == "target":
+        if claim.compare not in info["target"]:
+            raise ValueError(f"length 'target' needs an extension; {claim.compare} is not one")
+        return info["target"][claim.compare]
+    try:
+        return parse_length(text, "lengths")
+    except PoscliError:
+        raise ValueError(
+            f"length {text!r}: give a multiple of the train length (4x), 'target' or a length (2k)"
+        ) from None
+
+
+def describe(claim: Claim, info: dict) -> str:
+    """The claim as ``--dry-run`` lists it: what is compared, how it is tested, and how many runs
+    each side has planned."""
+    against = {NULL: "its own truncation null", BASE: "its base"}.get(claim.against, claim.against)
+    test = "paired t-test" if is_paired(claim, info) else "Welch's t-test"
+    planned = info["runs"].get(claim.compare, 0)
+    other = planned if claim.against in (NULL, BASE) else info["runs"].get(claim.against, 0)
+    task = f" on {claim.task}" if claim.task else ""
+    lengths = ", ".join(claim.lengths)
+    return (f"{claim.name}: {claim.compare} {claim.direction} than {against}{task} at {lengths} ({test}, Holm over "
+            f"its {len(claim.lengths)}; {planned} and {other} runs planned) [{claim.source}]")  # fmt: skip
+
+
+def is_paired(claim: Claim, info: dict) -> bool:
+    """A model against itself, or two methods extended from the same base: the only real pairs."""
+    if claim.against in (NULL, BASE):
+        return True
+    parents = info["parent"]
+    return claim.compare in parents and parents.get(claim.against) == parents[claim.compare]
+
+
+# --------------------------------------------------------------------------- deciding
+
+
+def decide(claim: Claim, info: dict, values) -> Verdict:
+    """The claim's verdict from ``values(claim, length) -> (compare's, against's)``: two dicts seed
+    key -> value over learned runs (None where the two were not scored on the same spans)."""
+    from poscli.evaluation.stats import holm
+
+    verdict = Verdict(claim, "perplexity" if info["kind"] == "perplexity" else "accuracy")
+    paired = is_paired(claim, info)
+    tests = [_test(text, paired, values(claim, resolve_length(claim, text, info)), verdict) for text in claim.lengths]
+    adjusted = holm([math.nan if t.note else t.p for t in tests])
+    verdict.tests = [t if t.note else replace(t, adjusted=a) for t, a in zip(tests, adjusted)]
+    return verdict
+
+
+def _test(text: str, paired: bool, pair, verdict: Verdict) -> Test:
+    """One length's test: paired over shared seeds, or Welch's; for a no-worse claim its p is of
+    the margin (the effect equal to it), else of no difference."""
+    import numpy as np
+
+    from poscli.evaluation.stats import paired_t, t_quantile, t_sf, welch_t
+
+    nan = math.nan
+    if pair is None:
+        return Test(text, paired, (0, 0), nan, nan, nan, nan, note="not scored on the same spans at this length")
+    mine, theirs = pair
+    if paired:
+        shared = sorted(set(mine) & set(theirs))
+        seeds = (len(shared), len(shared))
+        if len(shared) < MIN_SEEDS:
+            return Test(text, paired, seeds, nan, nan, nan, nan, note=f"{len(shared)} learned seeds paired, "
+                        f"{MIN_SEEDS} needed")  # fmt: skip
+        mean, low, high, p = paired_t(np.array([mine[s] - theirs[s] for s in shared]))
+        df = len(shared) - 1
+    else:
+        seeds = (len(mine), len(theirs))
+        if min(seeds) < MIN_SEEDS:
+            return Test(text, paired, seeds, nan, nan, nan, nan, note=f"{seeds[0]} and {seeds[1]} learned seeds, "
+                        f"{MIN_SEEDS} a side needed")  # fmt: skip
+        mean, low, high, p, df = welch_t(np.array(list(mine.values())), np.array(list(theirs.values())))
+    if verdict.claim.direction == "no-worse":
+        worse = mean if verdict.metric == "perplexity" else -mean  # higher perplexity, lower accuracy
+        se = (high - low) / (2 * t_quantile(df)) if math.isfinite(df) else 0.0
+        gap = worse - verdict.margin()
+        p = (0.0 if gap else 1.0) if se == 0 else min(1.0, 2 * t_sf(abs(gap) / se, df))
+    scale = math.exp if verdict.metric == "perplexity" else float
+    return Test(text, paired, seeds, scale(mean), scale(low), scale(high), p)
+
+
+def values_of(info: dict, summary, rows, learned: dict[str, str]):
+    """The per-seed values a claim of this table is decided on, as ``decide`` reads them:
+    ``values(claim, length) -> (compare's, against's)`` over the learned runs. summary: the table's
+    summary over learned runs; rows: its rows; learned: run -> group, the runs that passed their gate."""
+    kind = info["kind"]
+    if kind == "perplexity":
+        return lambda claim, length: _perplexity_values(summary, info, claim, length)
+    if kind == "algorithmic":
+        return lambda claim, length: _band_values(summary, claim, length)
+    return lambda claim, length: _passkey_values(rows, learned, info, claim, length)
+
+
+def _against_group(claim: Claim, info: dict) -> str:
+    return info["parent"][claim.compare] if claim.against == BASE else claim.compare if claim.against == NULL else \
+        claim.against  # fmt: skip
+
+
+def _perplexity_values(summary, info: dict, claim: Claim, length: int):
+    """Each learned seed's mean loss (nats per token) over the table's spans at ``length``: the
+    difference of two is the log of their perplexity ratio."""
+    from poscli.study.published import null_summary
+
+    def losses(source, group):
+        found = None if source is None else source.attrs.get("run_losses", {}).get((group, length))
+        return None if found is None else (found[0], dict(zip(found[2], found[1])))
+
+    if summary is None:  # no group has runs enough that learned
+        return {}, {}
+    other_source = null_summary(summary, claim.compare, length) if claim.against == NULL else summary
+    mine, theirs = losses(summary, claim.compare), losses(other_source, _against_group(claim, info))
+    if mine is not None and theirs is not None:
+        return (mine[1], theirs[1]) if mine[0] == theirs[0] else None
+    if claim.against == NULL and mine is not None:
+        return None  # scored, but no null beside it
+    absent = [group for group, found in ((claim.compare, mine), (_against_group(claim, info), theirs)) if found is None]
+    if all(_absent(summary, group, length) for group in absent):  # every seed gated out: none learned
+        return ({} if mine is None else mine[1]), ({} if theirs is None else theirs[1])
+    return None
+
+
+def _absent(summary, group: str, length: int) -> bool:
+    """Whether a group has no learned run at all at ``length`` (every seed gated out)."""
+    return summary[(summary["group"] == group) & (summary["length"] == length)].empty
+
+
+def _band_values(summary, claim: Claim, factor: int):
+    """Each mastered seed's exact match over the band of sizes up to ``factor`` x the largest
+    training size (``generalization.band_values``)."""
+    from poscli.evaluation.generalization import band_values
+
+    part = summary[summary["task"] == claim.task] if summary is not None else None
+    if part is None or part.empty:
+        return {}, {}
+    values = band_values(part, factor)
+    return values.get(claim.compare, {}), values.get(claim.against, {})
+
+
+def _passkey_values(rows, learned: dict[str, str], info: dict, claim: Claim, length: int):
+    """Each learned seed's passkey accuracy at ``length``, one key, pooled over depths."""
+    from poscli.evaluation.seeds import seed_keys
+
+    def accuracies(group: str) -> dict[str, float]:
+        members = sorted(run for run, g in learned.items() if g == group)
+        part = rows[rows["run"].isin(members) & (rows["length"] == length)]
+        if "keys" in part:
+            part = part[part["keys"].fillna(1) == 1]
+        pooled = part.groupby("run")[["correct", "trials"]].sum()
+        pooled = pooled[pooled["trials"] > 0]
+        keys = dict(zip(sorted(members), seed_keys(group, members)))
+        return {keys[run]: float(row.correct / row.trials) for run, row in pooled.iterrows()}
+
+    return accuracies(claim.compare), accuracies(_against_group(claim, info))
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def claim_lines(verdict: Verdict) -> list[str]:
+    """The claim's sentence and one line per length, every word from its test."""
+    claim = verdict.claim
+    words = [verdict.word(t) for t in verdict.tests]
+    summary = _summary(words, [t.length for t in verdict.tests])
+    task = f" on {claim.task}" if claim.task else ""
+    declared = f" Declared {verdict.declared}." if verdict.declared else ""
+    exploratory = f" **Exploratory**: {verdict.exploratory}." if verdict.exploratory else ""
+    head = (f"- **{claim.name}**{task}: {claim.says} ({claim.source}). Here: {summary}.{declared}"
+            f"{exploratory}")  # fmt: skip
+    return [head, *(f"  - {_test_text(verdict, t, w)}" for t, w in zip(verdict.tests, words))]
+
+
+def _summary(words: list[str], lengths: list[str]) -> str:
+    by_word: dict[str, list[str]] = {}
+    for word, length in zip(words, lengths):
+        by_word.setdefault(word, []).append(length)
+    order = ("holds", "the opposite holds", "fails", "not separated", "not tested")
+    return "; ".join(f"{word} at {', '.join(by_word[word])}" for word in order if word in by_word)
+
+
+def _test_text(verdict: Verdict, test: Test, word: str) -> str:
+    if test.note:
+        return f"{test.length}: not tested ({test.note})."
+    name = "ratio" if verdict.metric == "perplexity" else "difference"
+    value = f"{name} {test.estimate:.3f} [{test.low:.3f}, {test.high:.3f}]"
+    seeds = f"{test.seeds[0]} paired seeds" if test.paired else f"{test.seeds[0]} and {test.seeds[1]} seeds"
+    p = f"{'paired t' if test.paired else 'Welch'}, Holm p {test.adjusted:.3g}"
+    if word == "not separated":
+        return f"{test.length}: not separated at {seeds} ({value}; {p})."
+    return f"{test.length}: {word}, {value}, {p}, {seeds}."
+
+
+def claims_markdown(verdicts: list[Verdict]) -> list[str]:
+    if not verdicts:
+        return []
+    lines = [
+        "### Declared claims\n",
+        "Each claim was declared in the recipe before it was decided, with its source; its tests (one per length) are "
+        f"its family, Holm-corrected inside it (family-wise {ALPHA:.0%}). A model against itself (its truncation null, "
+        "its base) or methods extended from one base: paired t-test over the seeds both have; different models: "
+        f"Welch's t-test on per-seed values over the same spans. Only runs that learned count, and a side needs "
+        f"{MIN_SEEDS} learned seeds. Perplexity: the ratio of geometric means with its 95% interval; accuracy: the "
+        'difference. A difference under the claim\'s minimum effect is not claimed; "not separated" is not "no '
+        'difference".\n',
+    ]
+    for verdict in verdicts:
+        lines += claim_lines(verdict)
+    return lines
+
+
+# --------------------------------------------------------------------------- when a claim was declared
+
+
+def declaration(recipe_path: Path, claim: Claim, parse) -> tuple[str, str]:
+    """(when the claim was declared, why it is exploratory or ""): the first commit whose copy of the
+    recipe holds a claim of this name, and whether its test differs now. ``parse(text)`` -> the
+    recipe's claims by name as that commit held them (None where that copy no longer parses)."""
+    path = Path(recipe_path).resolve()
+    if _git(path.parent, "rev-parse", "--is-inside-work-tree") != "true":
+        return "outside a git checkout (no record of when)", ""
+    found = _git(path.parent, "log", "--reverse", "--format=%h %cs", "-S", f'"{claim.name}"', "--", path.name)
+    if not found:
+        return "in this working tree (not yet committed)", ""
+    commit, day = found.splitlines()[0].split()
+    text = _git(path.parent, "show", f"{commit}:./{path.name}")
+    first = parse(text) if text is not None else None
+    when = f"in {commit} ({day})"
+    if first is not None and claim.name in first and first[claim.name].test_key() != claim.test_key():
+        return when, f"its test changed after it was declared in {commit}"
+    return when, ""
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def claim_fields() -> set[str]:
+    return {f.name for f in fields(Claim)}
