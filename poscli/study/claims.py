@@ -43,6 +43,7 @@ from poscli.evaluation.stats import ALPHA
 
 NULL, BASE = "null", "base"  # against: the group's own truncation null; the base an extension was made from
 DIRECTIONS = ("less", "greater", "no-worse")
+KINDS = ("perplexity", "passkey", "algorithmic")  # the tables a claim can be decided on
 MIN_SEEDS = 3  # learned seeds each side needs before a claim is tested
 MIN_EFFECT = {"perplexity": 0.01, "accuracy": 0.05}  # 1% of perplexity; 5 points of accuracy
 SCREEN_NOTE = (
@@ -183,6 +184,10 @@ def claim_of_entry(entry) -> Claim | None:
 
 def _check_claim(claim: Claim, index: int, fail, info: dict) -> None:
     groups = info["groups"]
+    if info["kind"] not in KINDS:
+        fail(
+            f"table {claim.table} is a {info['kind']} table; claims are about {', '.join(KINDS)} tables", "table", index
+        )
     if claim.direction not in DIRECTIONS:
         fail(f"direction must be one of {', '.join(DIRECTIONS)}, got {claim.direction!r}", "direction", index)
     if claim.compare not in groups:
@@ -392,7 +397,7 @@ def claim_lines(verdict: Verdict) -> list[str]:
     task = f" on {claim.task}" if claim.task else ""
     declared = f" Declared {verdict.declared}." if verdict.declared else ""
     exploratory = f" **Exploratory**: {verdict.exploratory}." if verdict.exploratory else ""
-    head = (f"- **{claim.name}**{task}: {claim.says} ({claim.source}). Here: {summary}.{declared}"
+    head = (f"- claim **{claim.name}**{task}: {claim.says} ({claim.source}). Here: {summary}.{declared}"
             f"{exploratory}")  # fmt: skip
     return [head, *(f"  - {_test_text(verdict, t, w)}" for t, w in zip(verdict.tests, words))]
 

@@ -990,7 +990,7 @@ def _published_text(recipe: Recipe, table: str, studied: dict, meta: dict) -> st
     ]
     lines += ["", *gates_markdown(gates)] if gates else []
     if writers:
-        lines += ["", "## Exploratory screen\n", claim_module.SCREEN_NOTE, ""]
+        lines += ["", "### Exploratory screen\n", claim_module.SCREEN_NOTE, ""]
         if summary is None:
             lines.append("None: no group of this table has runs enough that learned.")
         else:

@@ -382,7 +382,7 @@ def test_summaries_write_claims_gates_and_the_screen_from_the_tables_alone(tmp_p
     assert done.returncode == 0, done.stderr[-2000:]
     published = (results / "claimed-published.md").read_text(encoding="utf-8")
     claims, rest = published.split("### Runs that did not learn")
-    assert "- **alibi-keeps**" in claims and "Here: holds at 4x" in claims
+    assert "- claim **alibi-keeps**" in claims and "Here: holds at 4x" in claims
     assert "4x: not tested (5 and 4 learned seeds" not in claims and "5 and 4 seeds" in claims  # t5-s4 left out
     assert "- did not learn: t5-s4, 0.88x the 3-gram at its train length" in rest
     assert rest.index("did not learn") < rest.index("## Exploratory screen") < rest.index("Beside Press et al.")
