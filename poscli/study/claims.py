@@ -206,6 +206,7 @@ def _check_claim(claim: Claim, index: int, fail, info: dict) -> None:
             fail(f"task {claim.task!r} is not one of table {claim.table}'s ({', '.join(info['tasks'])})", "task", index)
     elif claim.task:
         fail(f"task is for an algorithmic table; {claim.table} is a {info['kind']} table", "task", index)
+    resolved = {}
     for text in claim.lengths:
         try:
             length = resolve_length(claim, text, info)
@@ -214,6 +215,11 @@ def _check_claim(claim: Claim, index: int, fail, info: dict) -> None:
         if info["lengths"] is not None and length not in info["lengths"]:
             shown = ", ".join(str(n) for n in sorted(info["lengths"]))
             fail(f"length {text} ({length}) is not evaluated in table {claim.table} ({shown})", "lengths", index)
+        if length in resolved:  # one hypothesis, tested once in its family
+            fail(
+                f"lengths {resolved[length]} and {text} are the same length ({length}): name it once", "lengths", index
+            )
+        resolved[length] = text
 
 
 def resolve_length(claim: Claim, text: str, info: dict) -> int:

@@ -264,6 +264,8 @@ def test_a_recipe_declares_claims_and_dry_run_lists_each_with_its_test(tmp_path)
         ('against = "m-rope-s*+base"', 'against = "null"', "needs null = true"),
         ('lengths = ["4x"]', 'lengths = ["16x"]', "is not evaluated in table mini"),
         ('lengths = ["4x"]', 'lengths = ["4x", "4x"]', "distinct lengths"),
+        ('lengths = ["4x"]', 'lengths = ["4x", "128"]', "are the same length (128)"),
+        ('lengths = ["4x"]', 'lengths = ["8x"]', "is not evaluated in table mini"),
         ('direction = "less"', 'direction = "lower"', "direction must be one of"),
         ('source = "Peng et al., 2023"', 'sauce = "Peng"', "has no key 'sauce'"),
         ('name = "yarn-below-base"', 'name = "yarn-below-base"\ntask = "copy"', "task is for an algorithmic table"),
