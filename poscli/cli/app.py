@@ -776,6 +776,10 @@ def run_recipe(
     from poscli.study.recipes import summarise
 
     if summaries:
+        ignored = [flag for flag, given in (("--jobs", jobs != 1), ("--dry-run", dry_run), ("--each", each),
+                   ("--launcher", launcher != "local"), ("--runs", bool(runs))) if given]  # fmt: skip
+        if ignored:
+            raise PoscliError(f"--summaries runs nothing, so {', '.join(ignored)} would be ignored: leave them out")
         for path in summarise(recipe, results):
             _console().print(f"wrote {path}", highlight=False)
         return

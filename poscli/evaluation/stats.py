@@ -233,6 +233,14 @@ def paired_seed_test(log_ratios: np.ndarray) -> tuple[float, float, float, float
     return math.exp(mean), math.exp(low), math.exp(high), p
 
 
+def welch_seed_test(losses_a: np.ndarray, losses_b: np.ndarray) -> tuple[float, float, float, float]:
+    """Welch's test over seeds of two different models' mean losses on the same spans: the twin of
+    ``paired_seed_test`` where nothing pairs the seeds. losses_a: (Ra,), losses_b: (Rb,) -> (ratio,
+    low, high, p): the ratio of geometric-mean perplexities with its 95% interval and the two-sided p."""
+    difference, low, high, p, _ = welch_t(losses_a, losses_b)
+    return math.exp(difference), math.exp(low), math.exp(high), p
+
+
 def t_quantile(df: float, confidence: float = CONFIDENCE) -> float:
     """The two-sided ``confidence`` quantile of Student's t."""
     return t_ppf(1 - (1 - confidence) / 2, df)

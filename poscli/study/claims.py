@@ -51,7 +51,6 @@ SCREEN_NOTE = (
     "Hochberg (1995) over this file's screen, over the runs that learned. Its words (orders, keeps, agrees, in the "
     "claimed direction) describe the screen and are not verdicts; a verdict is a declared claim's, above."
 )
-KEYS = {"name", "says", "source", "table", "compare", "against", "lengths", "direction", "min_effect", "task"}
 TEST_FIELDS = ("table", "compare", "against", "lengths", "direction", "min_effect", "task")  # what a test is
 
 
@@ -72,6 +71,9 @@ class Claim:
 
     def test_key(self) -> tuple:
         return tuple((name, getattr(self, name)) for name in TEST_FIELDS)
+
+
+KEYS = {f.name for f in fields(Claim)}  # a [[claims]] table's keys
 
 
 @dataclass(frozen=True)
@@ -474,7 +476,3 @@ def _git(folder: Path, *args: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
-
-
-def claim_fields() -> set[str]:
-    return {f.name for f in fields(Claim)}

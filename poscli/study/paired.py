@@ -48,13 +48,12 @@ class Decisions:
     def add(self, log_ratios) -> int | None:
         """A test of paired per-seed log ratios (an array), or of two models' unpaired per-seed mean
         losses (an ``Unpaired``)."""
-        from poscli.evaluation.stats import paired_seed_test, welch_t
+        from poscli.evaluation.stats import paired_seed_test, welch_seed_test
 
         if isinstance(log_ratios, Unpaired):
             if min(len(log_ratios.a), len(log_ratios.b)) < 2:
                 return None
-            difference, low, high, p, _ = welch_t(log_ratios.a, log_ratios.b)
-            self.tests.append((math.exp(difference), math.exp(low), math.exp(high), p))
+            self.tests.append(welch_seed_test(log_ratios.a, log_ratios.b))
             return len(self.tests) - 1
         if log_ratios is None or len(log_ratios) < 2:
             return None

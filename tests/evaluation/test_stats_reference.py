@@ -74,3 +74,12 @@ def test_one_runs_passkey_draws_are_its_jeffreys_posterior(correct, trials):
     drawn = bootstrap_accuracy(np.array([correct]), np.array([trials]), resamples=20000)
     expected = proportion.proportion_confint(correct, trials, alpha=0.05, method="jeffreys")
     assert np.percentile(drawn, [2.5, 97.5]) == pytest.approx(expected, abs=0.01)
+
+
+def test_welchs_seed_test_is_the_ratio_of_geometric_means_with_scipys_welch():
+    a, b = samples(3, 5, 1.6, 0.05), samples(4, 3, 1.5, 0.08)  # per-seed mean losses (nats per token)
+    ratio, low, high, p = stats.welch_seed_test(a, b)
+    reference = scipy_stats.ttest_ind(a, b, equal_var=False)
+    interval = reference.confidence_interval(0.95)
+    assert ratio == pytest.approx(np.exp(a.mean() - b.mean())) and p == pytest.approx(reference.pvalue, rel=1e-8)
+    assert (low, high) == pytest.approx((np.exp(interval.low), np.exp(interval.high)), rel=1e-8)

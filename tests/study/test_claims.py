@@ -389,3 +389,11 @@ def test_summaries_write_claims_gates_and_the_screen_from_the_tables_alone(tmp_p
     assert "- did not learn: t5-s4, 0.88x the 3-gram at its train length" in rest
     assert rest.index("did not learn") < rest.index("## Exploratory screen") < rest.index("Beside Press et al.")
     assert not (tmp_path / "results" / "runs").exists()  # nothing trained
+
+
+@pytest.mark.parametrize("flags", [["--dry-run"], ["--each"], ["--jobs", "2"], ["--runs", "m-*"]])
+def test_summaries_refuse_the_flags_they_would_ignore_in_one_line_writing_nothing(tmp_path, flags):
+    results = tmp_path / "results"
+    done = poscli("run", str(write(tmp_path, CLAIMED)), "--summaries", *flags, "--results", str(results))
+    assert done.returncode == 2 and "would be ignored" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not results.exists()
