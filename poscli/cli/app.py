@@ -760,6 +760,15 @@ def run_recipe(
             "Summaries and comparisons are the whole study's.",
         ),
     ] = None,
+    sizes: Annotated[
+        str | None,
+        typer.Option(
+            "--sizes",
+            metavar="SET",
+            help="The recipe's [sizes] set its size rungs take their shapes from (default: its first), e.g. --sizes "
+            "gpu for recipes/scale-ladder.toml's 10x ladder; give a --results folder of its own.",
+        ),
+    ] = None,
     summaries: Annotated[
         bool,
         typer.Option(
@@ -780,10 +789,11 @@ def run_recipe(
                    ("--launcher", launcher != "local"), ("--runs", bool(runs))) if given]  # fmt: skip
         if ignored:
             raise PoscliError(f"--summaries runs nothing, so {', '.join(ignored)} would be ignored: leave them out")
-        for path in summarise(recipe, results):
+        for path in summarise(recipe, results, sizes):
             _console().print(f"wrote {path}", highlight=False)
         return
-    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console(), each=each, launcher=launcher, only=runs)
+    run(recipe, results, jobs=jobs, dry_run=dry_run, console=_console(), each=each, launcher=launcher, only=runs,
+        sizes=sizes)  # fmt: skip
 
 
 @app.command(

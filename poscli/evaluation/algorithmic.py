@@ -29,8 +29,8 @@ from poscli.evaluation.generalization import MASTERY
 from poscli.evaluation.tasks.base import Task
 
 PROMPT_END, ANSWER_END = "=", "."
-COLUMNS = ["run", "label", "pe", "seed", "task", "trained_sizes", "size", "in_distribution", "tokens", "trials",
-           "exact", "accuracy", "ci_low", "ci_high", "token_accuracy", "note"]  # fmt: skip
+COLUMNS = ["run", "label", "pe", "parameters", "seed", "task", "trained_sizes", "size", "in_distribution", "tokens",
+           "trials", "exact", "accuracy", "ci_low", "ci_high", "token_accuracy", "note"]  # fmt: skip
 SIZES = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 LETTERS = "abcdefghij"  # the alphabet of the string tasks (copy, reverse, duplicate, sort)
 
@@ -104,7 +104,8 @@ class AlgorithmicTask(Task):
             bar = progress.add_task(f"{self.name} {name}", total=len(sizes)) if progress else None
             for size in sizes:
                 row = {"run": config["name"], "label": runs.run_label(config), "pe": config["model"]["pe"],
-                       "seed": train.get("seed", 0), "task": self.name, "trained_sizes": trained or "",
+                       "parameters": int(config.get("parameters") or 0), "seed": train.get("seed", 0),
+                       "task": self.name, "trained_sizes": trained or "",
                        "size": size,
                        "in_distribution": bool(trained) and size in parse_sizes(trained), "trials": trials}  # fmt: skip
                 rows.append(row | self.cell(model, size, trials, device, tokenizer, scheme))

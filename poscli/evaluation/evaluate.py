@@ -58,6 +58,7 @@ TABLE_COLUMNS = [
     "bpb_low",
     "bpb_high",
     "bytes",
+    "parameters",
     "tokens_seen",
     "tokens_per_parameter",
     "train_flops",

@@ -119,6 +119,7 @@ def _cell_record(group: str, part, cell, train_length: int, length: int) -> dict
         "spans": int(cell["spans"].max()) if len(cell) and "spans" in cell else 0,
         "documents": int(cell["documents"].max()) if len(cell) and "documents" in cell else 0,
         "tokens": int(cell["tokens"].max()) if len(cell) else 0,
+        "parameters": float(cell["parameters"].mean()) if len(cell) and "parameters" in cell else nan,
         "tokens_seen": float(cell["tokens_seen"].mean()) if len(cell) and "tokens_seen" in cell else nan,
         "eval_set": ",".join(sorted(set(cell["eval_set"].astype(str)))) if "eval_set" in cell else "",
         "note": "; ".join(notes),

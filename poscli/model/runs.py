@@ -163,7 +163,7 @@ def save_snapshot(run: Path, model, config: dict, step: int) -> Path:
 
 
 def training_budget(config: dict) -> dict:
-    """What a run's weights have been trained on: tokens seen (its parent's included, for an
+    """What a run's weights have been trained on: its parameters, tokens seen (its parent's included, for an
     extension), tokens per parameter and training FLOPs, 6 N D + 6 L T d D (Kaplan et al., 2020,
     section 2.1: N non-embedding parameters, L layers, T the train length, d the width, D tokens)."""
     model, train = config["model"], config["train"]
@@ -173,6 +173,7 @@ def training_budget(config: dict) -> dict:
     tokens_seen, flops = tokens + int(parent.get("tokens_seen", 0)), flops + float(parent.get("train_flops", 0.0))
     parameters = int(config.get("parameters") or 0)
     return {
+        "parameters": parameters,
         "tokens_seen": tokens_seen,
         "tokens_per_parameter": tokens_seen / parameters if parameters else float("nan"),
         "train_flops": flops,

@@ -51,7 +51,8 @@ SCREEN_NOTE = (
     "Hochberg (1995) over this file's screen, over the runs that learned. Its words (orders, keeps, agrees, in the "
     "claimed direction) describe the screen and are not verdicts; a verdict is a declared claim's, above."
 )
-TEST_FIELDS = ("table", "compare", "against", "lengths", "direction", "min_effect", "task")  # what a test is
+TEST_FIELDS = ("table", "compare", "against", "lengths", "direction", "min_effect", "task", "sizes")  # a test
+SIZE = "{size}"  # in a claim's groups: decided at each rung of the recipe's [sizes] on its own
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,19 @@ class Claim:
     direction: str  # "less", "greater", "no-worse" (of the metric: perplexity, or accuracy)
     min_effect: float | None = None  # None: MIN_EFFECT of the metric
     task: str = ""  # an algorithmic table's task
+    sizes: tuple[str, ...] = ()  # two rungs: the claim is that the effect changes from the first to the second
+    size: str = ""  # the rung this copy of a {size} claim is decided at (not a key: set by the expansion)
 
     def test_key(self) -> tuple:
         return tuple((name, getattr(self, name)) for name in TEST_FIELDS)
 
+    def at(self, rung: str) -> Claim:
+        """The claim's groups at one rung of the recipe's sizes."""
+        return replace(self, compare=self.compare.replace(SIZE, rung), against=self.against.replace(SIZE, rung),
+                       size=rung)  # fmt: skip
 
-KEYS = {f.name for f in fields(Claim)}  # a [[claims]] table's keys
+
+KEYS = {f.name for f in fields(Claim)} - {"size"}  # a [[claims]] table's keys
 
 
 @dataclass(frozen=True)
@@ -136,15 +144,17 @@ def parse_claims(entries: list, fail, tables: dict[str, dict]) -> list[Claim]:
     "parent": group -> the base's group}. ``fail(message, key, index)`` raises the one-line error."""
     claims, names = [], set()
     for index, entry in enumerate(entries):
-        claim = _claim_of(entry, index, fail, tables)
-        if claim.name in names:
-            fail(f"claim {claim.name!r} is declared twice; each claim needs its own name", "name", index)
-        names.add(claim.name)
-        claims.append(claim)
+        found = _claim_of(entry, index, fail, tables)
+        if found[0].name in names:
+            fail(f"claim {found[0].name!r} is declared twice; each claim needs its own name", "name", index)
+        names.add(found[0].name)
+        claims += found
     return claims
 
 
-def _claim_of(entry, index: int, fail, tables: dict[str, dict]) -> Claim:
+def _claim_of(entry, index: int, fail, tables: dict[str, dict]) -> list[Claim]:
+    """The claim of one [[claims]], or one per rung where its groups hold {size}; a claim over
+    ``sizes`` stays one, checked at both of its rungs."""
     if not isinstance(entry, dict):
         fail("each [[claims]] is a table of keys", "claims", index)
     for key in entry:
@@ -165,9 +175,25 @@ def _claim_of(entry, index: int, fail, tables: dict[str, dict]) -> Claim:
     min_effect = entry.get("min_effect")
     if min_effect is not None and (not isinstance(min_effect, (int, float)) or not 0 < min_effect < 1):
         fail(f"min_effect must be a number between 0 and 1, got {min_effect!r}", "min_effect", index)
+    sizes = entry.get("sizes", [])
+    if not isinstance(sizes, list) or (sizes and (len(sizes) != 2 or len(set(map(str, sizes))) != 2)):
+        fail('sizes names two rungs of [sizes], the smaller first, e.g. sizes = ["s", "l"]', "sizes", index)
     claim = replace(claim_of_entry(entry), table=table)
-    _check_claim(claim, index, fail, info)
-    return claim
+    sized = SIZE in claim.compare or SIZE in claim.against
+    if not sized:
+        if sizes:
+            fail(f'sizes needs groups that hold {SIZE}, e.g. compare = "ladder-alibi-{SIZE}-s*"', "sizes", index)
+        _check_claim(claim, index, fail, info)
+        return [claim]
+    if not info.get("sizes"):
+        fail(f"compare/against hold {SIZE} but table {table}'s runs have no size rungs ([sizes] and size in "
+             "[[train]])", "compare", index)  # fmt: skip
+    for rung in sizes:
+        if rung not in info["sizes"]:
+            fail(f"sizes: {rung!r} is not a rung of table {table} ({', '.join(info['sizes'])})", "sizes", index)
+    for rung in sizes or info["sizes"]:
+        _check_claim(claim.at(rung), index, fail, info)
+    return [claim] if sizes else [claim.at(rung) for rung in info["sizes"]]
 
 
 def claim_of_entry(entry) -> Claim | None:
@@ -179,7 +205,7 @@ def claim_of_entry(entry) -> Claim | None:
         return Claim(str(entry["name"]), str(entry["says"]), str(entry["source"]), str(entry.get("table", "")),
                      str(entry["compare"]), str(entry["against"]), tuple(str(n) for n in lengths),
                      str(entry["direction"]), None if min_effect is None else float(min_effect),
-                     str(entry.get("task", "")))  # fmt: skip
+                     str(entry.get("task", "")), tuple(str(n) for n in entry.get("sizes", [])))  # fmt: skip
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -27,6 +27,7 @@ from poscli.core.lengths import parse_length, parse_lengths
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.evaluation import tasks
 from poscli.model import runs
+from poscli.study import ladder
 from poscli.study.steps import command_line
 from poscli.training.options import (
     EVAL_OPTIONS,
@@ -42,7 +43,8 @@ from poscli.training.options import (
 # encoding file joins a study without a recipe edit.
 EVERY_ENCODING = "all"
 
-SECTIONS = {"name", "description", "defaults", "train", "extend", "eval", "compare", "claims", "gates"}
+SECTIONS = {"name", "description", "defaults", "sizes", "select", "train", "extend", "eval", "compare", "claims",
+            "gates"}  # fmt: skip
 # Options a recipe may not set: the runner sets them, or they would break the plan.
 EVAL_KEYS = {*EVAL_OPTIONS, "runs", "budgets"}  # every poscli eval option, and what the runner reads
 EXTEND_KEYS = {"runs", "name", "method_options"}
@@ -60,6 +62,8 @@ class Step:
     runs: list[str] = field(default_factory=list)  # an evaluation's runs
     options: dict = field(default_factory=dict)  # the recipe's options for this step
     groups: dict = field(default_factory=dict)  # an evaluation's run -> group
+    size: str = ""  # a trained run's rung of the recipe's [sizes] (its extensions' too)
+    select: str = ""  # the [select] group whose choice sets one of its options (poscli.study.ladder)
 
     @property
     def positional(self) -> list[str]:
@@ -91,6 +95,9 @@ class Recipe:
     claims: list = field(default_factory=list)  # poscli.study.claims.Claim, declared before the runs
     gates: object = None  # poscli.study.gates.GateBounds: which runs learned
     tables: dict = field(default_factory=dict)  # table -> what its claims may name (``_RecipeParser.tables``)
+    selection: object = None  # poscli.study.ladder.Selection: [select]
+    select: list[Step] = field(default_factory=list)  # its runs, trained before the others
+    sizes: str = ""  # the [sizes] set the rungs are taken from
 
     @property
     def steps(self) -> list[Step]:
@@ -149,8 +156,9 @@ def _render(template: str, values: dict, where: str, group: bool = False) -> str
     return name
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Parse and check a recipe; every error names the key and its line."""
+def load_recipe(path: str | Path, sizes: str | None = None) -> Recipe:
+    """Parse and check a recipe; every error names the key and its line. ``sizes``: the [sizes]
+    set its rungs come from (``poscli run --sizes``; the first by default)."""
     path = Path(path)
     if not path.is_file():
         raise RecipeError(
@@ -168,7 +176,10 @@ def load_recipe(path: str | Path) -> Recipe:
             parser.fail(f"unknown key {key!r}; a recipe has: {', '.join(sorted(SECTIONS))}", key)
     if not isinstance(data.get("name"), str) or not runs.RUN_NAME.match(data["name"]):
         parser.fail("'name' must be a short name (letters, digits, . _ + -)", "name")
+    size_name, parser.rungs = ladder.size_set(data, sizes, parser.fail)
     train_steps = parser.train_steps()
+    selection = ladder.parse_selection(data.get("select"), parser.fail)
+    select_steps = parser.select_steps(selection, train_steps)
     extend_steps = parser.extend_steps(train_steps)
     eval_steps = parser.eval_steps([*train_steps, *extend_steps])
     compare = parser.compare({s.name for s in eval_steps})
@@ -177,8 +188,9 @@ def load_recipe(path: str | Path) -> Recipe:
     gates = parser.gates()
     description = data.get("description", "")
     return Recipe(
-        path, data["name"], description, train_steps, extend_steps, eval_steps, compare, claims, gates, tables
-    )
+        path, data["name"], description, train_steps, extend_steps, eval_steps, compare, claims, gates, tables,
+        selection, select_steps, size_name,
+    )  # fmt: skip
 
 
 def recipe_claims(text: str) -> dict | None:
@@ -204,6 +216,7 @@ class _RecipeParser:
 
     def __init__(self, path: Path, text: str, data: dict):
         self.path, self.text, self.data = path, text, data
+        self.rungs: dict[str, dict] = {}  # the active [sizes] set: rung -> options
 
     def fail(self, message: str, key: str, section: str | None = None, index: int = 0):
         line = _line_of(self.text, key, section, index)
@@ -218,22 +231,78 @@ class _RecipeParser:
 
     def train_steps(self) -> list[Step]:
         defaults = self.data.get("defaults", {})
-        self.check_keys(defaults, set(TRAIN_OPTIONS), "defaults", 0, "train")
+        keys = set(TRAIN_OPTIONS) | {ladder.TOKENS_PER_PARAMETER}
+        self.check_keys(defaults, keys, "defaults", 0, "train")
         steps = []
         for index, entry in enumerate(self.data.get("train", [])):
             where = f"{self.path}, [[train]] {index + 1}"
-            self.check_keys(entry, set(TRAIN_OPTIONS) | {"name"}, "train", index, "train")
+            self.check_keys(entry, keys | {"name"}, "train", index, "train")
             if "name" not in entry:
                 self.fail('every [[train]] needs a name, e.g. name = "{pe}-s{seed}"', "train", None)
             entry = {**entry, **({"pe": _encodings(entry["pe"])} if "pe" in entry else {})}
             for values in _axes({key: value for key, value in entry.items() if key != "name"}):
-                options = {**defaults, **values}
-                name = _render(entry["name"], options, where)
-                group = _render(entry["name"], {**options, "seed": "*"}, where, group=True)
-                steps.append(Step("train", name, group=group, detail=_describe(options), options=options))
+                named = {**defaults, **values}
+                name = _render(entry["name"], named, where)
+                group = _render(entry["name"], {**named, "seed": "*"}, where, group=True)
+                options, rung = self.sized(defaults, values, index)
+                steps.append(Step("train", name, group=group, detail=_describe(options), options=options, size=rung))
                 self.check_values(steps[-1], "train", index)
         _check_unique([s.name for s in steps], self.path)
         return steps
+
+    def sized(self, defaults: dict, values: dict, index: int) -> tuple[dict, str]:
+        """A run's options with its size rung's ([defaults] under the rung under the run's own) and
+        its steps from tokens_per_parameter where the most specific of the three that sets steps or
+        tokens_per_parameter sets the latter: (options, rung)."""
+        from poscli.training.options import SIZES
+
+        size = values.get("size", defaults.get("size"))
+        if self.rungs and size is not None and size not in self.rungs and size not in SIZES:
+            self.fail(f"size {size!r} is not a rung of [sizes] ({', '.join(self.rungs)})", "size", "train", index)
+        rung = self.rungs.get(size, {}) if size in self.rungs else {}
+        options = {**defaults, **rung, **values}
+        name = str(size) if rung else ""
+        if rung:
+            options.pop("size")
+        budget = ("steps", ladder.TOKENS_PER_PARAMETER)
+        level = next((level for level in (values, rung, defaults) if any(key in level for key in budget)), {})
+        if all(key in level for key in budget):
+            self.fail("give steps or tokens_per_parameter, not both (steps follow from tokens_per_parameter)",
+                      ladder.TOKENS_PER_PARAMETER, "train", index)  # fmt: skip
+        if ladder.TOKENS_PER_PARAMETER not in level:
+            options.pop(ladder.TOKENS_PER_PARAMETER, None)
+            return options, name
+        try:
+            return ladder.steps_for_tokens({k: v for k, v in options.items() if k != "steps"}), name
+        except PoscliError as error:
+            self.fail(f"[[train]] {index + 1}: {error}", ladder.TOKENS_PER_PARAMETER, "train", index)
+
+    def select_steps(self, selection, train_steps: list[Step]) -> list[Step]:
+        """[select]'s runs: each value of its option for each of the main runs' groups (one run
+        serves every main run whose name template gives it the same name); each main run is told
+        which group chooses its value (``Step.select``)."""
+        if selection is None:
+            return []
+        where = f"{self.path}, [select]"
+        found: dict[str, Step] = {}
+        for step in train_steps:
+            keys = {**step.options, "size": step.size or step.options.get("size", "")}
+            scope = _render(selection.name, {**keys, selection.option: "*"}, where, group=True)
+            step.select = scope
+            for value in selection.values:
+                options = ladder.select_options(selection, step.options, value)
+                name = _render(selection.name, {**keys, **options, selection.option: ladder.value_text(value)}, where)
+                if name in found and found[name].options != options:
+                    differ = sorted(k for k in {*options, *found[name].options}
+                                    if options.get(k) != found[name].options.get(k))  # fmt: skip
+                    self.fail(f"[select] runs named {name} would differ in {', '.join(differ)}: put them in its name "
+                              "template", "name", "select")  # fmt: skip
+                if name not in found:
+                    found[name] = Step("train", name, group=scope, detail=_describe(options), options=options,
+                                       size=step.size, select=scope)  # fmt: skip
+                    self.check_values(found[name], "select", 0)
+        _check_unique([*[s.name for s in train_steps], *found], self.path)
+        return list(found.values())
 
     def extend_steps(self, train_steps: list[Step]) -> list[Step]:
         steps = []
@@ -253,7 +322,8 @@ class _RecipeParser:
                     group = _render(entry["name"], {"run": parent.group, **values}, where, group=True)
                     lineage = {"parent": parent.name, "parent_options": parent.options}
                     detail = f"{parent.name}: {_describe(options)}"
-                    steps.append(Step("extend", name, group=group, detail=detail, options={**options, **lineage}))
+                    steps.append(Step("extend", name, group=group, detail=detail, options={**options, **lineage},
+                                      size=parent.size))  # fmt: skip
                     self.check_values(steps[-1], "extend", index)
         _check_unique([s.name for s in [*train_steps, *steps]], self.path)
         return steps
@@ -336,7 +406,10 @@ class _RecipeParser:
         return compare
 
     def tables(self, train: list[Step], extend: list[Step], evals: list[Step]) -> dict[str, dict]:
-        return {name: _claim_table(train, extend, evals, name) for name in dict.fromkeys(s.name for s in evals)}
+        tables = {name: _claim_table(train, extend, evals, name) for name in dict.fromkeys(s.name for s in evals)}
+        for info in tables.values():  # the rungs in the order [sizes] gives them, smallest first
+            info["sizes"] = [rung for rung in self.rungs if rung in info["sizes"]]
+        return tables
 
     def claims(self, tables: dict[str, dict]) -> list:
         from poscli.study.claims import parse_claims
@@ -376,6 +449,7 @@ def _snapshots(step: Step) -> list[Step]:
             f"{step.name}{runs.SNAPSHOT_MARK}{n}",
             group=f"{step.group}{runs.SNAPSHOT_MARK}{n}",
             options={**step.options, "budget_steps": n, "snapshot_of": step.name},
+            size=step.size,
         )
         for n in budget.snapshot_steps()
     ]
@@ -438,7 +512,9 @@ def narrow(recipe: Recipe, patterns: list[str]) -> Recipe:
         names = [name for name in step.runs if name.split(runs.SNAPSHOT_MARK)[0] in kept]
         if names:
             evals.append(replace(step, runs=names))
-    return replace(recipe, train=train, extend=extend, evals=evals)
+    scopes = {step.select for step in train}
+    select = [step for step in recipe.select if step.group in scopes]
+    return replace(recipe, train=train, extend=extend, evals=evals, select=select)
 
 
 # --------------------------------------------------------------------------- state
@@ -610,13 +686,16 @@ def _claim_table(train: list[Step], extend: list[Step], evals: list[Step], name:
         lengths = {n for step in mine for n in parse_lengths(str(step.options["lengths"]))}
     info = {"groups": groups, "lengths": lengths, "kind": kind, "null": any(s.options.get("null") for s in mine),
             "tasks": sorted({str(s.options.get("task")) for s in mine}), "train_length": {}, "target": {},
-            "parent": {}, "runs": {}}  # fmt: skip
+            "parent": {}, "runs": {}, "size": {}, "sizes": []}  # fmt: skip
     for step in mine:
         for run, group in step.groups.items():
             info["runs"][group] = info["runs"].get(group, 0) + 1
             made = steps.get(run.split(runs.SNAPSHOT_MARK)[0])
             if made is None or group in info["train_length"]:
                 continue
+            if made.size:
+                info["size"][group] = made.size
+                info["sizes"] += [made.size] if made.size not in info["sizes"] else []
             own = made.options.get("parent_options", made.options)
             info["train_length"][group] = int(own.get("train_length") or ModelConfig.train_length)
             if made.kind == "extend":
@@ -634,6 +713,7 @@ def run_recipe(
     each: bool = False,
     launcher: str = "local",
     only: list[str] | None = None,
+    sizes: str | None = None,
 ) -> Recipe:
     """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet. With ``each``,
     every trained run (and its snapshots) is evaluated by each [[eval]] that names it as soon as it
@@ -641,7 +721,8 @@ def run_recipe(
     every finished run, and a run whose rows are in every table needs no weights to count as done.
     ``launcher``: ``local`` (this process, or ``jobs`` processes), or cluster jobs through submitit
     (``slurm``, ``submitit-local``: ``poscli.study.cluster``). ``only``: run patterns, the part of
-    the study to run (``narrow``)."""
+    the study to run (``narrow``). ``sizes``: the [sizes] set (``load_recipe``). A [select]'s runs
+    train first; the main runs then train with the values they chose (``poscli.study.ladder``)."""
     from rich.console import Console
 
     console = console or Console(stderr=True, soft_wrap=True)
@@ -650,13 +731,15 @@ def run_recipe(
     from poscli.study.cluster import check_launcher
 
     check_launcher(launcher)
-    whole = load_recipe(path)
+    whole = load_recipe(path, sizes)
     recipe = narrow(whole, only) if only else whole
+    check_selection(recipe, results)
     check_state(recipe, results, each)
     todo = [s for s in recipe.steps if s.status != "done"]
-    console.print(_headline(recipe, whole, only, len(todo)), highlight=False)
+    selecting = [s for s in recipe.select if s.status != "done"]
+    console.print(_headline(recipe, whole, only, len(todo) + len(selecting)), highlight=False)
     if dry_run:
-        for step in recipe.steps:
+        for step in [*recipe.select, *recipe.steps]:
             console.print(f"  {step.status:6}  {step.kind:6} {step.name}  [dim]{step.detail}[/]", highlight=False)
             if step.status != "done":
                 console.print(f"          poscli {shlex.join(step.argv)}", highlight=False, markup=False)  # to paste
@@ -670,7 +753,7 @@ def run_recipe(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:
         overall = progress.add_task(
-            f"recipe {recipe.name}", total=len(recipe.steps), completed=len(recipe.steps) - len(todo)
+            f"recipe {recipe.name}", total=len(recipe.steps) + len(selecting), completed=len(recipe.steps) - len(todo)
         )
 
         def report(line: str, steps: int = 1) -> None:
@@ -682,6 +765,10 @@ def run_recipe(
             progress.update(overall, total=steps, completed=0)
 
         runner = _Runner(recipe, results, log_dir, report, launcher, plan)
+        if recipe.selection is not None:
+            _run_selection(recipe, selecting, runner, jobs, results)
+            check_state(recipe, results, each)  # the main runs now know their chosen values
+            todo = [s for s in recipe.steps if s.status != "done"]
         if each:
             _run_each(recipe, todo, runner, jobs)
             check_state(recipe, results, each)  # what is left: extensions, and evaluations of runs trained before
@@ -708,10 +795,73 @@ def run_recipe(
 def _headline(recipe: Recipe, whole: Recipe, only: list[str] | None, todo: int) -> str:
     """The recipe's first line: what it holds, what is done, and the part run (``--runs``)."""
     part = f" (--runs {' '.join(only)}: {len(recipe.train)} of its {len(whole.train)} runs)" if only else ""
+    select = f"{len(recipe.select)} \\[select] runs, " if recipe.select else ""
+    sizes = f" (sizes: {recipe.sizes})" if recipe.sizes else ""
+    steps = len(recipe.steps) + len(recipe.select)
     return (
-        f"recipe [bold]{recipe.name}[/]{part}: {len(recipe.train)} runs to train, {len(recipe.extend)} extensions, "
-        f"{len(recipe.evals)} evaluations; {todo} steps to do, {len(recipe.steps) - todo} already done"
+        f"recipe [bold]{recipe.name}[/]{part}{sizes}: {select}{len(recipe.train)} runs to train, "
+        f"{len(recipe.extend)} extensions, {len(recipe.evals)} evaluations; {todo} steps to do, {steps - todo} "
+        "already done"
     )
+
+
+# --------------------------------------------------------------------------- [select]
+
+
+def _select_scopes(recipe: Recipe) -> dict[str, list[tuple[float, str]]]:
+    """[select]'s groups: scope -> [(value, select run)]."""
+    scopes: dict[str, list[tuple[float, str]]] = {}
+    for step in recipe.select:
+        scopes.setdefault(step.group, []).append((step.options[recipe.selection.option], step.name))
+    return scopes
+
+
+def check_selection(recipe: Recipe, results=None) -> bool:
+    """Each [select] run's status from RESULTS (its folder, else the sweep's table), and each main
+    run's chosen value set on it where its group's runs are all done (None, to be chosen, where
+    not); whether every main run has its value."""
+    if recipe.selection is None:
+        return True
+    option = recipe.selection.option
+    losses = ladder.read_losses(recipe.selection, [s.name for s in recipe.select], results)
+    folder = runs.runs_dir(results)
+    for step in recipe.select:
+        if step.name in losses:
+            loss, note = losses[step.name]
+            step.status, step.detail = "done", note or f"held-out loss {loss:.4f}"
+        elif (folder / step.name / runs.CONFIG_FILE).exists():
+            _set_status(step, runs.read_config(folder / step.name))
+    chosen = {scope: ladder.choose(candidates, losses) for scope, candidates in _select_scopes(recipe).items()}
+    for step in recipe.train:
+        value = chosen.get(step.select)
+        step.options[option] = value
+        said = f"{ladder.value_text(value)}, chosen" if value is not None else "to be chosen"
+        shown = _describe({key: value for key, value in step.options.items() if key != option})
+        step.detail = f"{shown} ({option} {said} by the select runs {step.select})"
+    return all(value is not None for value in chosen.values())
+
+
+def write_sweep(recipe: Recipe, results=None) -> list[Path]:
+    """[select]'s table: each of its runs' held-out loss so far, and each group's choice."""
+    if recipe.selection is None or not recipe.select:
+        return []
+    options = {step.name: (step.options, step.size or step.options.get("size", "")) for step in recipe.select}
+    losses = ladder.read_losses(recipe.selection, list(options), results)
+    return ladder.write_sweep(recipe.selection, _select_scopes(recipe), losses, options, results)
+
+
+def _run_selection(recipe: Recipe, selecting: list[Step], runner: _Runner, jobs: int, results) -> None:
+    """[select]'s runs still to do, then its table; a run that diverged counts as infinitely bad."""
+    failure = None
+    try:
+        if selecting:
+            runner.phase([(f"select-{s.name}", s) for s in selecting], jobs, "select")
+    except EnvironmentFailure as error:
+        failure = error  # a diverged run fails its step, but is a result here
+    resolved = check_selection(recipe, results)
+    write_sweep(recipe, results)
+    if not resolved:
+        raise failure or RecipeError("[select] runs are missing; run the recipe again")
 
 
 def _run_each(recipe: Recipe, todo: list[Step], runner: _Runner, jobs: int) -> None:
@@ -914,15 +1064,15 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
     return written
 
 
-def summarise(path: str | Path, results=None) -> list[Path]:
+def summarise(path: str | Path, results=None, sizes: str | None = None) -> list[Path]:
     """``poscli run RECIPE --summaries``: the recipe's summaries, published files and report from
     its tables as they are, nothing trained or evaluated."""
     from poscli.study.report import write_report
 
-    recipe = load_recipe(path)
+    recipe = load_recipe(path, sizes)
     if not (runs.results_dir(results)).is_dir():
         raise RecipeError(f"no results folder {runs.results_dir(results)}; give the one the study wrote (--results)")
-    return [*write_summaries(recipe, results), write_report(results)]
+    return [*write_sweep(recipe, results), *write_summaries(recipe, results), write_report(results)]
 
 
 def _group_options(recipe: Recipe) -> dict:
