@@ -168,18 +168,30 @@ def welch_t(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> tup
     (difference, low, high, p, df): the difference with its ``confidence`` interval on the
     Welch-Satterthwaite degrees of freedom, and the two-sided p of "no difference". Fewer than 2
     values on a side: no test (nan)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    difference = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
-    if len(a) < 2 or len(b) < 2:
-        return difference, float("nan"), float("nan"), float("nan"), float("nan")
-    va, vb = float(a.var(ddof=1)) / len(a), float(b.var(ddof=1)) / len(b)
-    se = math.sqrt(va + vb)
+    return welch_contrast([a, b], [1.0, -1.0], confidence)
+
+
+def welch_contrast(
+    groups: list[np.ndarray], weights: list[float], confidence: float = CONFIDENCE
+) -> tuple[float, float, float, float, float]:
+    """A contrast of independent groups' means, sum of weight x mean (for an interaction, how a
+    difference between two models changes from one size to another: (A_l - B_l) - (A_s - B_s)),
+    each group with its own variance: (estimate, low, high, p, df), the interval and two-sided p
+    on Satterthwaite's (1946) degrees of freedom, sum(w^2 s^2 / n)^2 / sum((w^2 s^2 / n)^2 / (n - 1)),
+    which for two groups and weights (1, -1) is Welch's test. A group of fewer than 2: no test (nan)."""
+    groups = [np.asarray(group, dtype=float) for group in groups]
+    nan = float("nan")
+    estimate = float(sum(w * g.mean() for w, g in zip(weights, groups))) if all(len(g) for g in groups) else nan
+    if any(len(g) < 2 for g in groups):
+        return estimate, nan, nan, nan, nan
+    parts = [w * w * float(g.var(ddof=1)) / len(g) for w, g in zip(weights, groups)]
+    se = math.sqrt(sum(parts))
     if se == 0:
-        return difference, difference, difference, 0.0 if difference else 1.0, float("inf")
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+        return estimate, estimate, estimate, 0.0 if estimate else 1.0, float("inf")
+    df = sum(parts) ** 2 / sum(part * part / (len(g) - 1) for part, g in zip(parts, groups))
     half = t_ppf(1 - (1 - confidence) / 2, df) * se
-    p = min(1.0, 2 * t_sf(abs(difference) / se, df))
-    return difference, difference - half, difference + half, p, df
+    p = min(1.0, 2 * t_sf(abs(estimate) / se, df))
+    return estimate, estimate - half, estimate + half, p, df
 
 
 def one_sided_p(estimate: float, low: float, high: float, margin: float, df: float, confidence: float = CONFIDENCE):

@@ -90,7 +90,7 @@ class Test:
 
     length: str
     paired: bool
-    seeds: tuple[int, int]  # learned seeds of compare and against (paired: the pairs, twice)
+    seeds: tuple[int, ...]  # learned seeds of compare and against (paired: the pairs, twice); over sizes, at each
     estimate: float  # perplexity: the ratio; accuracy: the difference
     low: float
     high: float
@@ -106,6 +106,7 @@ class Verdict:
     tests: list[Test] = field(default_factory=list)
     declared: str = ""
     exploratory: str = ""  # why it is exploratory, if it is
+    parameters: float = math.nan  # a claim at one size: the compared group's parameters
 
     def word(self, test: Test) -> str:
         """holds, the opposite (or fails), not separated, or not tested, decided by the claim's rule."""
@@ -279,11 +280,18 @@ def describe(claim: Claim, info: dict) -> str:
     """The claim as ``--dry-run`` lists it: what is compared, how it is tested, and how many runs
     each side has planned."""
     against = {NULL: "its own truncation null", BASE: "its base"}.get(claim.against, claim.against)
+    task = f" on {claim.task}" if claim.task else ""
+    lengths = ", ".join(claim.lengths)
+    if claim.sizes:
+        small, large = (claim.at(rung) for rung in claim.sizes)
+        kind = "paired differences" if is_paired(small, info) else "four groups"
+        planned = " and ".join(str(info["runs"].get(one.compare, 0)) for one in (large, small))
+        return (f"{claim.name}: the ratio of {claim.compare} to {against}{task} at {claim.sizes[1]} "
+                f"{claim.direction} than at {claim.sizes[0]}, at {lengths} (Welch contrast of {kind}, Holm over its "
+                f"{len(claim.lengths)}; {planned} runs planned) [{claim.source}]")  # fmt: skip
     test = "paired t-test" if is_paired(claim, info) else "Welch's t-test"
     planned = info["runs"].get(claim.compare, 0)
     other = planned if claim.against in (NULL, BASE) else info["runs"].get(claim.against, 0)
-    task = f" on {claim.task}" if claim.task else ""
-    lengths = ", ".join(claim.lengths)
     return (f"{claim.name}: {claim.compare} {claim.direction} than {against}{task} at {lengths} ({test}, Holm over "
             f"its {len(claim.lengths)}; {planned} and {other} runs planned) [{claim.source}]")  # fmt: skip
 
@@ -304,39 +312,51 @@ def decide(claim: Claim, info: dict, values) -> Verdict:
     key -> value over learned runs (None where the two were not scored on the same spans)."""
     from poscli.evaluation.stats import holm
 
-    verdict = Verdict(claim, "perplexity" if info["kind"] == "perplexity" else "accuracy")
-    paired = is_paired(claim, info)
-    tests = [_test(text, paired, values(claim, resolve_length(claim, text, info)), verdict) for text in claim.lengths]
+    metric = "perplexity" if info["kind"] == "perplexity" else "accuracy"
+    verdict = Verdict(claim, metric, parameters=info.get("parameters", {}).get(claim.compare, math.nan))
+    paired = is_paired(claim.at(claim.sizes[0]) if claim.sizes else claim, info)
+    tests = []
+    for text in claim.lengths:
+        if claim.sizes:  # the effect at the second rung against the first
+            small, large = (claim.at(rung) for rung in claim.sizes)
+            pairs = [values(one, resolve_length(one, text, info)) for one in (large, small)]
+            tests.append(_test(text, paired, pairs, verdict))
+        else:
+            tests.append(_test(text, paired, [values(claim, resolve_length(claim, text, info))], verdict))
     adjusted = holm([math.nan if t.note else t.p for t in tests])
     verdict.tests = [t if t.note else replace(t, adjusted=a) for t, a in zip(tests, adjusted)]
     return verdict
 
 
-def _test(text: str, paired: bool, pair, verdict: Verdict) -> Test:
-    """One length's test: paired over shared seeds, or Welch's; for a no-worse claim its p is of
-    the margin (the effect equal to it), else of no difference."""
+def _test(text: str, paired: bool, pairs: list, verdict: Verdict) -> Test:
+    """One length's test. One pair (compare's values, against's): paired over shared seeds, or
+    Welch's. Two (a claim over sizes: the larger rung's, then the smaller's): the change of the
+    effect between them, a Welch contrast of the two rungs' paired differences or of four groups.
+    For a no-worse claim its p is of the margin (the effect equal to it), else of no difference."""
     import numpy as np
 
-    from poscli.evaluation.stats import paired_t, t_quantile, t_sf, welch_t
+    from poscli.evaluation.stats import t_quantile, t_sf, welch_contrast
 
     nan = math.nan
-    if pair is None:
+    if any(pair is None for pair in pairs):
         return Test(text, paired, (0, 0), nan, nan, nan, nan, note="not scored on the same spans at this length")
-    mine, theirs = pair
-    if paired:
-        shared = sorted(set(mine) & set(theirs))
-        seeds = (len(shared), len(shared))
-        if len(shared) < MIN_SEEDS:
-            return Test(text, paired, seeds, nan, nan, nan, nan, note=f"{len(shared)} learned seeds paired, "
-                        f"{MIN_SEEDS} needed")  # fmt: skip
-        mean, low, high, p = paired_t(np.array([mine[s] - theirs[s] for s in shared]))
-        df = len(shared) - 1
+    if paired:  # a model against itself: its per-seed differences, one group a rung
+        groups = []
+        for mine, theirs in pairs:
+            shared = sorted(set(mine) & set(theirs))
+            groups.append(np.array([mine[s] - theirs[s] for s in shared]))
+        weights = [1.0] if len(groups) == 1 else [1.0, -1.0]
     else:
-        seeds = (len(mine), len(theirs))
-        if min(seeds) < MIN_SEEDS:
-            return Test(text, paired, seeds, nan, nan, nan, nan, note=f"{seeds[0]} and {seeds[1]} learned seeds, "
-                        f"{MIN_SEEDS} a side needed")  # fmt: skip
-        mean, low, high, p, df = welch_t(np.array(list(mine.values())), np.array(list(theirs.values())))
+        groups = [np.array(list(side.values())) for pair in pairs for side in pair]
+        weights = [1.0, -1.0] if len(groups) == 2 else [1.0, -1.0, -1.0, 1.0]
+    sizes = [len(group) for group in groups]
+    seeds = (sizes[0], sizes[0]) if paired and len(sizes) == 1 else tuple(sizes)
+    if min(sizes) < MIN_SEEDS:
+        counts = " and ".join(map(str, sizes))
+        note = f"{counts} learned seeds paired, {MIN_SEEDS} needed" if paired else \
+            f"{counts} learned seeds, {MIN_SEEDS} a side needed"  # fmt: skip
+        return Test(text, paired, seeds, nan, nan, nan, nan, note=note)
+    mean, low, high, p, df = welch_contrast(groups, weights)
     if verdict.claim.direction == "no-worse":
         worse = mean if verdict.metric == "perplexity" else -mean  # higher perplexity, lower accuracy
         se = (high - low) / (2 * t_quantile(df)) if math.isfinite(df) else 0.0
@@ -431,7 +451,9 @@ def claim_lines(verdict: Verdict) -> list[str]:
     task = f" on {claim.task}" if claim.task else ""
     declared = f" Declared {verdict.declared}." if verdict.declared else ""
     exploratory = f" **Exploratory**: {verdict.exploratory}." if verdict.exploratory else ""
-    head = (f"- claim **{claim.name}**{task}: {claim.says} ({claim.source}). Here: {summary}.{declared}"
+    size = f" at size {claim.size} ({verdict.parameters / 1e6:.2f}M parameters)" if claim.size else ""
+    over = f" (from size {claim.sizes[0]} to {claim.sizes[1]})" if claim.sizes else ""
+    head = (f"- claim **{claim.name}**{size}{task}: {claim.says} ({claim.source}){over}. Here: {summary}.{declared}"
             f"{exploratory}")  # fmt: skip
     return [head, *(f"  - {_test_text(verdict, t, w)}" for t, w in zip(verdict.tests, words))]
 
@@ -448,9 +470,18 @@ def _test_text(verdict: Verdict, test: Test, word: str) -> str:
     if test.note:
         return f"{test.length}: not tested ({test.note})."
     name = "ratio" if verdict.metric == "perplexity" else "difference"
+    if verdict.claim.sizes:
+        large, small = verdict.claim.sizes[1], verdict.claim.sizes[0]
+        name = f"{name} at {large} over at {small}" if name == "ratio" else f"{name} at {large} minus at {small}"
     value = f"{name} {test.estimate:.3f} [{test.low:.3f}, {test.high:.3f}]"
-    seeds = f"{test.seeds[0]} paired seeds" if test.paired else f"{test.seeds[0]} and {test.seeds[1]} seeds"
-    p = f"{'paired t' if test.paired else 'Welch'}, Holm p {test.adjusted:.3g}"
+    if verdict.claim.sizes:
+        at_large, at_small = (test.seeds[:1], test.seeds[1:]) if test.paired else (test.seeds[:2], test.seeds[2:])
+        kind = "paired seeds" if test.paired else "seeds"
+        seeds = f"{' and '.join(map(str, at_large))} {kind} at {large}, {' and '.join(map(str, at_small))} at {small}"
+        p = f"Welch contrast, Holm p {test.adjusted:.3g}"
+    else:
+        seeds = f"{test.seeds[0]} paired seeds" if test.paired else f"{test.seeds[0]} and {test.seeds[1]} seeds"
+        p = f"{'paired t' if test.paired else 'Welch'}, Holm p {test.adjusted:.3g}"
     if word == "not separated":
         return f"{test.length}: not separated at {seeds} ({value}; {p})."
     return f"{test.length}: {word}, {value}, {p}, {seeds}."
@@ -472,6 +503,112 @@ def claims_markdown(verdicts: list[Verdict]) -> list[str]:
     for verdict in verdicts:
         lines += claim_lines(verdict)
     return lines
+
+
+# --------------------------------------------------------------------------- across sizes
+
+DECIDED = ("holds", "the opposite holds", "fails")  # a test's words that decide it
+
+
+def across_sizes(words: dict[str, str]) -> str:
+    """One claim at one length over the rungs (rung -> word, smallest first): "holds across sizes"
+    (or another decision) only where every rung decides it the same way; "changes with size" where
+    two rungs decide it differently; else which rungs decide it."""
+    decided = {rung: word for rung, word in words.items() if word in DECIDED}
+    if len(set(decided.values())) > 1:
+        return "changes with size (" + ", ".join(f"{word} at {rung}" for rung, word in words.items()) + ")"
+    if decided and len(decided) == len(words):
+        return f"{next(iter(decided.values()))} across sizes"
+    if decided:
+        rest = ", ".join(f"{word} at {rung}" for rung, word in words.items() if rung not in decided)
+        return f"{next(iter(decided.values()))} at {', '.join(decided)} only ({rest})"
+    return "decided at no size (" + ", ".join(f"{word} at {rung}" for rung, word in words.items()) + ")"
+
+
+def by_size(verdicts: list[Verdict]) -> list[dict]:
+    """Each claim decided at several rungs, one row per rung and length: its estimate with the
+    interval, Holm p, word, and the claim's reading across sizes at that length."""
+    rows, families = [], {}
+    for verdict in verdicts:
+        if verdict.claim.size:
+            families.setdefault(verdict.claim.name, []).append(verdict)
+    for name, family in families.items():
+        for index, length in enumerate(family[0].claim.lengths):
+            words = {v.claim.size: v.word(v.tests[index]) for v in family}
+            reading = across_sizes(words)
+            for verdict in family:
+                test = verdict.tests[index]
+                rows.append({"claim": name, "size": verdict.claim.size, "parameters": verdict.parameters,
+                             "length": length, "compare": verdict.claim.compare, "against": verdict.claim.against,
+                             "direction": verdict.claim.direction, "metric": verdict.metric,
+                             "estimate": test.estimate, "low": test.low, "high": test.high, "p_holm": test.adjusted,
+                             "seeds": test.seeds[0], "seeds_against": test.seeds[1],
+                             "word": words[verdict.claim.size], "across_sizes": reading})  # fmt: skip
+    return rows
+
+
+def by_size_markdown(rows: list[dict]) -> list[str]:
+    """The published file's "Verdict by size": each claim, per length, across the rungs."""
+    if not rows:
+        return []
+    lines = [
+        "### Verdict by size\n",
+        "Each claim decided at every rung on its own (above). A claim holds across sizes only where every rung decides "
+        'it the same way; it "changes with size" where two rungs decide it differently; otherwise the rungs that '
+        "decide it are named. The ratios with their intervals against parameters: the figure TABLE-by-size.png.\n",
+    ]
+    claims: dict[str, dict[str, str]] = {}
+    for row in rows:
+        claims.setdefault(row["claim"], {})[row["length"]] = row["across_sizes"]
+    for claim, lengths in claims.items():
+        readings = "; ".join(f"{length}: {text}" for length, text in lengths.items())
+        lines.append(f"- by size **{claim}**: {readings}.")
+    return lines
+
+
+def plot_by_size(rows: list[dict], path: Path) -> Path | None:
+    """Each claim's ratio (or difference) with its 95% interval against parameters (log axis), one
+    line per claim, one panel per length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return None
+    lengths = list(dict.fromkeys(frame["length"]))
+    figure, axes = plt.subplots(1, len(lengths), figsize=(4.2 * len(lengths), 4.2), squeeze=False, sharey=True)
+    colours = plt.get_cmap("tab10").colors
+    markers = "osD^vP*Xh<>"
+    for axis, length in zip(axes[0], lengths):
+        part = frame[frame["length"] == length]
+        for index, (claim, line) in enumerate(part.groupby("claim", sort=False)):
+            line = line.sort_values("parameters")
+            error = [line["estimate"] - line["low"], line["high"] - line["estimate"]]
+            axis.errorbar(line["parameters"], line["estimate"], yerr=error, label=claim, color=colours[index % 10],
+                          marker=markers[index % len(markers)], capsize=3, linewidth=1.4)  # fmt: skip
+        metric = part["metric"].iloc[0]
+        axis.axhline(1.0 if metric == "perplexity" else 0.0, color="black", linewidth=0.8, linestyle="--")
+        axis.set_xscale("log")
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1e6:.3g}M"))
+        axis.xaxis.set_minor_formatter(NullFormatter())
+        if metric == "perplexity":
+            axis.set_yscale("log")
+            axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
+            axis.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
+        axis.set_title(f"at {length}")
+        axis.set_xlabel("parameters")
+        axis.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("perplexity ratio, compare / against (95% interval)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=9, frameon=False)
+    figure.tight_layout(rect=(0, 0.06 + 0.03 * ((len(labels) - 1) // 4), 1, 1))
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
 
 
 # --------------------------------------------------------------------------- when a claim was declared

@@ -28,7 +28,7 @@ from poscli.errors import PoscliError
 from poscli.model import runs
 
 TOKENS_PER_PARAMETER = "tokens_per_parameter"
-SELECT_KEYS = {"name", "option", "values", "budget", "seed", "table"}
+SELECT_KEYS = {"name", "option", "values", "budget", "seed", "table", "widen"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,18 @@ class Selection:
     budget: float  # the fraction of the main runs' steps (and warmup) a select run trains
     seed: int | None  # None (seed = "own"): each main run's own seed (the name template then needs {seed})
     table: str  # where the sweep's losses and choices are written
+    widen: int = 0  # values a group may add past an edge of the grid where its best lies, by the grid's ratio
+
+    def next_value(self, tried: list[float], best: float) -> float | None:
+        """The value to try next where ``best`` lies at an edge of the values ``tried`` (the grid
+        continued by its end's ratio), while fewer than ``widen`` were added on that side; None
+        where the best is inside, or the grid may grow no further."""
+        grid = sorted(self.values)
+        if best == max(tried) and sum(v > grid[-1] for v in tried) < self.widen:
+            return best * grid[-1] / grid[-2]
+        if best == min(tried) and sum(v < grid[0] for v in tried) < self.widen:
+            return best * grid[0] / grid[1]
+        return None
 
 
 # --------------------------------------------------------------------------- sizes
@@ -184,7 +196,13 @@ def parse_selection(entry, fail) -> Selection | None:
     except PoscliError as error:
         fail(str(error).replace("--table", "table"), "table", "select")
     seed = None if seed == "own" else seed
-    return Selection(str(entry["name"]), option, tuple(values), float(budget), seed, str(entry["table"]))
+    widen = entry.get("widen", 0)
+    if isinstance(widen, bool) or not isinstance(widen, int) or not 0 <= widen <= 8:
+        message = f"[select] widen is how many values a group may add past an edge, 0 to 8, got {widen!r}"
+        fail(message, "widen", "select")
+    if widen and min(values) <= 0:
+        fail("[select] widen continues the grid by its ratio: its values must be positive", "widen", "select")
+    return Selection(str(entry["name"]), option, tuple(values), float(budget), seed, str(entry["table"]), widen)
 
 
 def select_options(selection: Selection, options: dict, value: float) -> dict:
@@ -203,8 +221,9 @@ def select_options(selection: Selection, options: dict, value: float) -> dict:
 
 
 def value_text(value: float) -> str:
-    """A value as a run name holds it: 0.008 for 8e-3."""
-    return f"{value:g}"
+    """A value as a run name holds it: 0.008 for 8e-3 (six significant digits: a widened grid's
+    values are products of floats)."""
+    return f"{float(f'{value:.6g}'):g}"
 
 
 def read_losses(selection: Selection, names: list[str], results=None) -> dict[str, tuple[float, str]]:
@@ -268,15 +287,23 @@ def choose(candidates: list[tuple[float, str]], losses: dict) -> float | None:
 
 
 def sweep_markdown(selection: Selection, frame) -> str:
-    """One row per scope, one column per value: held-out loss (nats per token), the chosen in bold."""
-    values = list(selection.values)
+    """One row per scope, one column per value tried: held-out loss (nats per token), the chosen in
+    bold, marked where it lies at an edge of what its group tried."""
+    values = sorted(set(frame["value"]))
     head = [f"{selection.option} = {value_text(v)}" for v in values]
     lines = [
         f"# {selection.table}: {selection.option} chosen by held-out loss at the train length\n",
         f"Each run trains {selection.budget:g} of its group's steps and warmup"
         + (f", seed {selection.seed}" if selection.seed is not None else "")
         + "; its held-out loss (nats per token) after the last step, on the held-out split at the train length. The "
-        "lowest is chosen (bold) and the group's runs train with it. inf: the run diverged.\n",
+        "lowest is chosen (bold) and the group's runs train with it. inf: the run diverged."
+        + (
+            f" Where the lowest lay at an edge, the grid was continued by its ratio, up to {selection.widen} values a "
+            "side; a choice still at an edge of what its group tried is marked (edge)."
+            if selection.widen
+            else ""
+        )
+        + "\n",
         "| group | parameters | " + " | ".join(head) + " |",
         "|---|---:|" + "---:|" * len(values),
     ]
@@ -289,6 +316,8 @@ def sweep_markdown(selection: Selection, frame) -> str:
                 continue
             loss = row["heldout_loss"].iloc[0]
             text = "inf" if math.isinf(loss) else f"{loss:.4f}"
-            cells.append(f"**{text}**" if bool(row["chosen"].iloc[0]) else text)
+            tried = part["value"][part["heldout_loss"].notna()]
+            edge = " (edge)" if value in (tried.min(), tried.max()) else ""
+            cells.append(f"**{text}**{edge}" if bool(row["chosen"].iloc[0]) else text)
         lines.append(f"| {scope} | {int(part['parameters'].iloc[0]) / 1e6:.2f}M | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

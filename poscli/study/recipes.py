@@ -287,20 +287,17 @@ class _RecipeParser:
         found: dict[str, Step] = {}
         for step in train_steps:
             keys = {**step.options, "size": step.size or step.options.get("size", "")}
-            scope = _render(selection.name, {**keys, selection.option: "*"}, where, group=True)
-            step.select = scope
+            step.select = _render(selection.name, {**keys, selection.option: "*"}, where, group=True)
             for value in selection.values:
-                options = ladder.select_options(selection, step.options, value)
-                name = _render(selection.name, {**keys, **options, selection.option: ladder.value_text(value)}, where)
-                if name in found and found[name].options != options:
-                    differ = sorted(k for k in {*options, *found[name].options}
-                                    if options.get(k) != found[name].options.get(k))  # fmt: skip
-                    self.fail(f"[select] runs named {name} would differ in {', '.join(differ)}: put them in its name "
-                              "template", "name", "select")  # fmt: skip
-                if name not in found:
-                    found[name] = Step("train", name, group=scope, detail=_describe(options), options=options,
-                                       size=step.size, select=scope)  # fmt: skip
-                    self.check_values(found[name], "select", 0)
+                made = select_step(selection, step, value)
+                if made.name in found and found[made.name].options != made.options:
+                    differ = sorted(k for k in {*made.options, *found[made.name].options}
+                                    if made.options.get(k) != found[made.name].options.get(k))  # fmt: skip
+                    self.fail(f"[select] runs named {made.name} would differ in {', '.join(differ)}: put them in its "
+                              "name template", "name", "select")  # fmt: skip
+                if made.name not in found:
+                    found[made.name] = made
+                    self.check_values(made, "select", 0)
         _check_unique([*[s.name for s in train_steps], *found], self.path)
         return list(found.values())
 
@@ -431,6 +428,15 @@ class _RecipeParser:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 100:
                 self.fail(f"[gates] {key} must be a number from 0 (no gate) up, got {value!r}", key, "gates")
         return GateBounds(**{key: float(value) for key, value in entry.items()})
+
+
+def select_step(selection, step: Step, value: float) -> Step:
+    """The [select] run at ``value`` for a main run's group."""
+    options = ladder.select_options(selection, step.options, value)
+    keys = {**step.options, "size": step.size or step.options.get("size", "")}
+    name = _render(selection.name, {**keys, **options, selection.option: ladder.value_text(value)}, "[select]")
+    return Step("train", name, group=step.select, detail=_describe(options), options=options, size=step.size,
+                select=step.select)  # fmt: skip
 
 
 def _snapshots(step: Step) -> list[Step]:
@@ -686,7 +692,7 @@ def _claim_table(train: list[Step], extend: list[Step], evals: list[Step], name:
         lengths = {n for step in mine for n in parse_lengths(str(step.options["lengths"]))}
     info = {"groups": groups, "lengths": lengths, "kind": kind, "null": any(s.options.get("null") for s in mine),
             "tasks": sorted({str(s.options.get("task")) for s in mine}), "train_length": {}, "target": {},
-            "parent": {}, "runs": {}, "size": {}, "sizes": []}  # fmt: skip
+            "parent": {}, "runs": {}, "size": {}, "sizes": [], "parameters": {}}  # fmt: skip
     for step in mine:
         for run, group in step.groups.items():
             info["runs"][group] = info["runs"].get(group, 0) + 1
@@ -696,6 +702,7 @@ def _claim_table(train: list[Step], extend: list[Step], evals: list[Step], name:
             if made.size:
                 info["size"][group] = made.size
                 info["sizes"] += [made.size] if made.size not in info["sizes"] else []
+                info["parameters"][group] = ladder.parameter_count(made.options.get("parent_options", made.options))
             own = made.options.get("parent_options", made.options)
             info["train_length"][group] = int(own.get("train_length") or ModelConfig.train_length)
             if made.kind == "extend":
@@ -820,18 +827,28 @@ def check_selection(recipe: Recipe, results=None) -> bool:
     """Each [select] run's status from RESULTS (its folder, else the sweep's table), and each main
     run's chosen value set on it where its group's runs are all done (None, to be chosen, where
     not); whether every main run has its value."""
-    if recipe.selection is None:
+    selection = recipe.selection
+    if selection is None:
         return True
-    option = recipe.selection.option
-    losses = ladder.read_losses(recipe.selection, [s.name for s in recipe.select], results)
-    folder = runs.runs_dir(results)
-    for step in recipe.select:
-        if step.name in losses:
-            loss, note = losses[step.name]
-            step.status, step.detail = "done", note or f"held-out loss {loss:.4f}"
-        elif (folder / step.name / runs.CONFIG_FILE).exists():
-            _set_status(step, runs.read_config(folder / step.name))
-    chosen = {scope: ladder.choose(candidates, losses) for scope, candidates in _select_scopes(recipe).items()}
+    option, folder = selection.option, runs.runs_dir(results)
+    widened = True
+    while widened:  # until no group's best lies at an edge it may still widen past
+        losses = ladder.read_losses(selection, [s.name for s in recipe.select], results)
+        for step in recipe.select:
+            if step.name in losses:
+                loss, note = losses[step.name]
+                step.status, step.detail = "done", note or f"held-out loss {loss:.4f}"
+            elif (folder / step.name / runs.CONFIG_FILE).exists():
+                _set_status(step, runs.read_config(folder / step.name))
+        chosen, widened = {}, False
+        for scope, candidates in _select_scopes(recipe).items():
+            best = ladder.choose(candidates, losses)
+            further = None if best is None else selection.next_value([v for v, _ in candidates], best)
+            if further is not None:  # the best is at an edge: try the next value past it first
+                source = next(step for step in recipe.train if step.select == scope)
+                recipe.select.append(select_step(selection, source, further))
+                widened, best = True, None
+            chosen[scope] = best
     for step in recipe.train:
         value = chosen.get(step.select)
         step.options[option] = value
@@ -851,13 +868,17 @@ def write_sweep(recipe: Recipe, results=None) -> list[Path]:
 
 
 def _run_selection(recipe: Recipe, selecting: list[Step], runner: _Runner, jobs: int, results) -> None:
-    """[select]'s runs still to do, then its table; a run that diverged counts as infinitely bad."""
-    failure = None
-    try:
-        if selecting:
+    """[select]'s runs still to do (and those a widened grid adds), then its table; a run that
+    diverged counts as infinitely bad."""
+    failure, tried = None, set()
+    while selecting:
+        try:
             runner.phase([(f"select-{s.name}", s) for s in selecting], jobs, "select")
-    except EnvironmentFailure as error:
-        failure = error  # a diverged run fails its step, but is a result here
+        except EnvironmentFailure as error:
+            failure = error  # a diverged run fails its step, but is a result here
+        tried |= {step.name for step in selecting}
+        check_selection(recipe, results)
+        selecting = [s for s in recipe.select if s.status != "done" and s.name not in tried]
     resolved = check_selection(recipe, results)
     write_sweep(recipe, results)
     if not resolved:
@@ -1057,11 +1078,44 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
         studied[step.name] = (summary, rows, learned, gates)
     for table in dict.fromkeys([*(e["table"] for e in recipe.compare), *(c.table for c in recipe.claims)]):
         if table in studied:
-            text = _published_text(recipe, table, studied, meta)
+            verdicts = _verdicts(recipe, table, studied)
+            text = _published_text(recipe, table, studied, meta, verdicts)
             with atomic_write(folder / f"{table}{PUBLISHED_SUFFIX}.md") as handle:
                 handle.write(text)
             written.append(folder / f"{table}{PUBLISHED_SUFFIX}.md")
+            written += _write_by_size(verdicts, folder, table)
     return written
+
+
+def _verdicts(recipe: Recipe, table: str, studied: dict) -> list:
+    """The table's declared claims, decided over its learned runs, each with when it was declared."""
+    from poscli.study import claims as claim_module
+
+    summary, rows, learned, _ = studied[table]
+    info = recipe.tables[table]
+    values = claim_module.values_of(info, summary, rows, learned)
+    verdicts = []
+    for claim in (c for c in recipe.claims if c.table == table):
+        verdict = claim_module.decide(claim, info, values)
+        verdict.declared, verdict.exploratory = claim_module.declaration(recipe.path, claim, recipe_claims)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _write_by_size(verdicts: list, folder: Path, table: str) -> list[Path]:
+    """TABLE-by-size.csv and .png: each claim decided at several sizes, against parameters."""
+    import pandas as pd
+
+    from poscli.core.io import atomic_write
+    from poscli.study.claims import by_size, plot_by_size
+
+    rows = by_size(verdicts)
+    if not rows:
+        return []
+    with atomic_write(folder / f"{table}-by-size.csv") as handle:
+        pd.DataFrame(rows).to_csv(handle, index=False)
+    figure = plot_by_size([row for row in rows if row["metric"] == "perplexity"], folder / f"{table}-by-size.png")
+    return [folder / f"{table}-by-size.csv", *([figure] if figure else [])]
 
 
 def summarise(path: str | Path, results=None, sizes: str | None = None) -> list[Path]:
@@ -1115,21 +1169,15 @@ def _unlearned_note(gates: dict) -> str:
             f"published file): {', '.join(failed)}.\n")  # fmt: skip
 
 
-def _published_text(recipe: Recipe, table: str, studied: dict, meta: dict) -> str:
-    """TABLE-published.md: the declared claims, the runs that did not learn, then the exploratory screen."""
+def _published_text(recipe: Recipe, table: str, studied: dict, meta: dict, verdicts: list) -> str:
+    """TABLE-published.md: the declared claims (and, for claims at several sizes, their verdict by
+    size), the runs that did not learn, then the exploratory screen."""
     from poscli.study import claims as claim_module
     from poscli.study.gates import gates_markdown
     from poscli.study.paired import corrected_together
     from poscli.study.published import PUBLISHED
 
-    summary, rows, learned, gates = studied[table]
-    info = recipe.tables[table]
-    values = claim_module.values_of(info, summary, rows, learned)
-    verdicts = []
-    for claim in (c for c in recipe.claims if c.table == table):
-        verdict = claim_module.decide(claim, info, values)
-        verdict.declared, verdict.exploratory = claim_module.declaration(recipe.path, claim, recipe_claims)
-        verdicts.append(verdict)
+    summary, _, _, gates = studied[table]
     writers = []
     for entry in (e for e in recipe.compare if e["table"] == table):
         extra = {"perplexity": studied[entry["perplexity"]][0]} if "perplexity" in entry else {}
@@ -1138,6 +1186,8 @@ def _published_text(recipe: Recipe, table: str, studied: dict, meta: dict) -> st
         "### Declared claims\n",
         "None: this table's recipe declares no claim, so nothing below is a verdict.",
     ]
+    sized = claim_module.by_size_markdown(claim_module.by_size(verdicts))
+    lines += ["", *[line.replace("TABLE", table) for line in sized]] if sized else []
     lines += ["", *gates_markdown(gates)] if gates else []
     if writers:
         lines += ["", "### Exploratory screen\n", claim_module.SCREEN_NOTE, ""]
