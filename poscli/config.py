@@ -263,6 +263,7 @@ class TrainConfig(FlatConfig):
     # the model at smaller training budgets, for verdicts against the budget. "": none.
     snapshots: str = ""
     eval_tokens: int = 65536  # held-out tokens scored at the train length at the end of training
+    eval_every: int = 0  # steps between held-out losses during training (0: only at the end)
 
     @classmethod
     def migrate(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -295,6 +296,8 @@ class TrainConfig(FlatConfig):
         self.snapshot_steps()
         if self.checkpoint_every < 1:
             raise PoscliError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
+        if self.eval_every < 0:
+            raise PoscliError(f"--eval-every must be 0 (only at the end) or a number of steps, got {self.eval_every}")
         if self.dtype not in DTYPES:
             raise PoscliError(f"--dtype {self.dtype!r} is not supported; choose {' or '.join(DTYPES)}")
         if self.answer_loss < 0:

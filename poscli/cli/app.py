@@ -584,15 +584,23 @@ def plot_loss_command(
     facet: Annotated[bool, typer.Option("--facet", help="One panel per run instead of one axis for all.")] = False,
     results: Results = None,
 ):
-    """Training curves: each run's training loss and its held-out loss at the train length against tokens seen."""
+    """Training curves: each run's training loss and its held-out loss at the train length against tokens seen;
+    runs trained with --eval-every add their validation curve (also as FILE.csv) and where it stopped improving."""
     from poscli.model import runs
 
     folders = [runs.find_run(name, results) for name in run_names]  # a missing run fails before matplotlib
+    from poscli.evaluation.curves import convergence_line, write_curves
     from poscli.evaluation.plots import plot_loss
 
     path = out or runs.results_dir(results) / "loss.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    print(f"wrote {plot_loss({f.name: runs.training_curve(f) for f in folders}, path, facet)}")
+    curves = {f.name: runs.training_curve(f) for f in folders}
+    print(f"wrote {plot_loss(curves, path, facet)}")
+    written = write_curves(curves, path.with_suffix(".csv"))
+    if written:  # --eval-every curves: where each stopped improving
+        print(f"wrote {written}")
+        for name, curve in curves.items():
+            print(convergence_line(name, curve["heldout_steps"], curve["heldout_curve"][1]))
 
 
 @plot_app.command("table", epilog="Example: poscli plot table tstl --runs 'tstl-rope-*' 'tstl-alibi-*'")

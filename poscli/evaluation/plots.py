@@ -376,6 +376,10 @@ def plot_loss(curves: dict[str, dict], path: Path, facet: bool = False) -> Path:
         (line,) = axes.plot(
             curve["tokens"], curve["loss"], linewidth=1, label=f"{name} (train, length {curve['length']})"
         )
+        validation = curve.get("heldout_curve") or ([], [])
+        if validation[0]:
+            axes.plot(*validation, linestyle="--", marker=".", color=line.get_color(), linewidth=1,
+                      label=f"{name} held-out (--eval-every)")  # fmt: skip
         if curve["heldout"] is not None:
             tokens, loss, low, high = curve["heldout"]
             axes.errorbar([tokens], [loss], yerr=[[loss - low], [high - loss]], marker="o", color=line.get_color(),

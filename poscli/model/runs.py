@@ -217,14 +217,21 @@ def read_metrics(run: Path) -> list[dict]:
 def training_curve(run: Path) -> dict:
     """What ``poscli plot loss`` draws of a run: tokens seen (step x batch size x train length) and
     the logged training loss at each logged step, the held-out loss at the train length after the
-    last step with its 95% interval (None before the run finished), and the train length."""
+    last step with its 95% interval (None before the run finished), the validation curve
+    (``--eval-every``: tokens and held-out loss at each of its steps; empty without it) and the
+    train length."""
     import math
 
     config = read_config(run)
     tokens_per_step = int(config["train"]["batch_size"]) * int(config["model"]["train_length"])
-    records = [record for record in read_metrics(run) if "loss" in record]
+    logged = read_metrics(run)
+    records = [record for record in logged if "loss" in record]
+    points = [record for record in logged if "heldout_loss" in record]
     heldout = config.get("heldout")
     return {
+        "heldout_curve": ([record["step"] * tokens_per_step for record in points],
+                          [record["heldout_loss"] for record in points]),
+        "heldout_steps": [record["step"] for record in points],
         "tokens": [record["step"] * tokens_per_step for record in records],
         "loss": [record["loss"] for record in records],
         "heldout": None

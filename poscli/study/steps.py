@@ -122,7 +122,7 @@ def extend_run(run: str, values: dict[str, Any], console=None):
     from poscli.training.extend import extend
 
     settings = ("factor", "steps", "finetune_length", "name", "lr", "batch_size", "seed", "device", "replace", "pose",
-                "cream", "mixed_short")  # fmt: skip
+                "cream", "mixed_short", "eval_every")  # fmt: skip
     return extend(
         run, method, target, options=options, results=results, console=console, show_progress=not quiet,
         **{key: values[key] for key in settings},

@@ -45,6 +45,7 @@ def extend(
     pose: bool = False,
     cream: bool = False,
     mixed_short: float | None = None,
+    eval_every: int = 0,
 ):
     """Extend ``run`` to ``target`` tokens with ``method`` (a name of ``poscli.extension.methods`` or
     package.module:Class); returns the new run's TrainResult."""
@@ -73,6 +74,7 @@ def extend(
     model_config = ModelConfig.from_dict({**parent_config.to_dict(), **changes})
     mixed = _mixed_windows(mixed_short, steps, original_length)
     train_config = _finetune_config(parent["train"], steps, lr, batch_size, seed, device, scheme, target, mixed)
+    train_config.eval_every = eval_every
     label = chosen.label(runs.run_label(parent), factor, steps, finetune_length, changes)
     if scheme:
         label += f" ({'PoSE' if pose else 'CREAM'} to {format_length(target)})"

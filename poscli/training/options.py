@@ -107,6 +107,14 @@ SHARED: dict[str, Option] = {
         runner=True,
     ),
     "quiet": Option("quiet", False, "No progress bars.", kind=bool, flags=("--quiet", "-q"), runner=True),
+    "eval_every": Option(
+        "eval_every",
+        0,
+        "Every N steps, the held-out loss at the train length (on --eval-tokens of held-out text) into metrics.jsonl "
+        "and the logger: the validation curve (0: once, after the last step).",
+        kind=int,
+        metavar="N",
+    ),
 }
 
 TRAIN_DECLARED: dict[str, Option] = declare(
@@ -305,6 +313,7 @@ TRAIN_DECLARED: dict[str, Option] = declare(
     Option("compile", False, "torch.compile the model (one line and eager where the backend is missing).", kind=bool),
     Option("name", None, "Run name (default: the encoding's name).", metavar="NAME", runner=True),
     SHARED["replace"],
+    SHARED["eval_every"],
     Option(
         "checkpoint_every",
         200,
@@ -531,6 +540,7 @@ EXTEND_DECLARED: dict[str, Option] = declare(
         kind=bool,
     ),
     Option("seed", 0, "Random seed for the fine-tuning batches.", kind=int, metavar="N"),
+    SHARED["eval_every"],
     SHARED["device"],
     Option("name", None, "Name of the new run (default: RUN+METHOD-xFACTOR).", metavar="NAME", runner=True),
     SHARED["replace"],
@@ -667,7 +677,7 @@ TRAIN_OPTIONS: dict[str, tuple[str, Any]] = {
     if not option.runner
 }
 # Options that change how a run is run, not what it is: they never make a run "different".
-RUN_ONLY = {"device", "checkpoint_every", "accumulate", "compile"}
+RUN_ONLY = {"device", "checkpoint_every", "accumulate", "compile", "eval_every"}
 # Options the runner of a sweep or recipe sets itself.
 RUNNER_OPTIONS = {name for name, option in (TRAIN_DECLARED | EXTEND_DECLARED).items() if option.runner}
 LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--random-positions"}

@@ -372,7 +372,7 @@ def _announce(console: Console, run: Path, config: dict, model, device, group: G
 
 
 # Options that may differ when a run is resumed: where it runs and how often it reports, not what it computes.
-RESUMABLE_CHANGES = {"device", "log_every", "checkpoint_every", "accumulate", "compile"}
+RESUMABLE_CHANGES = {"device", "log_every", "checkpoint_every", "accumulate", "compile", "eval_every"}
 
 
 def resume(
@@ -589,6 +589,39 @@ class _Log:
             self.task, completed=step, loss=f"{loss.item():.3f}", speed=f"{speed:,.0f}", left=f"{max(0, left):.0f}s"
         )
 
+    def heldout(self, step: int, loss: float) -> None:
+        """A point of the validation curve: {"step", "heldout_loss"} in metrics.jsonl and the logger's heldout/loss."""
+        self.metrics.write(json.dumps({"step": step, "heldout_loss": round(loss, 5)}) + "\n")
+        self.metrics.flush()
+        self.logger.scalars({"heldout/loss": loss}, step * self.tokens_per_step)
+
+
+class _HeldoutCurve:
+    """``--eval-every``: the held-out loss at the train length on the same windows every time (the
+    ones scored after the last step), the model back in training mode after."""
+
+    def __init__(self, corpus: Corpus, config: dict, device, tokenizer):
+        self.corpus, self.config, self.device, self.tokenizer = corpus, config, device, tokenizer
+        self.eval_set = None
+
+    def __call__(self, model) -> float:
+        return float(self.scores(model)["loss"])
+
+    def scores(self, model) -> dict:
+        """``poscli.evaluation.evaluate.perplexity``'s scores of the held-out windows."""
+        length = self.config["model"]["train_length"]
+        if self.eval_set is None:
+            tokens = TrainConfig.from_dict(self.config["train"]).eval_tokens
+            tokenizer = self.tokenizer
+            token_bytes = None if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.token_bytes()
+            self.eval_set = build_eval_set(self.corpus, length, tokens, token_bytes=token_bytes)
+        was_training = model.training
+        model.eval()
+        try:
+            return perplexity(model, self.eval_set, length, self.device)
+        finally:
+            model.train(was_training)
+
 
 def _token_stream(corpus: Corpus):
     """The training tokens: (N_train,) uint8 or int32 in memory, or a TokenFile for a prepared corpus."""
@@ -680,6 +713,7 @@ def _steps(
         runs.write_config(run, {**config, "status": status, "steps_done": step})
 
     metrics = open(run / runs.METRICS_FILE if main else os.devnull, "a", encoding="utf-8")  # noqa: SIM115
+    heldout_curve = _HeldoutCurve(corpus, config, device, tokenizer)
     model.train()
     try:
         with progress, _StopRequest() as stop:
@@ -705,6 +739,9 @@ def _steps(
                 _check_finite(loss, step, run, config, main, train_config.lr)
                 step += 1
                 log.step(step, loss, lr, budget_seconds)
+                every = train_config.eval_every
+                if main and every and step % every == 0 and step < train_config.steps:  # the end scores its own
+                    log.heldout(step, heldout_curve(model))
                 if step in snapshot_steps and main:
                     runs.save_snapshot(run, model, config, step)
                 if step % train_config.checkpoint_every == 0:
@@ -721,6 +758,9 @@ def _steps(
     result = _finish(run, config, model, corpus, device, tokenizer, (start_step, step), seconds, elapsed_before)
     if not math.isnan(result.heldout_loss):
         logger.scalars({"heldout/loss": result.heldout_loss}, step * tokens_per_step)
+        if train_config.eval_every:  # the curve's last point: the final held-out loss, on the same windows
+            with open(run / runs.METRICS_FILE, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"step": step, "heldout_loss": round(result.heldout_loss, 5)}) + "\n")
     return result
 
 
@@ -767,9 +807,6 @@ def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, s
 
 def _heldout(model, corpus: Corpus, config: dict, device, tokenizer) -> dict:
     """Perplexity at the train length on the corpus' held-out text (``eval_tokens`` of it)."""
-    model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
-    token_bytes = None if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.token_bytes()
-    eval_set = build_eval_set(corpus, model_config.train_length, train_config.eval_tokens, token_bytes=token_bytes)
-    heldout = perplexity(model, eval_set, model_config.train_length, device)
+    heldout = _HeldoutCurve(corpus, config, device, tokenizer).scores(model)
     keys = ("loss", "ppl", "ci_low", "ci_high", "bpb", "windows", "spans", "documents", "tokens")
     return {key: heldout[key] for key in keys}

@@ -97,3 +97,38 @@ def test_a_torn_last_line_of_the_metrics_is_left_out(tmp_path):
     assert [r["step"] for r in runs.read_metrics(tmp_path)] == [10, 20]
     _cut_metrics(tmp_path, 10)
     assert [r["step"] for r in runs.read_metrics(tmp_path)] == [10]
+
+
+def test_eval_every_draws_the_validation_curve_without_changing_the_training(corpus, tmp_path):
+    """--eval-every N: the held-out loss at every N steps and at the end (the run's own final held-out
+    loss, on the same windows); the run's weights are those of the same run trained without it."""
+    results = tmp_path / "results"
+    curved = train(corpus, results, "--name", "curved", "--eval-every", "5")
+    plain = train(corpus, results, "--name", "plain")
+    points = [record for record in runs.read_metrics(curved) if "heldout_loss" in record]
+    assert [point["step"] for point in points] == [5, 10, 15, 20]
+    final = json.loads((curved / "config.json").read_text())["heldout"]["loss"]
+    assert points[-1]["heldout_loss"] == pytest.approx(final, abs=1e-5)
+    assert points[0]["heldout_loss"] > points[-1]["heldout_loss"]  # it learns
+    assert (curved / runs.WEIGHTS_FILE).read_bytes() == (plain / runs.WEIGHTS_FILE).read_bytes()
+    done = poscli("plot", "loss", "curved", "--results", str(results), "--out", str(tmp_path / "curve.png"))
+    assert done.returncode == 0, done.stderr
+    assert len((tmp_path / "curve.csv").read_text().splitlines()) == 1 + 4
+    assert "curved: " in done.stdout and "last fifth (16-20) gained" in done.stdout
+
+
+def test_convergence_is_read_off_the_curve_where_its_last_fifth_gains_under_one_percent():
+    """Against an exponential approach L(s) = 2 + exp(-s / 100), whose last fifth's gain at S is
+    (L(0.8 S) - L(S)) / L(0.8 S), computed here in closed form."""
+    from poscli.evaluation.curves import converged_at, last_fraction_gain
+
+    steps = list(range(10, 3001, 10))
+    losses = [2 + math.exp(-s / 100) for s in steps]
+
+    def gain(at):
+        return (math.exp(-0.8 * at / 100) - math.exp(-at / 100)) / (2 + math.exp(-0.8 * at / 100))
+
+    assert last_fraction_gain(steps, losses, 500) == pytest.approx(gain(500), rel=1e-3)
+    expected = next(s for s in steps if s >= 13 and gain(s) < 0.01)  # 0.8 S must lie on the curve
+    assert converged_at(steps, losses) == expected
+    assert converged_at(steps[:20], losses[:20]) is None  # still gaining over 1% at step 200
