@@ -8,7 +8,7 @@ REFERENCE := results/reference
 # override with e.g. `make install TORCH="torch==2.13.0"`.
 TORCH   ?= $(shell $(PYTHON) tools/torch_requirement.py)
 
-.PHONY: help install demo test test-fast lint smoke reproduce trained passkey tasks tokenizers bench bench-data gpu-check clean
+.PHONY: help install demo test test-fast lint smoke reproduce trained ladder convergence passkey tasks tokenizers bench bench-data gpu-check clean
 
 help:
 	@echo "make install     create $(VENV) and install poscli with a torch build for this machine"
@@ -18,7 +18,9 @@ help:
 	@echo "make lint        ruff check and ruff format --check"
 	@echo "make smoke       both reference studies in miniature (recipes/smoke.toml, ~2 min)"
 	@echo "make reproduce   the reference study in $(REFERENCE): recipes/train-short-test-long.toml and extend-rope.toml"
-	@echo "make trained     issue 30's rerun on trained models, both corpora, run by run (--each; ~19 h on 2 cores, resumable)"
+	@echo "make trained     issue 30's rerun on trained models, both corpora, run by run (--each; ~19 h on 2 cores, resumable), then ladder"
+	@echo "make ladder      issue 63's size ladder, a rung at a time (recipes/scale-ladder.toml; ~17 h on 2 cores, resumable)"
+	@echo "make convergence issue 63's fine-tuning budget: continue@1k and PI for 2000 steps, the held-out curve (~1 h)"
 	@echo "make passkey     the passkey studies in $(REFERENCE): retrieval at the train length, after extension, across encodings"
 	@echo "make tasks       the length-generalization study in $(REFERENCE): nine encodings, five algorithmic tasks, 3 seeds"
 	@echo "make bench       speed and memory benchmarks -> $(REFERENCE)/bench/ (~50 min on 2 cores; NANOGPT=path adds nanoGPT)"
@@ -80,6 +82,25 @@ trained: install
 	$(POSCLI) run recipes/extend-rope-trained-more.toml --each --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/tstl-shakespeare.toml --each --jobs $(JOBS) --results $(REFERENCE)
 	$(POSCLI) run recipes/extend-rope-trained-shakespeare.toml --each --jobs $(JOBS) --results $(REFERENCE)
+	$(MAKE) ladder
+
+# Issue 63's size ladder: Press et al.'s verdicts at 0.22M, 0.82M and 2.47M parameters, the learning
+# rate chosen per encoding and size first ([select]); a rung at a time (its sweep, then its runs, each
+# evaluated when trained), so each rung is complete before the next starts. SIZES=gpu runs the
+# recipe's 10x ladder (give it a results folder of its own: REFERENCE=results/gpu).
+SIZES ?= cpu
+ladder: install
+	$(POSCLI) run recipes/scale-ladder.toml --sizes $(SIZES) --each --jobs $(JOBS) --results $(REFERENCE) --runs 'ladder-*-s-s*'
+	$(POSCLI) run recipes/scale-ladder.toml --sizes $(SIZES) --each --jobs $(JOBS) --results $(REFERENCE) --runs 'ladder-*-m-s*'
+	$(POSCLI) run recipes/scale-ladder.toml --sizes $(SIZES) --each --jobs $(JOBS) --results $(REFERENCE) --runs 'ladder-*-l-s*'
+
+# Issue 63's fine-tuning budget (recipes/extend-convergence.toml): one trained RoPE base fine-tuned at
+# 1k for 2000 steps by the continue control and by PI, the held-out loss every 100 steps; the curve
+# and where each stopped improving (under 1% over the last fifth) in $(REFERENCE)/extend-convergence-curve.*
+convergence: install
+	$(POSCLI) run recipes/extend-convergence.toml --each --results $(REFERENCE)
+	$(POSCLI) plot loss xc-stdlib-rope-s0+continue-1k-2000 xc-stdlib-rope-s0+pi-1k-2000 --results $(REFERENCE) \
+		--out $(REFERENCE)/extend-convergence-curve.png
 
 # The passkey studies: a RoPE model that retrieves at its train length (recipes/passkey-retrieval.toml,
 # about 30 min), extended by every method (passkey-extension.toml, 3 seeds) and five encodings'
