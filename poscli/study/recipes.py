@@ -572,6 +572,17 @@ def check_state(recipe: Recipe, results=None, each: bool = False) -> None:
     _check_evaluations(recipe, tables, results)
 
 
+def _print_plan(recipe: Recipe, whole: Recipe, console) -> None:
+    """--dry-run: every step with its status and the command that does it, then the claims."""
+    from rich.markup import escape
+
+    for step in [*recipe.select, *recipe.steps]:
+        console.print(f"  {step.status:6}  {step.kind:6} {step.name}  [dim]{escape(step.detail)}[/]", highlight=False)
+        if step.status != "done":
+            console.print(f"          poscli {shlex.join(step.argv)}", highlight=False, markup=False)  # to paste
+    _print_claims(whole, console)
+
+
 def _print_claims(recipe: Recipe, console) -> None:
     """--dry-run's list of the recipe's declared claims, each with its test and its planned runs."""
     from poscli.study.claims import describe
@@ -746,11 +757,7 @@ def run_recipe(
     selecting = [s for s in recipe.select if s.status != "done"]
     console.print(_headline(recipe, whole, only, len(todo) + len(selecting)), highlight=False)
     if dry_run:
-        for step in [*recipe.select, *recipe.steps]:
-            console.print(f"  {step.status:6}  {step.kind:6} {step.name}  [dim]{step.detail}[/]", highlight=False)
-            if step.status != "done":
-                console.print(f"          poscli {shlex.join(step.argv)}", highlight=False, markup=False)  # to paste
-        _print_claims(whole, console)
+        _print_plan(recipe, whole, console)
         return recipe
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -782,21 +789,26 @@ def run_recipe(
             todo = [s for s in recipe.steps if s.status != "done"]
             if todo:
                 plan(len(todo))
-        for phase, parallel in (("train", jobs), ("extend", jobs), ("eval", 1)):
-            steps = [s for s in todo if s.kind == phase]
-            if not steps:
-                continue
-            names = [f"{s.kind}-{s.name}" for s in steps]
-            names = [
-                name if names.count(name) == 1 else f"{name}-{i + 1}" for i, name in enumerate(names)
-            ]  # two [[eval]] of one table
-            runner.phase(list(zip(names, steps)), parallel, phase)
+        _run_phases(todo, runner, jobs)
         write_summaries(whole, results)  # the whole study's, from what its tables hold
         from poscli.study.report import write_report
 
         report_path = write_report(results)
     console.print(f"recipe {recipe.name} done; report: {report_path}")
     return recipe
+
+
+def _run_phases(todo: list[Step], runner: _Runner, jobs: int) -> None:
+    """The steps still to do, phase by phase: training and extension ``jobs`` at a time, then the evaluations."""
+    for phase, parallel in (("train", jobs), ("extend", jobs), ("eval", 1)):
+        steps = [s for s in todo if s.kind == phase]
+        if not steps:
+            continue
+        names = [f"{s.kind}-{s.name}" for s in steps]
+        names = [
+            name if names.count(name) == 1 else f"{name}-{i + 1}" for i, name in enumerate(names)
+        ]  # two [[eval]] of one table
+        runner.phase(list(zip(names, steps)), parallel, phase)
 
 
 def _headline(recipe: Recipe, whole: Recipe, only: list[str] | None, todo: int) -> str:
