@@ -9,7 +9,8 @@ every ranking of the file (it stays in the table over seeds, marked):
 - a trained language model: perplexity at its train length at most ``three_gram`` (0.75) times the
   3-gram's on the same tokens;
 - a fine-tuned extension: the same bound at the length it was fine-tuned at, and at the base's
-  train length within ``base_drift`` (10%) of its base's perplexity there;
+  train length within ``base_drift`` (10%) of its base's perplexity there; one that fails "did not
+  recover in N steps" (its budget);
 - an extension without training: not gated (its failure is the finding), unless its base did not
   learn (then no extension of it did);
 - an algorithmic task run: mastered at its training sizes (``generalization.MASTERY``);
@@ -96,19 +97,28 @@ def _perplexity_gate(run: str, group: str, options: dict, ppl, reference, bounds
     if math.isnan(value) or math.isnan(bound):
         return Gate(run, group, True, f"not gated: no perplexity of it and of the 3-gram at {length}")
     ratio = value / bound
+    recovered = f"did not recover in {_steps(options)} steps: " if "method" in options else ""
     if ratio > bounds.three_gram:
         where = "where it was fine-tuned" if "method" in options else "at its train length"
-        return Gate(run, group, False, f"{ratio:.2f}x the 3-gram {where} ({length}; bound {bounds.three_gram:g}x)")
+        return Gate(run, group, False,
+                    f"{recovered}{ratio:.2f}x the 3-gram {where} ({length}; bound {bounds.three_gram:g}x)")  # fmt: skip
     reason = f"{ratio:.2f}x the 3-gram at {length}"
     if "method" in options:
         mine, base = ppl.get((run, base_length), math.nan), ppl.get((options["parent"], base_length), math.nan)
         if not (math.isnan(mine) or math.isnan(base)):
             drift = mine / base - 1
             if drift > bounds.base_drift:
-                return Gate(run, group, False, f"{drift:+.0%} on its base's perplexity at the base's train length "
-                            f"{base_length} (bound {bounds.base_drift:+.0%})")  # fmt: skip
+                return Gate(run, group, False, f"{recovered}{drift:+.0%} on its base's perplexity at the base's "
+                            f"train length {base_length} (bound {bounds.base_drift:+.0%})")  # fmt: skip
             reason += f", {drift:+.1%} on its base at {base_length}"
     return Gate(run, group, True, reason)
+
+
+def _steps(options: dict) -> int:
+    """An extension's fine-tuning steps (its budget)."""
+    from poscli.study.paired import extension_steps
+
+    return extension_steps(options)
 
 
 def _trained_length(options: dict, base_length: int) -> int:

@@ -224,6 +224,7 @@ def test_gates_keep_out_what_did_not_learn_and_say_why():
     gates = perplexity_gates(rows, groups, meta, GateBounds(), "nonoverlapping")
     assert gates["b-s0"].learned and not gates["weak-s0"].learned and "0.88x the 3-gram" in gates["weak-s0"].reason
     assert not gates["b-s0+pi"].learned and "where it was fine-tuned (512" in gates["b-s0+pi"].reason
+    assert gates["b-s0+pi"].reason.startswith("did not recover in ")
     assert not gates["b-s0+drift"].learned and "+15%" in gates["b-s0+drift"].reason
     assert gates["b-s0+yarn0"].learned  # an extension without training: its failure is the finding
     assert not gates["weak-s0+yarn0"].learned and "did not learn" in gates["weak-s0+yarn0"].reason
