@@ -4,6 +4,8 @@
 import json
 import math
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -16,7 +18,7 @@ from poscli.study import ladder
 from poscli.study.claims import Claim, across_sizes, decide, values_of
 from poscli.study.recipes import RecipeError, load_recipe
 from tests.study.test_claims import info_of, summarised, tables
-from tests.study.test_recipes import poscli, write
+from tests.study.test_recipes import REPO, poscli, write
 
 LADDER = """
 name = "ladder"
@@ -173,6 +175,15 @@ def test_the_main_runs_train_with_the_value_the_sweep_chose_and_a_fresh_clone_ne
             config = json.loads((results / "runs" / run / "config.json").read_text())
             assert config["train"]["lr"] == pytest.approx(best["value"])
     assert "parameters" in pd.read_csv(results / "ladder.csv").columns
+    brought = subprocess.run([sys.executable, "tools/bring_study.py", str(recipe), str(results), str(tmp_path / "in")],
+                             capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert brought.returncode == 0, brought.stderr
+    assert {"ladder.csv", "ladder_spans.csv", "ladder-lr.csv", "ladder-lr.md", "history.jsonl"} <= {
+        path.name for path in (tmp_path / "in").iterdir()}  # fmt: skip
+    logs = {path.name for path in (tmp_path / "in" / "logs").iterdir()}
+    assert "train-rope-a-s0.log" in logs and "select-lr-rope-a-0.001.log" in logs
+    history = (tmp_path / "in" / "history.jsonl").read_text().splitlines()
+    assert history == (results / "history.jsonl").read_text().splitlines()  # every line, once, in order
     for run in sweep["run"]:  # a fresh clone holds the tables, not the run folders
         shutil.rmtree(results / "runs" / run)
     planned = poscli("run", str(recipe), "--each", "--dry-run", "--results", str(results))

@@ -1,0 +1,91 @@
+"""Bring a study that runs in a worktree into this checkout's results folder (CONTRIBUTING.md).
+
+    python tools/bring_study.py recipes/scale-ladder.toml /work/ladder/results/reference results/reference
+
+Copies what the recipe has written so far in SOURCE: each [[eval]] table's files (TABLE.csv, .md,
+.png, _by_position.csv and .png, _spans.csv), [select]'s table (.csv, .md), the logs of the steps
+that are done there (a run finished, its rows in the tables; never the log of a step in progress),
+and the lines of SOURCE/history.jsonl this folder does not hold yet, in their order. Run folders,
+lock files and other recipes' files stay where they are. Then rewrite the summaries, published files
+and report with this checkout's code: ``poscli run RECIPE --summaries --results DEST``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from poscli.study.recipes import check_selection, check_state, load_recipe
+
+TABLE_FILES = (".csv", ".md", ".png", "_by_position.csv", "_by_position.png", "_spans.csv")
+
+
+def table_files(recipe, source: Path) -> list[Path]:
+    """The files the recipe's tables and [select] have in SOURCE."""
+    tables = list(dict.fromkeys(step.name for step in recipe.evals))
+    found = [source / f"{table}{suffix}" for table in tables for suffix in TABLE_FILES]
+    if recipe.selection is not None:
+        found += [source / f"{recipe.selection.table}{suffix}" for suffix in (".csv", ".md")]
+    return [path for path in found if path.is_file()]
+
+
+def finished_logs(recipe, source: Path) -> list[Path]:
+    """The logs (SOURCE/logs) of the recipe's steps that are done in SOURCE."""
+    check_selection(recipe, source)
+    check_state(recipe, source, each=True)
+    done = {step.name for step in [*recipe.select, *recipe.train, *recipe.extend] if step.status == "done"}
+    unevaluated = {
+        run for step in recipe.evals if step.status != "done" for run in step.runs
+    }  # narrowed by check_state
+    tables = sorted({step.name for step in recipe.evals}, key=len, reverse=True)
+    prefixes = ["select-", "train-", "extend-", f"each-{recipe.name}-", *(f"eval-{table}-" for table in tables)]
+    logs = []
+    for log in sorted((source / "logs").glob("*.log")):
+        prefix = next((p for p in prefixes if log.stem.startswith(p)), None)
+        if prefix is None:
+            continue
+        run = re.sub(r"-\d+$", "", log.stem[len(prefix) :]) if prefix.startswith("eval-") else log.stem[len(prefix) :]
+        evaluating = prefix.startswith(("eval-", "each-")) and run in unevaluated  # its evaluation may be running
+        if run in done and not evaluating:
+            logs.append(log)
+    return logs
+
+
+def new_history(source: Path, destination: Path) -> list[str]:
+    """SOURCE/history.jsonl's lines that DESTINATION/history.jsonl lacks, in their order."""
+    path = source / "history.jsonl"
+    if not path.exists():
+        return []
+    have = destination / "history.jsonl"
+    held = set(have.read_text(encoding="utf-8").splitlines()) if have.exists() else set()
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and line not in held]
+
+
+def bring(recipe_path: str, source: Path, destination: Path) -> list[Path]:
+    recipe = load_recipe(recipe_path)
+    copied = []
+    (destination / "logs").mkdir(parents=True, exist_ok=True)
+    for path in table_files(recipe, source):
+        shutil.copyfile(path, destination / path.name)
+        copied.append(destination / path.name)
+    for log in finished_logs(recipe, source):
+        shutil.copyfile(log, destination / "logs" / log.name)
+        copied.append(destination / "logs" / log.name)
+    lines = new_history(source, destination)
+    if lines:
+        with open(destination / "history.jsonl", "a", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+        copied.append(destination / "history.jsonl")
+    return copied
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    written = bring(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))
+    print(
+        f"copied {len(written)} files into {sys.argv[3]}; now: poscli run {sys.argv[1]} --summaries --results "
+        f"{sys.argv[3]}"
+    )
