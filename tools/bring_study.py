@@ -17,7 +17,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from poscli.study.recipes import check_selection, check_state, load_recipe
+from poscli.study.recipes import load_recipe
+from poscli.study.state import check_selection, check_state
 
 TABLE_FILES = (".csv", ".md", ".png", "_by_position.csv", "_by_position.png", "_spans.csv")
 

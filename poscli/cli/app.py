@@ -789,8 +789,8 @@ def run_recipe(
 ):
     """Run a whole study: train, extend, evaluate, summarise over seeds, compare with the papers, report.
     Steps already done are skipped and interrupted runs resumed, so running it again continues."""
-    from poscli.study.recipes import run_recipe as run
-    from poscli.study.recipes import summarise
+    from poscli.study.runner import run_recipe as run
+    from poscli.study.summaries import summarise
 
     if summaries:
         ignored = [flag for flag, given in (("--jobs", jobs != 1), ("--dry-run", dry_run), ("--each", each),

@@ -14,7 +14,8 @@ from poscli.evaluation.stats import holm, paired_t, welch_t
 from poscli.study import claims as claim_module
 from poscli.study.claims import Claim, decide, values_of
 from poscli.study.gates import GateBounds, perplexity_gates
-from poscli.study.recipes import RecipeError, load_recipe, recipe_claims
+from poscli.study.recipes import RecipeError, load_recipe
+from poscli.study.summaries import recipe_claims
 from tests.study.test_recipes import GOOD, poscli, write
 
 TRAIN = 128

@@ -17,7 +17,9 @@ from poscli.core.lengths import parse_length, parse_lengths
 from poscli.errors import PoscliError
 from poscli.evaluation.seeds import seed_summary
 from poscli.study.published import extrapolation_class, peng2023, press2022
-from poscli.study.recipes import RecipeError, check_state, load_recipe, narrow
+from poscli.study.recipes import RecipeError, load_recipe
+from poscli.study.runner import narrow
+from poscli.study.state import check_state
 from tests.conftest import poscli_in_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -719,13 +721,14 @@ def test_each_gives_every_step_of_a_run_its_own_log_with_two_evaluations_of_one_
     """tstl-stdlib evaluates the runs, then their snapshots, into one table by two [[eval]]: under
     --each both come after the run, and the second must not overwrite the first's log."""
     from poscli.study import recipes
+    from poscli.study import runner as recipe_runner
 
     text = BUDGETS.format(corpus=tmp_path).replace("budgets = true", "budgets = false") + (
         '\n[[eval]]\nruns = ["b-*"]\nbudgets = "only"\ntable = "budgets"\nlengths = "32,128"\n'
     )
     recipe = recipes.load_recipe(write(tmp_path, text))
     run = next(s for s in recipe.steps if s.kind == "train")
-    names = [name for name, _ in recipes._each_steps(recipe, run, [])]
+    names = [name for name, _ in recipe_runner._each_steps(recipe, run, [])]
     assert names == [f"train-{run.name}", f"eval-budgets-{run.name}", f"eval-budgets-{run.name}-2"]
 
 
@@ -953,9 +956,10 @@ def test_steps_stopped_by_a_signal_in_their_processes_interrupt_the_recipe_not_f
     where this process did not get the signal itself (started in the background, SIGINT ignored);
     a step that failed otherwise is a failure."""
     from poscli.study import recipes, sweep
+    from poscli.study import runner as recipe_runner
 
     recipe = recipes.load_recipe(write(tmp_path, TINY.format(corpus=tmp_path)))
-    runner = recipes._Runner(recipe, tmp_path / "results", tmp_path / "logs", report=lambda line: None)
+    runner = recipe_runner._Runner(recipe, tmp_path / "results", tmp_path / "logs", report=lambda line: None)
     steps = [(f"train-{step.name}", step) for step in recipe.steps if step.kind == "train"][:2]
     for codes, expected in (((0, 130), "interrupted during the train phase"), ((143, 1), "interrupted"),
                             ((0, 1), "1 train steps failed")):  # fmt: skip
@@ -1000,15 +1004,16 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
     advances the recipe's progress as it comes, and the chain's end by the steps it did not report;
     a chain stopped by a signal interrupts the recipe."""
     from poscli.study import recipes, sweep
+    from poscli.study import runner as recipe_runner
 
     recipe = recipes.load_recipe(write(tmp_path, TINY.format(corpus=tmp_path)))
     reported = []
-    runner = recipes._Runner(
+    runner = recipe_runner._Runner(
         recipe, tmp_path / "results", tmp_path / "logs", report=lambda *a, **k: reported.append((a, k))
     )
     trains = [s for s in recipe.steps if s.kind == "train"]
     chains = [
-        (step.name, recipes._each_steps(recipe, step, [s for s in recipe.steps if s.kind == "extend"]))
+        (step.name, recipe_runner._each_steps(recipe, step, [s for s in recipe.steps if s.kind == "extend"]))
         for step in trains
     ]
 
@@ -1047,6 +1052,7 @@ def test_each_first_finishes_a_run_trained_before_its_evaluations_and_extensions
     steps go to the pool first (they were left to the end of the recipe, a session or more away),
     and a run with nothing left gets no chain."""
     from poscli.study import recipes
+    from poscli.study import runner as recipe_runner
 
     recipe = recipes.load_recipe(write(tmp_path, TINY.format(corpus=tmp_path)))
     trains = [s for s in recipe.steps if s.kind == "train"]
@@ -1064,12 +1070,12 @@ def test_each_first_finishes_a_run_trained_before_its_evaluations_and_extensions
             captured.extend(named)
 
     captured, planned = [], []
-    recipes._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Pool(), 2)
+    recipe_runner._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Pool(), 2)
     assert [name for name, _ in captured] == [stopped.name, *(s.name for s in trains if s is not stopped)]
     assert planned == [sum(len(chain) for _, chain in captured)]  # the progress bar counts the chains' steps
     kinds = [step.kind for _, step in captured[0][1]]
     assert kinds[0] == "eval" and "extend" in kinds and "train" not in kinds
-    assert [n for n, _ in captured[0][1]] == [n for n, _ in recipes._each_steps(recipe, stopped, extensions)[1:]]
+    assert [n for n, _ in captured[0][1]] == [n for n, _ in recipe_runner._each_steps(recipe, stopped, extensions)[1:]]
 
     class Cluster:  # --launcher submitit: runs train as jobs, two at a time, the rest follows here
         launcher = "submitit"
@@ -1081,14 +1087,14 @@ def test_each_first_finishes_a_run_trained_before_its_evaluations_and_extensions
             phases.append((phase, [step.kind for _, step in named]))
 
     phases = []
-    recipes._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Cluster(), 2)
+    recipe_runner._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Cluster(), 2)
     assert all(phase == kind for phase, kinds in phases for kind in kinds), "a step runs under its own kind's phase"
     assert phases[0] == ("eval", ["eval"]) and ("train", ["train", "train"]) in phases  # the stopped run's first
 
     finished.status = "done"
     recipe.evals[0].runs = [name for name in recipe.evals[0].runs if name != finished.name]  # its rows are there
     captured.clear()
-    recipes._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Pool(), 2)
+    recipe_runner._run_each(recipe, [s for s in recipe.steps if s.status != "done"], Pool(), 2)
     assert finished.name not in [name for name, _ in captured]
 
 
