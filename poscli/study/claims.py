@@ -568,44 +568,51 @@ def by_size_markdown(rows: list[dict]) -> list[str]:
 
 def plot_by_size(rows: list[dict], path: Path) -> Path | None:
     """Each claim's ratio (or difference) with its 95% interval against parameters (log axis), one
-    line per claim, one panel per length."""
+    line per claim (the same colour and marker in every panel), one panel per length."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import pandas as pd
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     frame = pd.DataFrame(rows)
+    frame = frame[frame["estimate"].notna()] if not frame.empty else frame
     if frame.empty:
         return None
     lengths = list(dict.fromkeys(frame["length"]))
-    figure, axes = plt.subplots(1, len(lengths), figsize=(4.2 * len(lengths), 4.2), squeeze=False, sharey=True)
-    colours = plt.get_cmap("tab10").colors
-    markers = "osD^vP*Xh<>"
+    claims = list(dict.fromkeys(frame["claim"]))
+    figure, axes = plt.subplots(1, len(lengths), figsize=(4.4 * len(lengths), 4.4), squeeze=False, sharey=True)
+    colours, markers = plt.get_cmap("tab10").colors, "osD^vP*Xh<>"
+    rungs = sorted(frame.groupby("size")["parameters"].median())
     for axis, length in zip(axes[0], lengths):
-        part = frame[frame["length"] == length]
-        for index, (claim, line) in enumerate(part.groupby("claim", sort=False)):
+        for claim, line in frame[frame["length"] == length].groupby("claim", sort=False):
+            index = claims.index(claim)
             line = line.sort_values("parameters")
             error = [line["estimate"] - line["low"], line["high"] - line["estimate"]]
             axis.errorbar(line["parameters"], line["estimate"], yerr=error, label=claim, color=colours[index % 10],
                           marker=markers[index % len(markers)], capsize=3, linewidth=1.4)  # fmt: skip
-        metric = part["metric"].iloc[0]
+        metric = frame["metric"].iloc[0]
         axis.axhline(1.0 if metric == "perplexity" else 0.0, color="black", linewidth=0.8, linestyle="--")
         axis.set_xscale("log")
-        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1e6:.3g}M"))
+        axis.set_xlim(rungs[0] / 1.6, rungs[-1] * 1.6)
+        axis.xaxis.set_major_locator(FixedLocator(rungs))
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1e6:.2f}M"))
         axis.xaxis.set_minor_formatter(NullFormatter())
         if metric == "perplexity":
             axis.set_yscale("log")
-            axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
-            axis.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
+            axis.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            axis.yaxis.set_minor_formatter(NullFormatter())
         axis.set_title(f"at {length}")
         axis.set_xlabel("parameters")
-        axis.grid(alpha=0.3, which="both")
+        axis.grid(alpha=0.3, which="major")
     axes[0][0].set_ylabel("perplexity ratio, compare / against (95% interval)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=9, frameon=False)
-    figure.tight_layout(rect=(0, 0.06 + 0.03 * ((len(labels) - 1) // 4), 1, 1))
+    handles = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels())}
+    ordered = [claim for claim in claims if claim in handles]
+    figure.legend([handles[c] for c in ordered], ordered, loc="lower center", ncol=min(4, len(ordered)), fontsize=9,
+                  frameon=False)  # fmt: skip
+    figure.tight_layout(rect=(0, 0.06 + 0.035 * ((len(ordered) - 1) // 4), 1, 1))
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
@@ -628,7 +635,10 @@ def declaration(recipe_path: Path, claim: Claim, parse) -> tuple[str, str]:
     text = _git(path.parent, "show", f"{commit}:./{path.name}")
     first = parse(text) if text is not None else None
     when = f"in {commit} ({day})"
-    if first is not None and claim.name in first and first[claim.name].test_key() != claim.test_key():
+    declared = first.get(claim.name) if first is not None else None
+    if declared is not None and claim.size:  # a {size} claim was declared once for every rung
+        declared = declared.at(claim.size)
+    if declared is not None and declared.test_key() != claim.test_key():
         return when, f"its test changed after it was declared in {commit}"
     return when, ""
 

@@ -244,6 +244,8 @@ def read_losses(selection: Selection, names: list[str], results=None) -> dict[st
                 found[name] = (float((config.get("heldout") or {}).get("loss", math.nan)), "")
         elif rows is not None and name in set(rows["run"]):
             row = rows[rows["run"] == name].iloc[0]
+            if math.isnan(float(row["heldout_loss"])):  # a row of a run not run yet
+                continue
             found[name] = (float(row["heldout_loss"]), str(row["note"]) if isinstance(row["note"], str) else "")
     return found
 

@@ -188,6 +188,10 @@ def test_the_main_runs_train_with_the_value_the_sweep_chose_and_a_fresh_clone_ne
         shutil.rmtree(results / "runs" / run)
     planned = poscli("run", str(recipe), "--each", "--dry-run", "--results", str(results))
     assert "0 steps to do" in planned.stderr, planned.stderr[-2000:]
+    sweep.loc[sweep["scope"] == "lr-rope-b-*", "heldout_loss"] = math.nan  # rows of runs not run yet: a sweep
+    sweep.to_csv(results / "ladder-lr.csv", index=False)  # under way, written before its runs ended
+    again = poscli("run", str(recipe), "--summaries", "--results", str(results))
+    assert again.returncode == 0, again.stderr[-2000:]
 
 
 # ---------------------------------------------------------------- claims at every size
@@ -322,3 +326,28 @@ def test_the_shipped_ladder_spans_ten_times_in_parameters_at_equal_tokens_per_pa
     seeds = {size: {s.options["seed"] for s in recipe.train if s.size == size} for size in "sml"}
     assert len(seeds["s"]) == len(seeds["m"]) == 5 and len(seeds["l"]) >= 3
     assert {step.options["lr"] for step in recipe.select} >= {2e-3, 1.6e-2}  # 8x
+
+
+def test_a_claim_at_every_size_is_declared_once_and_not_exploratory_at_any_rung(tmp_path):
+    from poscli.study import claims as claim_module
+    from poscli.study.summaries import recipe_claims
+
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True)
+    path = write(tmp_path, SIZED)
+    subprocess.run(["git", "add", "recipe.toml"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "commit", "-qm", "declare"], cwd=tmp_path, check=True)
+    sized_claims = [claim for claim in load_recipe(path).claims if claim.size]
+    assert [claim.size for claim in sized_claims] == ["a", "b"]
+    for claim in sized_claims:
+        when, exploratory = claim_module.declaration(path, claim, recipe_claims)
+        assert when.startswith("in ") and exploratory == ""
+    moved = write(
+        tmp_path,
+        SIZED.replace(
+            'lengths = ["2x"]\ndirection = "less"\n\n[[claims]]',
+            'lengths = ["1x", "2x"]\ndirection = "less"\n\n[[claims]]',
+        ),
+    )
+    changed = [c for c in load_recipe(moved).claims if c.size]
+    assert all("its test changed" in claim_module.declaration(moved, c, recipe_claims)[1] for c in changed)
