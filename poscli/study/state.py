@@ -188,9 +188,11 @@ def check_selection(recipe: Recipe, results=None) -> bool:
 
 
 def write_sweep(recipe: Recipe, results=None) -> list[Path]:
-    """[select]'s table: each of its runs' held-out loss so far, and each group's choice."""
+    """[select]'s table: each of its runs' held-out loss so far (those its widened grid added
+    included), and each group's choice."""
     if recipe.selection is None or not recipe.select:
         return []
+    check_selection(recipe, results)  # the values a widened grid added, found in the folder or the table
     options = {step.name: (step.options, step.size or step.options.get("size", "")) for step in recipe.select}
     losses = ladder.read_losses(recipe.selection, list(options), results)
     return ladder.write_sweep(recipe.selection, _select_scopes(recipe), losses, options, results)

@@ -192,6 +192,9 @@ def test_the_main_runs_train_with_the_value_the_sweep_chose_and_a_fresh_clone_ne
     sweep.to_csv(results / "ladder-lr.csv", index=False)  # under way, written before its runs ended
     again = poscli("run", str(recipe), "--summaries", "--results", str(results))
     assert again.returncode == 0, again.stderr[-2000:]
+    rewritten = pd.read_csv(results / "ladder-lr.csv")
+    scored = sweep.dropna(subset=["heldout_loss"])
+    assert set(scored["run"]) <= set(rewritten["run"]) and (scored["scope"] == "lr-rope-a-*").sum() == 3  # widened kept
 
 
 # ---------------------------------------------------------------- claims at every size
