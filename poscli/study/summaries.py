@@ -11,6 +11,7 @@ from pathlib import Path
 
 from poscli.evaluation import tasks
 from poscli.model import runs
+from poscli.study.by_size import by_size, by_size_markdown, plot_by_size
 from poscli.study.recipes import Recipe, RecipeError, Step, load_recipe, snapshot_steps
 from poscli.study.state import write_sweep
 from poscli.training.options import EVAL_OPTIONS
@@ -105,7 +106,6 @@ def _write_by_size(verdicts: list, folder: Path, table: str) -> list[Path]:
     import pandas as pd
 
     from poscli.core.io import atomic_write
-    from poscli.study.claims import by_size, plot_by_size
 
     rows = by_size(verdicts)
     if not rows:
@@ -173,7 +173,7 @@ def _published_text(recipe: Recipe, table: str, studied: dict, meta: dict, verdi
         "### Declared claims\n",
         "None: this table's recipe declares no claim, so nothing below is a verdict.",
     ]
-    sized = claim_module.by_size_markdown(claim_module.by_size(verdicts))
+    sized = by_size_markdown(by_size(verdicts))
     lines += ["", *[line.replace("TABLE", table) for line in sized]] if sized else []
     lines += ["", *gates_markdown(gates)] if gates else []
     if writers:

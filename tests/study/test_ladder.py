@@ -15,7 +15,8 @@ from poscli.config import ModelConfig
 from poscli.evaluation.stats import welch_contrast, welch_t
 from poscli.model.gpt import GPT
 from poscli.study import ladder
-from poscli.study.claims import Claim, across_sizes, decide, values_of
+from poscli.study.by_size import across_sizes
+from poscli.study.claims import Claim, decide, values_of
 from poscli.study.recipes import RecipeError, load_recipe
 from tests.study.test_claims import info_of, summarised, tables
 from tests.study.test_recipes import REPO, poscli, write

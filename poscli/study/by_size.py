@@ -1,0 +1,123 @@
+"""A claim decided at every rung of a recipe's size ladder, read across the rungs (issue 63): the
+published file's "Verdict by size", TABLE-by-size.csv and TABLE-by-size.png.
+
+A claim holds across sizes only where every rung decides it the same way (holds, the opposite
+holds, fails); it changes with size where two rungs decide it differently; otherwise the words say
+which rungs decide it and which do not (not separated, not tested), never that it holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from poscli.study.claims import Verdict
+
+DECIDED = ("holds", "the opposite holds", "fails")  # a test's words that decide it
+
+
+def across_sizes(words: dict[str, str]) -> str:
+    """One claim at one length over the rungs (rung -> word, smallest first): "holds across sizes"
+    (or another decision) only where every rung decides it the same way; "changes with size" where
+    two rungs decide it differently; else which rungs decide it."""
+    decided = {rung: word for rung, word in words.items() if word in DECIDED}
+    if len(set(decided.values())) > 1:
+        return "changes with size (" + ", ".join(f"{word} at {rung}" for rung, word in words.items()) + ")"
+    if decided and len(decided) == len(words):
+        return f"{next(iter(decided.values()))} across sizes"
+    if decided:
+        rest = ", ".join(f"{word} at {rung}" for rung, word in words.items() if rung not in decided)
+        return f"{next(iter(decided.values()))} at {', '.join(decided)} only ({rest})"
+    return "decided at no size (" + ", ".join(f"{word} at {rung}" for rung, word in words.items()) + ")"
+
+
+def by_size(verdicts: list[Verdict]) -> list[dict]:
+    """Each claim decided at several rungs, one row per rung and length: its estimate with the
+    interval, Holm p, word, and the claim's reading across sizes at that length."""
+    rows, families = [], {}
+    for verdict in verdicts:
+        if verdict.claim.size:
+            families.setdefault(verdict.claim.name, []).append(verdict)
+    for name, family in families.items():
+        for index, length in enumerate(family[0].claim.lengths):
+            words = {v.claim.size: v.word(v.tests[index]) for v in family}
+            reading = across_sizes(words)
+            for verdict in family:
+                test = verdict.tests[index]
+                rows.append({"claim": name, "size": verdict.claim.size, "parameters": verdict.parameters,
+                             "length": length, "compare": verdict.claim.compare, "against": verdict.claim.against,
+                             "direction": verdict.claim.direction, "metric": verdict.metric,
+                             "estimate": test.estimate, "low": test.low, "high": test.high, "p_holm": test.adjusted,
+                             "seeds": test.seeds[0], "seeds_against": test.seeds[1],
+                             "word": words[verdict.claim.size], "across_sizes": reading})  # fmt: skip
+    return rows
+
+
+def by_size_markdown(rows: list[dict]) -> list[str]:
+    """The published file's "Verdict by size": each claim, per length, across the rungs."""
+    if not rows:
+        return []
+    lines = [
+        "### Verdict by size\n",
+        "Each claim decided at every rung on its own (above). A claim holds across sizes only where every rung decides "
+        'it the same way; it "changes with size" where two rungs decide it differently; otherwise the rungs that '
+        "decide it are named. The ratios with their intervals against parameters: the figure TABLE-by-size.png.\n",
+    ]
+    claims: dict[str, dict[str, str]] = {}
+    for row in rows:
+        claims.setdefault(row["claim"], {})[row["length"]] = row["across_sizes"]
+    for claim, lengths in claims.items():
+        readings = "; ".join(f"{length}: {text}" for length, text in lengths.items())
+        lines.append(f"- by size **{claim}**: {readings}.")
+    return lines
+
+
+def plot_by_size(rows: list[dict], path: Path) -> Path | None:
+    """Each claim's ratio (or difference) with its 95% interval against parameters (log axis), one
+    line per claim (the same colour and marker in every panel), one panel per length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    frame = pd.DataFrame(rows)
+    frame = frame[frame["estimate"].notna()] if not frame.empty else frame
+    if frame.empty:
+        return None
+    lengths = list(dict.fromkeys(frame["length"]))
+    claims = list(dict.fromkeys(frame["claim"]))
+    figure, axes = plt.subplots(1, len(lengths), figsize=(4.4 * len(lengths), 4.4), squeeze=False, sharey=True)
+    colours, markers = plt.get_cmap("tab10").colors, "osD^vP*Xh<>"
+    rungs = sorted(frame.groupby("size")["parameters"].median())
+    for axis, length in zip(axes[0], lengths):
+        for claim, line in frame[frame["length"] == length].groupby("claim", sort=False):
+            index = claims.index(claim)
+            line = line.sort_values("parameters")
+            error = [line["estimate"] - line["low"], line["high"] - line["estimate"]]
+            axis.errorbar(line["parameters"], line["estimate"], yerr=error, label=claim, color=colours[index % 10],
+                          marker=markers[index % len(markers)], capsize=3, linewidth=1.4)  # fmt: skip
+        metric = frame["metric"].iloc[0]
+        axis.axhline(1.0 if metric == "perplexity" else 0.0, color="black", linewidth=0.8, linestyle="--")
+        axis.set_xscale("log")
+        axis.set_xlim(rungs[0] / 1.6, rungs[-1] * 1.6)
+        axis.xaxis.set_major_locator(FixedLocator(rungs))
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1e6:.2f}M"))
+        axis.xaxis.set_minor_formatter(NullFormatter())
+        if metric == "perplexity":
+            axis.set_yscale("log")
+            axis.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            axis.yaxis.set_minor_formatter(NullFormatter())
+        axis.set_title(f"at {length}")
+        axis.set_xlabel("parameters")
+        axis.grid(alpha=0.3, which="major")
+    axes[0][0].set_ylabel("perplexity ratio, compare / against (95% interval)")
+    handles = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels())}
+    ordered = [claim for claim in claims if claim in handles]
+    figure.legend([handles[c] for c in ordered], ordered, loc="lower center", ncol=min(4, len(ordered)), fontsize=9,
+                  frameon=False)  # fmt: skip
+    figure.tight_layout(rect=(0, 0.06 + 0.035 * ((len(ordered) - 1) // 4), 1, 1))
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
