@@ -96,11 +96,13 @@ ladder: install
 
 # Issue 63's fine-tuning budget (recipes/extend-convergence.toml): one trained RoPE base fine-tuned at
 # 1k for 2000 steps by the continue control and by PI, the held-out loss every 100 steps; the curve
-# and where each stopped improving (under 1% over the last fifth) in $(REFERENCE)/extend-convergence-curve.*
+# and where each stopped improving (under 1% over the last fifth) in $(REFERENCE)/extend-convergence-curve.*;
+# then recipes/extend-converged.toml reruns the fine-tuned methods at that budget (1000 steps) on 3 bases.
 convergence: install
 	$(POSCLI) run recipes/extend-convergence.toml --each --results $(REFERENCE)
 	$(POSCLI) plot loss xc-stdlib-rope-s0+continue-1k-2000 xc-stdlib-rope-s0+pi-1k-2000 --results $(REFERENCE) \
 		--out $(REFERENCE)/extend-convergence-curve.png
+	$(POSCLI) run recipes/extend-converged.toml --each --jobs $(JOBS) --results $(REFERENCE)
 
 # The passkey studies: a RoPE model that retrieves at its train length (recipes/passkey-retrieval.toml,
 # about 30 min), extended by every method (passkey-extension.toml, 3 seeds) and five encodings'

@@ -598,7 +598,7 @@ def plot_loss_command(
     print(f"wrote {plot_loss(curves, path, facet)}")
     written = write_curves(curves, path.with_suffix(".csv"))
     if written:  # --eval-every curves: where each stopped improving
-        print(f"wrote {written}")
+        print(f"wrote {' and '.join(str(p) for p in written)}")
         for name, curve in curves.items():
             print(convergence_line(name, curve["heldout_steps"], curve["heldout_curve"][1]))
 

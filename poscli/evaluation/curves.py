@@ -48,14 +48,23 @@ def convergence_line(name: str, steps: list[int], losses: list[float]) -> str:
     return f"{name}: the held-out loss gained less than {TOLERANCE:.0%} over the last fifth from step {at}; {last}"
 
 
-def write_curves(curves: dict[str, dict], path: Path) -> Path | None:
-    """PATH (a .csv): every run's validation curve, one row a point (None where no run has one)."""
+def write_curves(curves: dict[str, dict], path: Path) -> list[Path]:
+    """PATH (a .csv): every run's validation curve, one row a point; and PATH with .md: where each
+    stopped improving (``convergence_line``). Nothing where no run has a curve."""
     import pandas as pd
 
     rows = [{"run": name, "step": step, "tokens": tokens, "heldout_loss": loss}
             for name, curve in curves.items()
             for step, tokens, loss in zip(curve["heldout_steps"], *curve["heldout_curve"])]  # fmt: skip
     if not rows:
-        return None
+        return []
     pd.DataFrame(rows).to_csv(path, index=False)
-    return path
+    lines = [
+        convergence_line(name, curve["heldout_steps"], curve["heldout_curve"][1]) for name, curve in curves.items()
+    ]
+    note = (
+        f"Held-out loss at each run's train length every few steps (`--eval-every`); a run has converged from the "
+        f"first step at which the last fifth of its steps gained under {TOLERANCE:.0%} (poscli.evaluation.curves)."
+    )
+    path.with_suffix(".md").write_text("\n".join([note, "", *(f"- {line}" for line in lines)]) + "\n", encoding="utf-8")
+    return [path, path.with_suffix(".md")]

@@ -373,12 +373,13 @@ def plot_loss(curves: dict[str, dict], path: Path, facet: bool = False) -> Path:
         _distinct_colors(grid.flat[0], len(names))
     for name in names:
         curve, axes = curves[name], axes_of[name]
-        (line,) = axes.plot(
-            curve["tokens"], curve["loss"], linewidth=1, label=f"{name} (train, length {curve['length']})"
-        )
         validation = curve.get("heldout_curve") or ([], [])
+        faint = {"alpha": 0.35, "marker": ""} if validation[0] else {}  # the batches' noise behind the curve
+        (line,) = axes.plot(
+            curve["tokens"], curve["loss"], linewidth=1, label=f"{name} (train, length {curve['length']})", **faint
+        )
         if validation[0]:
-            axes.plot(*validation, linestyle="--", marker=".", color=line.get_color(), linewidth=1,
+            axes.plot(*validation, linestyle="-", marker=".", color=line.get_color(), linewidth=2.2, zorder=3,
                       label=f"{name} held-out (--eval-every)")  # fmt: skip
         if curve["heldout"] is not None:
             tokens, loss, low, high = curve["heldout"]

@@ -115,6 +115,7 @@ def test_eval_every_draws_the_validation_curve_without_changing_the_training(cor
     assert done.returncode == 0, done.stderr
     assert len((tmp_path / "curve.csv").read_text().splitlines()) == 1 + 4
     assert "curved: " in done.stdout and "last fifth (16-20) gained" in done.stdout
+    assert "- curved: " in (tmp_path / "curve.md").read_text()
 
 
 def test_convergence_is_read_off_the_curve_where_its_last_fifth_gains_under_one_percent():
