@@ -47,7 +47,9 @@ def finished_logs(recipe, source: Path) -> list[Path]:
         prefix = next((p for p in prefixes if log.stem.startswith(p)), None)
         if prefix is None:
             continue
-        run = re.sub(r"-\d+$", "", log.stem[len(prefix) :]) if prefix.startswith("eval-") else log.stem[len(prefix) :]
+        named = log.stem[len(prefix) :]
+        # an evaluation's log may end in -N (two [[eval]] of one table); a run's name may end in digits too
+        run = named if named in done or not prefix.startswith("eval-") else re.sub(r"-\d+$", "", named)
         evaluating = prefix.startswith(("eval-", "each-")) and run in unevaluated  # its evaluation may be running
         if run in done and not evaluating:
             logs.append(log)
