@@ -142,16 +142,18 @@ def _headline(recipe: Recipe, whole: Recipe, only: list[str] | None, todo: int) 
 
 
 def _run_selection(recipe: Recipe, selecting: list[Step], runner: _Runner, jobs: int, results) -> None:
-    """[select]'s runs still to do (and those a widened grid adds), then its table; a run that
-    diverged counts as infinitely bad."""
+    """[select]'s runs still to do (and those a widened grid adds), ``jobs`` at a time, the table
+    rewritten after each batch (a study stopped mid-sweep keeps every finished select run's loss,
+    and a fresh clone resumes from the table); a run that diverged counts as infinitely bad."""
     failure, tried = None, set()
     while selecting:
+        batch = selecting[:jobs]
         try:
-            runner.phase([(f"select-{s.name}", s) for s in selecting], jobs, "select")
+            runner.phase([(f"select-{s.name}", s) for s in batch], jobs, "select")
         except EnvironmentFailure as error:
             failure = error  # a diverged run fails its step, but is a result here
-        tried |= {step.name for step in selecting}
-        check_selection(recipe, results)
+        tried |= {step.name for step in batch}
+        write_sweep(recipe, results)  # also reads the selection: a widened grid's next value joins
         selecting = [s for s in recipe.select if s.status != "done" and s.name not in tried]
     resolved = check_selection(recipe, results)
     write_sweep(recipe, results)
