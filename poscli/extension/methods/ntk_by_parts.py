@@ -10,15 +10,18 @@ from poscli.extension.methods.protocol import FrequencyMethod
 class NTKByParts(FrequencyMethod):
     summary = "NTK-by-parts: YaRN's ramp between interpolation and extrapolation, without its temperature"
     citation = "Peng et al., 2023 (section 3.2)"
+    # the ramp's ends in rotations over the original length: the paper's, fitted for LLaMA at 4096 (YaRN's too)
     options = {"beta_fast": 32.0, "beta_slow": 1.0}
     transformers_type = "yarn"
 
     @classmethod
     def search_space(cls, original_length, target):
-        return {"beta_fast": [8.0, 16.0, 32.0, 64.0], "beta_slow": [0.5, 1.0, 2.0]}
+        """Each end of the ramp at a quarter to twice (fast) and half to twice (slow) the paper's."""
+        fast, slow = NTKByParts.options["beta_fast"], NTKByParts.options["beta_slow"]
+        return {"beta_fast": [fast / 4, fast / 2, fast, fast * 2], "beta_slow": [slow / 2, slow, slow * 2]}
 
     @classmethod
-    def frequencies(cls, head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0):
+    def frequencies(cls, head_dim, base, factor, original_length, seq_len, *, beta_fast, beta_slow):
         from poscli.extension.scaling import ntk_by_parts_inv_freq
 
         return ntk_by_parts_inv_freq(head_dim, base, factor, original_length, beta_fast, beta_slow), 1.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from poscli.extension.methods import register
+from poscli.extension.methods.ntk_by_parts import NTKByParts
 from poscli.extension.methods.protocol import FrequencyMethod
 
 
@@ -10,19 +11,17 @@ from poscli.extension.methods.protocol import FrequencyMethod
 class YaRN(FrequencyMethod):
     summary = "YaRN: NTK-by-parts ramp between interpolation and extrapolation, plus attention temperature"
     citation = "Peng et al., 2023"
-    options = {"beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": 0.0}
+    options = {**NTKByParts.options, "attention_factor": 0.0}  # 0: the paper's temperature
     transformers_type = "yarn"
 
     @classmethod
     def search_space(cls, original_length, target):
-        """The ramp's ends (the paper's 32 and 1 were fitted for LLaMA at 4096) and the temperature
-        (0: YaRN's 0.1 ln s + 1; 1: none), the knobs YaRN's issue tracker asks about."""
-        return {"beta_fast": [8.0, 16.0, 32.0, 64.0], "beta_slow": [0.5, 1.0, 2.0], "attention_factor": [0.0, 1.0]}
+        """NTK-by-parts' ramp ends (fitted for LLaMA at 4096) and the temperature (0: YaRN's
+        0.1 ln s + 1; 1: none), the knobs YaRN's issue tracker asks about."""
+        return {**NTKByParts.search_space(original_length, target), "attention_factor": [0.0, 1.0]}
 
     @classmethod
-    def frequencies(
-        cls, head_dim, base, factor, original_length, seq_len, beta_fast=32.0, beta_slow=1.0, attention_factor=0.0
-    ):
+    def frequencies(cls, head_dim, base, factor, original_length, seq_len, *, beta_fast, beta_slow, attention_factor):
         """NTK-by-parts frequencies and the temperature sqrt(1/t) = 0.1 ln s + 1 on q and k (eq. 22);
         ``attention_factor`` > 0 replaces the temperature (transformers' ``attention_factor``): the
         paper's constants were fitted on LLaMA with a 4096-token original length."""
