@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +31,11 @@ from poscli.attention.blockwise import RelativeBias
 from poscli.attention.distance_attention import DistanceTable, ScaledDistanceBias
 from poscli.config import LEGACY_OPTION_KEYS, ModelConfig
 from poscli.errors import PoscliError
+from poscli.extension import methods as extension_methods
+from poscli.extension.scaling import default_inv_freq
+
+if TYPE_CHECKING:
+    from poscli.extension.remap import Remap
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,25 @@ class PositionalEncoding(nn.Module):
     def max_length(self) -> int | None:
         """The longest sequence this encoding can represent, or None if unbounded."""
         return None
+
+    # ------------------------------------------------------------------ what poscli extend recorded
+    #
+    # An extension method records its change in the config (``model.remap``, ``model.query_scaling``);
+    # the model asks its encoding for them, so it never imports an extension method itself.
+
+    def remap(self) -> Remap | None:
+        """The far positions a remapping extension (Self-Extend, ReRoPE, sinks, ...) records in
+        ``config.remap``, or None."""
+        return recorded_remap(self.config.remap)
+
+    def query_scaler(self, layer: int) -> Callable[[Tensor], Tensor] | None:
+        """``config.query_scaling``'s factor on each query of ``layer``, positions (T,) -> (T,), or None
+        (no attention temperature, or none in this layer)."""
+        if not self.config.query_scaling:
+            return None
+        if not extension_methods.get(self.config.query_scaling["method"]).scales_layer(self, layer):
+            return None
+        return recorded_query_scale(self.config.query_scaling)
 
     def score_mod(self, q: Tensor, positions: Tensor, layer: int) -> Callable | None:
         """The score bias as a FlexAttention ``score_mod`` (score, b, h, q_idx, kv_idx) -> score,
@@ -204,6 +228,26 @@ def _convert(value: Any, field: dataclasses.Field, encoding: str) -> Any:
             f"--pe-option {field.name}={value}: {encoding}'s {field.name} is a {kind.__name__}, e.g. "
             f"{field.name}={field.default}"
         ) from None
+
+
+def recorded_remap(record: dict | None) -> Remap | None:
+    """The remapping a config records (``model.remap``, or an hf: copy's ``poscli_remap``), or None."""
+    return extension_methods.remap_from_dict(dict(record)) if record else None
+
+
+def recorded_query_scale(record: dict | None) -> Callable[[Tensor], Tensor] | None:
+    """The attention temperature a config records (``model.query_scaling``): positions (T,) -> the
+    factor on each query (T,); None without one."""
+    if not record:
+        return None
+    options = dict(record)
+    method = extension_methods.get(options.pop("method"))
+    return lambda positions: method.query_scale(positions, **options)
+
+
+def rotary_inv_freq(rotary_dim: int, base: float) -> Tensor:
+    """RoPE's inverse frequencies as trained, base^(-2i/d) (d/2,) float32 (Su et al., 2021)."""
+    return default_inv_freq(rotary_dim, base)
 
 
 def causal_distance(q_positions: Tensor, k_positions: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ V vocabulary, Bq query rows in one attention block.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -25,20 +26,9 @@ from poscli.attention.paths import causal_attention
 from poscli.config import AttentionOptions, ModelConfig
 from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError
-from poscli.extension import methods as extension_methods
-from poscli.extension import remap as remapping
 
-
-def query_scaler(config: ModelConfig, encoding: PositionalEncoding, layer: int):
-    """``config.query_scaling``'s factor on each query of ``layer``, positions (T,) -> (T,), or None
-    (no scaling, or none in this layer)."""
-    if not config.query_scaling:
-        return None
-    recorded = dict(config.query_scaling)
-    method = extension_methods.get(recorded.pop("method"))
-    if not method.scales_layer(encoding, layer):
-        return None
-    return lambda positions: method.query_scale(positions, **recorded)
+if TYPE_CHECKING:
+    from poscli.encodings.base import Remap
 
 
 class CausalSelfAttention(nn.Module):
@@ -46,7 +36,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.config, self.layer = config, layer
         self.encoding = [encoding]  # a list, so the shared module is not registered once per layer
-        self.query_scale = query_scaler(config, encoding, layer)
+        self.query_scale = encoding.query_scaler(layer)
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
         # --attention-option switches (poscli.config.AttentionOptions), each with its own parameters
@@ -63,7 +53,7 @@ class CausalSelfAttention(nn.Module):
                 "use ssmax or gate, or another encoding"
             )
 
-    def forward(self, x: Tensor, positions: Tensor, consecutive: bool, remap: remapping.Remap | None = None) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor, consecutive: bool, remap: Remap | None = None) -> Tensor:
         B, T, C = x.shape
         H, hd = self.config.n_head, self.config.head_dim
         q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
@@ -92,7 +82,7 @@ class CausalSelfAttention(nn.Module):
             return y
         return y * torch.sigmoid(self.gate(x)).transpose(1, 2)[..., None].to(y.dtype)  # (B, H, T, hd)
 
-    def _remapped(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, remap: remapping.Remap) -> Tensor:
+    def _remapped(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, remap: Remap) -> Tensor:
         """Attention with far keys at remapped positions (``poscli.extension.remap``): the encoding rotates
         q and k at the true positions for the window and at the far positions beyond it, and
         scores its bias at either. q, k, v: (B, H, T, hd) -> (B, H, T, hd)."""
@@ -143,7 +133,7 @@ class Block(nn.Module):
         hidden = config.mlp_ratio * config.d_model
         self.mlp = nn.Sequential(nn.Linear(config.d_model, hidden), nn.GELU(), nn.Linear(hidden, config.d_model))
 
-    def forward(self, x: Tensor, positions: Tensor, consecutive: bool, remap: remapping.Remap | None = None) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor, consecutive: bool, remap: Remap | None = None) -> Tensor:
         x = x + self.attn(self.norm_attn(x), positions, consecutive, remap)
         return x + self.mlp(self.norm_mlp(x))
 
@@ -158,7 +148,7 @@ class GPT(nn.Module):
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.encoding = encodings.build(config)
-        self.remap = extension_methods.build_remap(config)  # Self-Extend, ReRoPE, sinks (poscli extend), or None
+        self.remap = self.encoding.remap()  # Self-Extend, ReRoPE, sinks (poscli extend), or None
         self.blocks = nn.ModuleList(Block(config, layer, self.encoding) for layer in range(config.n_layer))
         self.norm_out = nn.LayerNorm(config.d_model)
         # GPT-2 initialisation for the transformer (std config.init_std, 0.02 by default); each

@@ -34,7 +34,7 @@ def source_of(name: str) -> str:
     return str(Path(source).expanduser()) if source.startswith("~") else source
 
 
-def _transformers():
+def transformers_module():
     try:
         import transformers
     except ImportError:
@@ -42,7 +42,7 @@ def _transformers():
     return transformers
 
 
-def _loading(name: str, what: str, load):
+def loading(name: str, what: str, load):
     """``load()``, with a one-line answer where the model cannot be had (offline, or no such folder)."""
     try:
         return load()
@@ -57,9 +57,9 @@ def pretrained_config(name: str) -> dict:
     """The config a row of poscli's tables needs: name, label, the encoding (``rope`` for a rotary
     model, otherwise the model type) and the length it was trained at (the original length of a
     rescaled RoPE, else ``max_position_embeddings``)."""
-    transformers = _transformers()
+    transformers = transformers_module()
     source = source_of(name)
-    config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source))
+    config = loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source))
     scaling = getattr(config, "rope_scaling", None) or {}
     length = (
         scaling.get("original_max_position_embeddings")
@@ -88,8 +88,8 @@ def pretrained_tokenizer(name: str):
     if (Path(source) / TOKENIZER_FILE).is_file():
         loaded = load_file(Path(source))
     else:
-        transformers = _transformers()
-        fast = _loading(name, "tokenizer", lambda: transformers.AutoTokenizer.from_pretrained(source, use_fast=True))
+        transformers = transformers_module()
+        fast = loading(name, "tokenizer", lambda: transformers.AutoTokenizer.from_pretrained(source, use_fast=True))
         if not hasattr(fast, "backend_tokenizer"):
             raise PoscliError(f"{name} has no fast tokenizer; poscli reads text through a tokenizer.json")
         loaded = HFTokenizer(fast.backend_tokenizer, name)
@@ -128,14 +128,14 @@ def load_pretrained(name: str, device: str = "cpu", tokenizer=None):
             logits = self.model(tokens, use_cache=False).logits  # no key-value cache: nothing is generated
             return logits[:, 1:].float() if self.bos is not None else logits.float()
 
-    transformers = _transformers()
+    transformers = transformers_module()
     source = source_of(name)
     config = pretrained_config(name)
     settings = {"dtype": "auto"}
     if config.get("remap") or config.get("query_scaling"):  # poscli's attention, through transformers' interface
         transformers.AttentionInterface.register(ATTENTION_NAME, remapped_attention_function)
         settings["attn_implementation"] = ATTENTION_NAME
-    model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, **settings))
+    model = loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, **settings))
     bos = start_token(tokenizer if tokenizer is not None else pretrained_tokenizer(name))
     return PretrainedLM(model, bos).to(device).eval(), config
 
@@ -150,9 +150,9 @@ def inference_memory(name: str, length: int, windows: int, loss_slice: int) -> d
     widest activations (hidden states, attention inputs and output, the MLP's intermediate, a causal
     mask of length^2 values), and the logits in the model's dtype and float32 with the float64
     loss of a slice of ``loss_slice`` logits. An estimate of the peak, not a bound."""
-    transformers = _transformers()
+    transformers = transformers_module()
     source = source_of(name)
-    config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source))
+    config = loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source))
     config = getattr(config, "text_config", None) or config
     size = DTYPE_BYTES.get(str(getattr(config, "dtype", None) or "float32").removeprefix("torch."), 4)
     width = config.hidden_size
@@ -186,7 +186,7 @@ def check_memory(name: str, length: int, windows: int, loss_slice: int, device, 
         report(f"{name} at {length}: about {need / GIB:.2f} GiB ({detail}; {windows} window(s) per forward)")
 
 
-def _rope_of(config: dict) -> tuple[int, float, int]:
+def rope_of(config: dict) -> tuple[int, float, int]:
     """(rotary dimensions, base, original length) of a rotary model's config.json dict."""
     parameters = config.get("rope_parameters") or {}
     if parameters.get("rope_type", "default") != "default" or (config.get("rope_scaling") or {}).get("rope_type"):
@@ -198,130 +198,6 @@ def _rope_of(config: dict) -> tuple[int, float, int]:
     fraction = parameters.get("partial_rotary_factor") or config.get("partial_rotary_factor")
     fraction = fraction or config.get("rotary_pct") or 1.0
     return int(head_dim * fraction), float(base), int(config.get("max_position_embeddings") or 0)
-
-
-def extend_pretrained(name: str, method: str, target: int, out: Path, options: dict | None = None) -> Path:
-    """``poscli extend hf:DIR --method M --target N``: a frequency method through the model's own
-    rope scaling (transformers' rope type), written as a folder transformers loads again, the method
-    recorded in its config.json (``poscli_extension``). The frequencies transformers then computes
-    are checked equal to poscli's own (``poscli.extension.methods.rope_parameters``) before the
-    folder is kept. Returns the folder."""
-    import shutil
-
-    import torch
-
-    from poscli.extension import methods
-    from poscli.extension.methods.protocol import QueryScalingMethod, RemapMethod
-
-    transformers = _transformers()
-    chosen = methods.get(method)
-    if issubclass(chosen, (RemapMethod, QueryScalingMethod)) and chosen.name != "drope":
-        return _remapped_copy(name, chosen, target, out, options or {})
-    rope = _rope_method(chosen)
-    if rope is None:
-        usable = [m for m in methods.frequency_method_names()[1:] if _rope_method(methods.get(m)) is not None]
-        raise PoscliError(
-            f"--method {method}: hf: models take a remapping, an attention temperature, or a frequency method "
-            f"transformers has a rope type for: {', '.join(usable)} (ntk and base: a new rope_theta)"
-            + ("; DroPE recalibrates by training, which hf: extension does not do" if method == "drope" else "")
-        )
-    source = source_of(name)
-    config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
-    rotary_dim, base, original = _rope_of(config)
-    if target <= original:
-        raise PoscliError(f"--target {target} is not longer than the model's length {original}")
-    checked = chosen.check_options(options or {})
-    factor = target / original
-    theta, scaling = rope.transformers_rope(rotary_dim, base, factor, original, _own(rope, checked))
-    if rope is not chosen:  # yarn-beta: YaRN's rope type, and the temperature as an attention function computes it
-        config[SCALING_KEY] = {"method": method, "original_length": original,
-                               **{key: value for key, value in checked.items() if key not in rope.options}}  # fmt: skip
-    if "rope_parameters" in config:  # transformers 5: one dict holds the base and the scaling
-        kept = config["rope_parameters"] or {}  # what else it holds (GPT-NeoX's partial_rotary_factor)
-        config["rope_parameters"] = {**kept, "rope_theta": theta, **(scaling or {"rope_type": "default"})}
-    config["rope_scaling"] = scaling
-    config["rope_theta" if "rotary_emb_base" not in config else "rotary_emb_base"] = theta
-    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    if rotary_dim < head_dim or config.get("model_type") == "gpt_neox":
-        # transformers 5's GPT-NeoX config re-derives the rotated fraction from rotary_pct (default 0.25)
-        # when it is absent, and its to_dict() leaves it out: state it under both names
-        config["rotary_pct"] = config["partial_rotary_factor"] = rotary_dim / head_dim
-    config["max_position_embeddings"] = target
-    config["poscli_extension"] = {"from": source, "method": method, "factor": factor, "target": target,
-                                  "original_length": original, "options": checked}  # fmt: skip
-    _copy_model(name, source, out, config)
-    extended = transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
-    rotary = next(module for key, module in extended.named_modules() if key.endswith("rotary_emb"))
-    ours, scale = methods.rope_parameters(method, rotary_dim, base, factor, original, **checked)
-    theirs = rotary.inv_freq.float().cpu()
-    same_scale = abs(float(getattr(rotary, "attention_scaling", 1.0)) - scale) < 1e-6
-    if theirs.shape != ours.shape or not torch.allclose(theirs, ours, rtol=1e-5, atol=0) or not same_scale:
-        shutil.rmtree(out)
-        raise PoscliError(f"transformers {transformers.__version__} computes other frequencies for {method}; not kept")
-    return out
-
-
-def _rope_method(chosen):
-    """The frequency method whose transformers rope type writes ``chosen``'s frequencies: itself, or
-    for a frequency method with an attention temperature (``yarn-beta``) the parent that has one;
-    None where transformers has no rope type for them."""
-    from poscli.extension.methods.protocol import FrequencyMethod
-
-    if not issubclass(chosen, FrequencyMethod):
-        return None
-    if chosen.transformers_type is not None:
-        return chosen
-    if not hasattr(chosen, "query_scale"):
-        return None
-    return next((c for c in chosen.__mro__[1:] if getattr(c, "transformers_type", None)), None)
-
-
-def _own(method, options: dict) -> dict:
-    """The options ``method`` declares, of ``options``."""
-    return {key: value for key, value in options.items() if key in method.options}
-
-
-def _copy_model(name: str, source: str, out: Path, config: dict) -> None:
-    """The model's weights and tokenizer into ``out``, with ``config`` as its config.json."""
-    import json
-    import shutil
-
-    transformers = _transformers()
-    model = _loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, dtype="auto"))
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
-    if Path(source).is_dir():
-        for kept in Path(source).glob("*token*"):  # tokenizer.json, tokenizer_config.json, special_tokens_map.json
-            shutil.copy2(kept, out / kept.name)
-    else:
-        transformers.AutoTokenizer.from_pretrained(source).save_pretrained(str(out))
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-
-
-def _remapped_copy(name: str, chosen, target: int, out: Path, options: dict) -> Path:
-    """A remapping (Self-Extend, ReRoPE, DCA, ...) or an attention temperature recorded in a copy's
-    config.json (``poscli_remap``, ``poscli_query_scaling``), which ``load_pretrained`` computes through
-    transformers' AttentionInterface."""
-    transformers = _transformers()
-    source = source_of(name)
-    config = _loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
-    _, _, original = _rope_of(config)
-    if target <= original:
-        raise PoscliError(f"--target {target} is not longer than the model's length {original}")
-    from poscli.config import ModelConfig
-    from poscli.extension.methods.protocol import RemapMethod
-
-    checked = chosen.check_options(options)
-    if issubclass(chosen, RemapMethod):
-        config[REMAP_KEY] = chosen.plan(original, target, **checked).to_dict()
-    else:  # the record a poscli run would hold (its method, original length and options)
-        changes = chosen.extended_config(
-            None, ModelConfig(train_length=original), target / original, target, checked, {}
-        )
-        config[SCALING_KEY] = changes["query_scaling"]
-    config["poscli_extension"] = {"from": source, "method": chosen.name, "target": target, "original_length": original}
-    _copy_model(name, source, out, config)
-    return out
 
 
 def _turn(x, delta, inv_freq):
@@ -345,22 +221,20 @@ def remapped_attention_function(module, query, key, value, attention_mask, dropo
     import torch
 
     from poscli.attention.blockwise import remapped_attention
-    from poscli.extension import methods
-    from poscli.extension.scaling import default_inv_freq
+    from poscli.encodings.base import recorded_query_scale, recorded_remap, rotary_inv_freq
 
     B, H, T, hd = query.shape
     positions = torch.arange(T, device=query.device)
-    recorded = getattr(module.config, SCALING_KEY, None)
-    if recorded:  # an attention temperature: each query scaled, as poscli's GPT does after the rotation
-        recorded = dict(recorded)
-        query = query * methods.get(recorded.pop("method")).query_scale(positions, **recorded).to(query.dtype)[:, None]
+    query_scale = recorded_query_scale(getattr(module.config, SCALING_KEY, None))
+    if query_scale is not None:  # an attention temperature: each query scaled, as poscli's GPT does after the rotation
+        query = query * query_scale(positions).to(query.dtype)[:, None]
     if not getattr(module.config, REMAP_KEY, None):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    plan = methods.remap_from_dict(dict(getattr(module.config, REMAP_KEY)))
-    rotary_dim, base, _ = _rope_of(module.config.to_dict())
-    inv_freq = default_inv_freq(rotary_dim, base).to(query.device)
+    plan = recorded_remap(getattr(module.config, REMAP_KEY))
+    rotary_dim, base, _ = rope_of(module.config.to_dict())
+    inv_freq = rotary_inv_freq(rotary_dim, base).to(query.device)
     groups = H // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)  # (B, H, T, hd)
     if scaling is not None:

@@ -85,8 +85,9 @@ def resume_run(name: str, results=None, console=None, quiet: bool = False, given
 
 def extend_pretrained_model(run: str, values: dict[str, Any]) -> Path:
     """``poscli extend hf:NAME``: a frequency method written into a copy of the model; returns its folder."""
-    from poscli.model.pretrained import extend_pretrained, source_of
+    from poscli.model.pretrained import source_of
     from poscli.model.runs import results_dir
+    from poscli.training.extend_pretrained import extend_pretrained
 
     method, target = values["method"], values["target"]
     if method is None or target is None:

@@ -196,7 +196,8 @@ def test_a_remapped_hf_model_gives_poscli_remapped_logits_on_the_same_weights(tm
     from poscli.extension import methods
     from poscli.model import runs
     from poscli.model.gpt import GPT
-    from poscli.model.pretrained import extend_pretrained, load_pretrained
+    from poscli.model.pretrained import load_pretrained
+    from poscli.training.extend_pretrained import extend_pretrained
     from tests.conftest import tiny_config
     from tests.export.test_export import make_run
 

@@ -88,13 +88,38 @@ def test_the_library_never_imports_its_cli():
     assert importers == []
 
 
-# The layers, lowest first (docs/design.md, "Layout"): a module may import its own layer and those
-# below it, never one above, at the top of a file or inside a function.
-LAYERS = [  # "poscli" is the package's __init__: the version only
-    *("poscli", "poscli.errors", "poscli.core", "poscli.data", "poscli.config", "poscli.attention"),
-    *("poscli.extension", "poscli.encodings", "poscli.model", "poscli.evaluation", "poscli.training"),
-    *("poscli.study", "poscli.export", "poscli.cli", "poscli.__main__"),
-]
+def design_layers() -> list[str]:
+    """The layers, lowest first, as docs/design.md's "Code layout" lists them: its unindented
+    poscli/ entries ("poscli" is the package's __init__: the version only)."""
+    text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    block = text.split("## Code layout", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    entries = [line.split()[0] for line in block.splitlines() if line.startswith("poscli/")]
+    return [
+        entry.removesuffix("/").removesuffix(".py").replace("/", ".").removesuffix(".__init__") for entry in entries
+    ]
+
+
+# The import contract: a module may import its own layer and those below it, never one above, at the
+# top of a file or inside a function. The order is docs/design.md's, read from it, so the two agree.
+LAYERS = design_layers()
+
+
+def test_the_layers_are_the_designed_order():
+    assert LAYERS[:2] == ["poscli", "poscli.errors"] and LAYERS[-2:] == ["poscli.cli", "poscli.__main__"]
+    assert LAYERS.index("poscli.extension") < LAYERS.index("poscli.encodings") < LAYERS.index("poscli.model")
+    assert LAYERS.index("poscli.evaluation") < LAYERS.index("poscli.training") < LAYERS.index("poscli.study")
+
+
+def test_the_model_imports_no_extension_method():
+    """The model asks its encoding for what an extension recorded (remap, query scaling), never a method."""
+    offenders = sorted(
+        f"{m} -> {t}"
+        for m, targets in imports().items()
+        if m.startswith("poscli.model")
+        for t in targets
+        if t.startswith("poscli.extension")
+    )
+    assert offenders == []
 
 
 def layer(module: str) -> int:

@@ -142,11 +142,6 @@ def remap_from_dict(values: dict) -> Remap:
     return get(values["method"]).Plan.from_dict(values)
 
 
-def build_remap(config) -> Remap | None:
-    """The remapping a model config holds (``model.remap``), or None."""
-    return remap_from_dict(config.remap) if config.remap else None
-
-
 def plan_remap(method: str, original_length: int, target: int, **options: float) -> Remap:
     """The resolved remapping of the remap ``method`` (e.g. "self-extend") for a model trained at
     ``original_length`` run up to ``target``."""
