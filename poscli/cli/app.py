@@ -379,12 +379,19 @@ def _resume(ctx: typer.Context, name: str, results, quiet: bool, options: set[st
 @app.command(
     epilog="Examples: poscli extend rope --method yarn --target 4k | poscli extend rope --method pi --target 32k "
     "--steps 0 "
-    "| poscli extend rope --method base --rope-base 500000 --target 4k | poscli extend rope+yarn-x16 --resume"
+    "| poscli extend rope --method base --rope-base 500000 --target 4k | poscli extend rope+yarn-x16 --resume",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 @declared(EXTEND_DECLARED, CONTEXT, RUN)
 def extend(ctx: typer.Context, run: str, **values: Any):
     """Extend a run's context as a new run: the encoding's own method (rescaled RoPE frequencies, a
-    stretched learned table, interpolated sinusoidal positions), then brief fine-tuning."""
+    stretched learned table, interpolated sinusoidal positions), then brief fine-tuning.
+
+    A method's own options are flags after RUN (--beta-fast 16, --window 64) or -M KEY=VALUE;
+    poscli methods lists each method's options and defaults."""
+    from poscli.study.steps import method_flags
+
+    values["method_option"] = [*(values["method_option"] or []), *method_flags(ctx.args)]
     results, quiet = values["results"], values["quiet"]
     if values["resume"]:
         _resume_extension(ctx, run, results, quiet)
@@ -886,11 +893,12 @@ def list_methods():
     for name in names():
         info = describe(name)
         info["encodings"] = [pe for pe in encodings.names() if get(name).applies_to(encodings.get(pe)) is None]
-        options = ", ".join(f"--{key.replace('_', '-')}" for key in info["options"]) or "none"
         print(
-            f"{name:<13} {info['summary']} ({info['citation']})\n{'':<13} options: {options}; training: "
-            f"{info['training']}; applies to: {', '.join(info['encodings']) or 'none'}"
+            f"{name:<13} {info['summary']} ({info['citation']})\n{'':<13} training: {info['training']}; applies to: "
+            f"{', '.join(info['encodings']) or 'none'}"
         )
+        for key, (default, help_line) in info["options"].items():
+            print(f"{'':<13} --{key.replace('_', '-')} (default {default if default != () else 'none'}): {help_line}")
 
 
 # --------------------------------------------------------------------------- entry point

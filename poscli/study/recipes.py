@@ -283,7 +283,14 @@ class _RecipeParser:
         steps = []
         for index, entry in enumerate(self.data.get("extend", [])):
             where = f"{self.path}, [[extend]] {index + 1}"
-            self.check_keys(entry, set(EXTEND_OPTIONS) | EXTEND_KEYS, "extend", index, "extend")
+            if "method_option" in entry:
+                self.fail("[[extend]] method_option is now the method's options as keys of the [[extend]] "
+                          "(e.g. window = 64), or method_options = { METHOD = { ... } } for one method",
+                          "method_option",
+                          "extend", index)  # fmt: skip
+            methods_asked = entry.get("method", [])
+            own = method_option_names(methods_asked if isinstance(methods_asked, list) else [methods_asked])
+            self.check_keys(entry, set(EXTEND_OPTIONS) | EXTEND_KEYS | own, "extend", index, "extend")
             for key in ("runs", "name", "method", "target"):
                 if key not in entry:
                     self.fail(f"every [[extend]] needs {key!r}", "extend")
@@ -451,6 +458,20 @@ def _encodings(value):
 
 def describe_options(options: dict) -> str:
     return " ".join(f"{key}={value}" for key, value in options.items())
+
+
+def method_option_names(asked: list) -> set[str]:
+    """The options the methods ``asked`` declare (keys an [[extend]] may hold); an unknown method adds none
+    (its step's check names it)."""
+    from poscli.extension import methods
+
+    names: set[str] = set()
+    for method in asked:
+        try:
+            names |= set(methods.get(str(method)).options)
+        except PoscliError:
+            continue
+    return names
 
 
 def _check_unique(names: list[str], path: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from poscli.errors import PoscliError
-from poscli.training.options import EVAL_DECLARED, EVAL_OPTIONS, EXTEND_DECLARED, METHOD_FLAGS, TRAIN_DECLARED, parsed
+from poscli.training.options import EVAL_DECLARED, EVAL_OPTIONS, EXTEND_DECLARED, TRAIN_DECLARED, parsed
 
 LINEAGE_KEYS = ("parent", "parent_options")  # what a recipe's extension step carries beside its options
 
@@ -131,37 +131,72 @@ def extend_run(run: str, values: dict[str, Any], console=None):
 
 
 def user_method_options(values: dict[str, Any]) -> dict[str, Any]:
-    """The method options a user gave (its flags, then -M KEY=VALUE pairs). A 0 for an option whose
-    default is 0 (worked out from the lengths, e.g. Self-Extend's window and group) is refused: it
-    would silently mean the default."""
-    given = {key: values[key] for key in METHOD_FLAGS if values[key] is not None}
-    given |= method_options(values["method_option"] or [])
-    if values["method"]:
-        from poscli.extension import methods
+    """The method options a user gave (``-M KEY=VALUE`` pairs, which a method's own flags and a
+    recipe's keys become), read as the method declares them. A 0 for an option whose default is 0
+    (worked out from the lengths, e.g. Self-Extend's window and group) is refused: it would silently
+    mean the default."""
+    given = method_options(values["method_option"] or [])
+    if not values["method"]:
+        return given
+    from poscli.extension import methods
 
-        declared = methods.get(values["method"]).options
-        for key, value in given.items():
-            if declared.get(key) == 0.0 and not isinstance(value, tuple) and float(value) == 0:
-                flag = "--" + key.replace("_", "-")
-                raise PoscliError(
-                    f"{flag} 0: --method {values['method']} works {flag} out from the lengths when it is left out; "
-                    "leave it out for that, or give a positive value"
-                )
+    method = methods.get(values["method"])
+    given = method.read_options(given)
+    defaults = method.defaults()
+    for key, value in given.items():
+        if defaults[key] == 0.0 and not isinstance(value, tuple | str) and float(value) == 0:
+            flag = "--" + key.replace("_", "-")
+            raise PoscliError(
+                f"{flag} 0: --method {values['method']} works {flag} out from the lengths when it is left out; "
+                "leave it out for that, or give a positive value"
+            )
     return given
 
 
-def method_options(pairs: list[str]) -> dict[str, float | tuple[float, ...]]:
-    """``-M KEY=VALUE`` pairs as numbers (a comma-separated value: a tuple of numbers)."""
+def method_options(pairs: list[str]) -> dict[str, Any]:
+    """``-M KEY=VALUE`` pairs: numbers where they read as numbers (a comma-separated value: a tuple
+    of them), else the string (a method's choice, read by its declaration)."""
     from poscli.encodings import parse_option_pairs
 
-    options = {}
+    options: dict[str, Any] = {}
     for key, value in parse_option_pairs(pairs, flag="--method-option").items():
         try:
             numbers = tuple(float(part) for part in value.split(","))
         except ValueError:
-            raise PoscliError(f"--method-option {key}={value}: give a number or comma-separated numbers") from None
+            options[key] = value
+            continue
         options[key] = numbers if "," in value else numbers[0]
     return options
+
+
+def method_flags(arguments: list[str]) -> list[str]:
+    """A method's own flags as ``poscli extend`` leaves them to the method (``--beta-fast 16``,
+    ``--beta-fast=16``) as ``-M`` pairs; anything else is a one-line error."""
+    pairs, rest = [], list(arguments)
+    while rest:
+        flag = rest.pop(0)
+        name, equals, value = flag.partition("=")
+        if not name.startswith("--") or len(name) < 3 or (not equals and not rest):
+            raise PoscliError(
+                f"poscli extend: {flag!r} is not an option; a method's own options go after RUN as --NAME VALUE "
+                "(poscli methods lists them) or -M NAME=VALUE"
+            )
+        pairs.append(f"{name[2:].replace('-', '_')}={value if equals else rest.pop(0)}")
+    return pairs
+
+
+def extend_values(options: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's [[extend]] options as ``poscli extend``'s values: its own options parsed as their flags
+    read them; the rest are the method's options (``window = 64``), carried as ``-M`` pairs."""
+    own = {key: value for key, value in options.items() if key in EXTEND_DECLARED}
+    pairs = [
+        f"{key}={','.join(map(str, value)) if isinstance(value, list | tuple) else value}"
+        for key, value in options.items()
+        if key not in EXTEND_DECLARED
+    ]
+    values = parsed(EXTEND_DECLARED, own)
+    values["method_option"] = [*(values["method_option"] or []), *pairs]
+    return values
 
 
 def _factors(
@@ -335,7 +370,7 @@ def check_step(kind: str, name: str, positional: list[str], options: dict) -> No
 
         train_plan(parsed(TRAIN_DECLARED, {**options, "name": name}))
     elif kind == "extend":
-        values = parsed(EXTEND_DECLARED, {key: value for key, value in options.items() if key not in LINEAGE_KEYS})
+        values = extend_values({key: value for key, value in options.items() if key not in LINEAGE_KEYS})
         check_search_score(values["factors"], values["search_score"])
         if values["options_from"] is not None or values["factors"] is not None:
             return  # the options come from a file or a search the step itself runs
@@ -370,7 +405,7 @@ def run_step(kind: str, name: str, positional: list[str], options: dict, results
         result = train_run(parsed(TRAIN_DECLARED, {**options, "name": name, **runner}), where)
     elif kind == "extend":
         values = {key: value for key, value in options.items() if key not in LINEAGE_KEYS}
-        result = extend_run(positional[0], parsed(EXTEND_DECLARED, {**values, "name": name, **runner}), where)
+        result = extend_run(positional[0], extend_values({**values, "name": name, **runner}), where)
     else:
         written, _, table = evaluate_runs(positional, parsed(EVAL_DECLARED, {**options, **runner}), where)
         where.print("wrote " + ", ".join(str(p) for p in written))

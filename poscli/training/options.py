@@ -397,27 +397,6 @@ EXTEND_DECLARED: dict[str, Option] = declare(
     Option("lr", 0.0003, "Fine-tuning peak learning rate.", kind=float, metavar="LR"),
     Option("batch_size", None, "Sequences per step (default: the parent's tokens per step).", kind=int, metavar="N"),
     Option(
-        "beta_fast",
-        None,
-        "yarn, ntk-by-parts: rotations above which dimensions extrapolate (default 32).",
-        kind=float,
-        metavar="X",
-    ),
-    Option(
-        "beta_slow",
-        None,
-        "yarn, ntk-by-parts: rotations below which dimensions interpolate (default 1).",
-        kind=float,
-        metavar="X",
-    ),
-    Option(
-        "attention_factor",
-        None,
-        "yarn, longrope: the scale on q and k, replacing 0.1 ln(s) + 1 (yarn) or sqrt(1 + ln s / ln L) (longrope).",
-        kind=float,
-        metavar="X",
-    ),
-    Option(
         "factors",
         None,
         'longrope: a JSON file {"long_factor": [...], "short_factor": [...]}, one factor per frequency, or "search": '
@@ -433,79 +412,11 @@ EXTEND_DECLARED: dict[str, Option] = declare(
         "LongRoPE2's fitness, Shang et al., 2025).",
         metavar="perplexity|needle",
     ),
-    Option("low_freq_factor", None, "llama3: default 1.", kind=float, metavar="X"),
-    Option("high_freq_factor", None, "llama3: default 4.", kind=float, metavar="X"),
-    Option("rope_base", None, "base: the new RoPE base, e.g. 500000.", kind=float, metavar="B"),
-    Option(
-        "window",
-        None,
-        "self-extend, rerope, leaky-rerope: the neighbour window (default train length / 4); sinks: recent keys kept "
-        "(default train length - sinks); lm-infinite: the local branch (default the train length).",
-        kind=int,
-        metavar="W",
-    ),
-    Option(
-        "group", None, "self-extend: group size (default: the smallest that reaches the target).", kind=int, metavar="G"
-    ),
-    Option(
-        "leak",
-        None,
-        "leaky-rerope: slope 1/K beyond the window (default: the target maps to the train length).",
-        kind=float,
-        metavar="K",
-    ),
-    Option(
-        "sinks",
-        None,
-        "sinks: first tokens always kept (default 4); lm-infinite: its global branch (default 10).",
-        kind=int,
-        metavar="S",
-    ),  # fmt: skip
-    Option(
-        "shift",
-        None,
-        "string: distances from S on are shifted back by S - W (default 0.33 x train length).",
-        kind=int,
-        metavar="S",
-    ),  # fmt: skip
-    Option("local", None, "string: the local window W kept apart (default train length / 32).", kind=int, metavar="W"),
-    Option("limit", None, "lm-infinite: the distance cap (default the train length).", kind=int, metavar="D"),
-    Option("chunk", None, "dca: the chunk size s (default 3/4 of the train length).", kind=int, metavar="S"),
-    Option("ratio_min", None, "ms-poe: the smallest head's position ratio (default 1.2).", kind=float, metavar="R"),
-    Option(
-        "ratio_max",
-        None,
-        "ms-poe: the ratios' upper end, r_min + (r_max - r_min) i / H (default 1.8).",
-        kind=float,
-        metavar="R",
-    ),  # fmt: skip
-    Option(
-        "head_order",
-        None,
-        "ms-poe: which head takes which ratio: by each input's attention outliers (the authors' default), reversed "
-        "(their 'normal'), or index.",
-        choices=("attention", "reversed", "index"),
-    ),
-    Option(
-        "beta",
-        None,
-        "llama4-temperature, beta-scaling, yarn-beta, drope: the coefficient of the log in the attention temperature "
-        "(default 0.1).",
-        kind=float,
-        metavar="C",
-    ),
-    Option(
-        "floor_scale",
-        None,
-        "llama4-temperature: tokens per step of the temperature (default: the train length; Llama 4: 8192).",
-        kind=float,
-        metavar="F",
-    ),
     Option(
         "method_option",
         None,
-        "An option of the method by name (repeatable; numbers, or comma-separated lists), e.g. a method of your "
-        "own's: -M alpha=2. The flags above are the built-in methods' options.",
+        "An option of the method, repeatable: -M beta_fast=16, or as a flag of its own after RUN (--beta-fast 16); "
+        "numbers, or comma-separated lists. poscli methods lists each method's options and defaults.",
         kind=list,
         metavar="KEY=VALUE",
         flags=("--method-option", "-M"),
@@ -699,12 +610,6 @@ def check_positive(settings, *names: str) -> None:
         if getattr(settings, name) < 1:
             raise PoscliError(f"--{name} must be at least 1, got {getattr(settings, name)}")
 
-
-# The built-in extension methods' options that poscli extend offers as flags of their own (a method
-# of your own takes -M KEY=VALUE); tests/extension/test_methods.py checks them against the methods.
-METHOD_FLAGS = ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor", "rope_base",
-                "window", "group", "leak", "sinks", "beta", "floor_scale", "shift", "local", "limit", "chunk",
-                "ratio_min", "ratio_max", "head_order")  # fmt: skip
 
 # `poscli extend`'s and `poscli eval`'s options and their defaults: recipes' [[extend]] and [[eval]]
 # accept exactly these (and `runs`, `name`, `budgets`).

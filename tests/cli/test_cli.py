@@ -188,9 +188,12 @@ ERRORS = [
     (["eval", "alibi", "--task", "passkey", "--keys", "0"], "--keys must be at least 1 for --task passkey, got 0"),
     (["train", "--pe", "rope", "--steps", "2", "--data-split", "test"], "--data-split reads the rows of a dataset"),
     (["extend", "alibi", "--method", "logn", "--target", "1k", "-M", "window"], "--method-option 'window': write KEY="),
+    (["extend", "rope", "--method", "yarn", "--target", "1k", "--beta-fast", "x"], "--beta-fast 'x' is not a number"),
+    (["extend", "rope", "--method", "yarn", "--target", "1k", "--beta-fast"], "'--beta-fast' is not an option"),
+    (["extend", "rope", "--method", "self-extend", "--target", "1k", "--window", "nan"], "give a finite number"),
     (
         ["extend", "alibi", "--method", "logn", "--target", "1k", "-M", "w=x"],
-        "give a number or comma-separated numbers",
+        "--method logn does not take --w; it takes no options",
     ),
     (
         ["eval", "alibi", "--task", "bogus"],

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from poscli import encodings
 from poscli.config import ModelConfig
+from poscli.errors import PoscliError
 from poscli.extension import methods
 from poscli.extension.methods.protocol import TRAINING, ExtensionMethod
 from poscli.model.gpt import GPT
@@ -69,11 +70,27 @@ def test_logn_scales_each_query_by_its_position_and_nothing_else():
         assert not torch.allclose(got[:, 64:], parent(tokens)[:, 64:])
 
 
-def test_the_extend_flags_are_the_built_in_methods_options():
-    """poscli extend's own flags (--beta-fast, --window, ...) are exactly the options the built-in
-    methods declare, but LongRoPE's factors, which --factors FILE reads."""
-    from poscli.training.options import EXTEND_OPTIONS, METHOD_FLAGS
+def test_every_built_in_method_option_is_declared_with_a_help_line_and_reads_its_own_default():
+    """A method's options are declared once, in its file: each has a help line (poscli methods and the
+    recipe keys read them), and its default read back as a flag would give it is itself."""
+    from poscli.extension.methods.protocol import MethodOption
 
-    declared = {option for name in methods.names() for option in methods.get(name).options}
-    assert set(METHOD_FLAGS) == declared - {"long_factor", "short_factor"}
-    assert set(METHOD_FLAGS) <= set(EXTEND_OPTIONS)
+    for name in methods.names():
+        method = methods.get(name)
+        for key, option in method.options.items():
+            assert isinstance(option, MethodOption) and option.help, (name, key)
+            if option.default != ():
+                assert option.read(name, key, str(option.default)) == option.default, (name, key)
+
+
+def test_a_method_option_given_as_text_is_read_as_its_declared_type_or_refused_in_one_line():
+    read = methods.get("self-extend").read_options({"window": "64", "group": 4.0})
+    assert read == {"window": 64, "group": 4} and all(type(value) is int for value in read.values())
+    for bad, message in (({"window": "6.5"}, "must be a whole number"), ({"window": "nan"}, "give a finite number"),
+                         ({"windw": 64}, "did you mean --window[?]")):  # fmt: skip
+        with pytest.raises(PoscliError, match=message):
+            methods.get("self-extend").read_options(bad)
+    with pytest.raises(PoscliError, match="give a finite number"):
+        methods.get("yarn").read_options({"beta_fast": "inf"})
+    with pytest.raises(PoscliError, match="takes one of attention, reversed, index"):
+        methods.get("ms-poe").read_options({"head_order": "sideways"})

@@ -21,7 +21,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 NEW_METHOD = '''"""Position interpolation by s^power: every RoPE frequency divided by the factor raised to a power."""
 
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import FrequencyMethod
+from poscli.extension.methods.protocol import FrequencyMethod, MethodOption
 from poscli.extension.scaling import default_inv_freq
 
 
@@ -29,7 +29,7 @@ from poscli.extension.scaling import default_inv_freq
 class PowerPI(FrequencyMethod):
     summary = "every frequency divided by s^power (power 1: position interpolation)"
     citation = "a test of the extension-method interface"
-    options = {"power": 1.0}
+    options = {"power": MethodOption(1.0, "the power of s that divides every frequency")}
 
     @classmethod
     def frequencies(cls, head_dim, base, factor, original_length, seq_len, power=1.0):
@@ -54,7 +54,7 @@ name = "{{run}}+new"
 method = "{method}"
 target = "128"
 steps = 1
-method_option = {{ power = 0.5 }}
+power = 0.5
 [[eval]]
 runs = ["r", "r+new"]
 table = "ppl"
@@ -78,7 +78,7 @@ def through_the_cli(method: str, env: dict, corpus: Path, tmp_path: Path, refusa
     assert config["model"]["rope_scaling"]["options"] == {"power": 0.5}
     again = poscli("run", str(recipe), "--dry-run", *common, env=env, cwd=tmp_path)
     assert "3 already done" in again.stdout + again.stderr, again.stdout + again.stderr
-    extended = poscli("extend", "r", "--method", method, "--target", "256", "--steps", "1", "-M", "power=0.25",
+    extended = poscli("extend", "r", "--method", method, "--target", "256", "--steps", "1", "--power", "0.25",
                       "--name", "r+cli", "--quiet", *common, env=env, cwd=tmp_path)  # fmt: skip
     assert extended.returncode == 0, extended.stderr
     scaling = json.loads((results / "runs" / "r+cli" / "config.json").read_text())["model"]["rope_scaling"]
@@ -92,6 +92,9 @@ def through_the_cli(method: str, env: dict, corpus: Path, tmp_path: Path, refusa
     refused = poscli("extend", "r", "--method", method, "--target", "128", "-M", "bogus=1", *common,
                      env=env, cwd=tmp_path)  # fmt: skip
     assert refused.returncode == 2 and f"--method {method} does not take --bogus; it takes --power" in refused.stderr
+    misspelt = poscli("extend", "r", "--method", method, "--target", "128", "--pwer", "2", *common,
+                      env=env, cwd=tmp_path)  # fmt: skip
+    assert misspelt.returncode == 2 and "does not take --pwer (did you mean --power?)" in misspelt.stderr
     trained = poscli("train", "--pe", "alibi", "--name", "alibi", "--data", str(corpus), "--steps", "2", *TINY,
                      *common, env=env, cwd=tmp_path)  # fmt: skip
     assert trained.returncode == 0, trained.stderr
@@ -105,7 +108,8 @@ def test_one_file_in_the_methods_package_is_a_whole_new_method(small_corpus, tmp
     listed = poscli("methods", env=env, cwd=tmp_path)
     assert "power-pi" in listed.stdout
     rotary = ", ".join(sorted(name for name in builtin_names() if get(name).rotary_frequencies))  # rope, xpos, ...
-    assert f"options: --power; training: optional; applies to: {rotary}" in listed.stdout
+    assert f"training: optional; applies to: {rotary}" in listed.stdout
+    assert "--power (default 1.0): the power of s that divides every frequency" in listed.stdout
     encodings = poscli("encodings", env=env, cwd=tmp_path)
     assert "power-pi" in encodings.stdout
     through_the_cli("power-pi", env, small_corpus, tmp_path, refusals=False)

@@ -43,13 +43,16 @@ def rescaling(encoding: type) -> list[str]:
 
 
 def describe(name: str) -> dict:
-    """What ``poscli methods`` shows for one method: summary, citation, options, training."""
+    """What ``poscli methods`` shows for one method: summary, citation, options (name -> (default,
+    help line)), training."""
+    from poscli.extension.methods.protocol import declared_options
+
     method = get(name)
     return {
         "name": name,
         "summary": method.summary,
         "citation": method.citation,
-        "options": dict(method.options),
+        "options": {key: (option.default, option.help) for key, option in declared_options(method).items()},
         "training": method.training,
     }
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import FrequencyMethod
+from poscli.extension.methods.protocol import FrequencyMethod, MethodOption
 
 
 @register("base")
 class BaseChange(FrequencyMethod):
     summary = "base change: new base given by --rope-base (Llama 3 trains at 500000; Code Llama moved 10000 to 1e6)"
     citation = "Rozière et al., 2023 (Code Llama); Xiong et al., 2023"
-    options = {"rope_base": 0.0}
+    options = {"rope_base": MethodOption(0.0, "the new RoPE base, e.g. 500000 (required)")}
 
     @classmethod
     def frequencies(cls, head_dim, base, factor, original_length, seq_len, rope_base=0.0):

@@ -7,7 +7,7 @@ import torch
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import QueryScalingMethod
+from poscli.extension.methods.protocol import MethodOption, QueryScalingMethod
 
 
 def beta_scale(positions, original_length: int, beta: float):
@@ -31,7 +31,7 @@ class BetaScaling(QueryScalingMethod):
 
     summary = "Ministral 3's attention temperature alone: queries times 1 + beta log(1 + floor(p / L)) (any encoding)"
     citation = "Mistral AI, Ministral 3 (2025), transformers' modeling_ministral3"
-    options = {"beta": 0.1}
+    options = {"beta": MethodOption(0.1, "the coefficient of the log in the attention temperature")}
 
     @classmethod
     def search_space(cls, original_length, target):

@@ -10,7 +10,7 @@ import torch
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import RemapMethod
+from poscli.extension.methods.protocol import MethodOption, RemapMethod
 from poscli.extension.remap import Remap, whole
 
 
@@ -54,7 +54,7 @@ class DCAPlan(Remap):
 class DCA(RemapMethod):
     summary = "dual chunk attention: intra-, successive- and inter-chunk positions, all within the train length"
     citation = "An et al., 2024 (arXiv 2402.17463)"
-    options = {"chunk": 0.0}
+    options = {"chunk": MethodOption(0.0, "the chunk size s (0: 3/4 of the train length)", kind=int)}
     Plan = DCAPlan
 
     @classmethod

@@ -10,7 +10,7 @@ import torch
 from poscli.core.lengths import format_length
 from poscli.extension.methods import register
 from poscli.extension.methods.beta_scaling import checked_beta
-from poscli.extension.methods.protocol import QueryScalingMethod
+from poscli.extension.methods.protocol import MethodOption, QueryScalingMethod
 
 
 @register("drope")
@@ -26,7 +26,7 @@ class DroPE(QueryScalingMethod):
 
     summary = "DroPE: drop RoPE, recalibrate at the train length, queries times 1 + c ln(T / L) at T > L"
     citation = "Gelberg et al., 2025 (arXiv 2512.12167)"
-    options = {"beta": 0.1}
+    options = {"beta": MethodOption(0.1, "the coefficient of the log in the attention temperature, 1 + c ln s")}
 
     @classmethod
     def search_space(cls, original_length, target):

@@ -8,7 +8,7 @@ import torch
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import RemapMethod
+from poscli.extension.methods.protocol import MethodOption, RemapMethod
 from poscli.extension.remap import Remap, neighbour_window
 
 
@@ -28,7 +28,10 @@ class LeakyReRoPEPlan(Remap):
 class LeakyReRoPE(RemapMethod):
     summary = "Leaky ReRoPE: distances beyond a window w grow with slope 1/k (no training)"
     citation = "Su, 2023"
-    options = {"window": 0.0, "leak": 0.0}
+    options = {
+        "window": MethodOption(0.0, "the neighbour window (0: the train length / 4)", kind=int),
+        "leak": MethodOption(0.0, "slope 1/K beyond the window (0: the target maps to the train length)"),
+    }
     Plan = LeakyReRoPEPlan
 
     @classmethod

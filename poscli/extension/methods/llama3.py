@@ -7,14 +7,17 @@ import math
 import torch
 
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import FrequencyMethod
+from poscli.extension.methods.protocol import FrequencyMethod, MethodOption
 
 
 @register("llama3")
 class Llama3(FrequencyMethod):
     summary = "Llama 3.1: long wavelengths divided by the factor, short kept, a smooth blend between"
     citation = "Meta, Llama 3.1 (2024)"
-    options = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    options = {
+        "low_freq_factor": MethodOption(1.0, "wavelengths longer than L / this are interpolated"),
+        "high_freq_factor": MethodOption(4.0, "wavelengths shorter than L / this are kept"),
+    }
 
     @classmethod
     def search_space(cls, original_length, target):

@@ -8,7 +8,7 @@ import torch
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import QueryScalingMethod
+from poscli.extension.methods.protocol import MethodOption, QueryScalingMethod
 
 
 @register("llama4-temperature")
@@ -21,7 +21,10 @@ class Llama4Temperature(QueryScalingMethod):
 
     summary = "Llama 4's attention temperature: queries times 1 + beta log(floor((p + 1) / F) + 1) (any encoding)"
     citation = "Meta, Llama 4 (2025), transformers' modeling_llama4; Nakanishi, 2025"
-    options = {"beta": 0.1, "floor_scale": 0.0}
+    options = {
+        "beta": MethodOption(0.1, "the coefficient of the log in the attention temperature"),
+        "floor_scale": MethodOption(0.0, "tokens per step of the temperature (0: the train length; Llama 4: 8192)"),
+    }
 
     @classmethod
     def search_space(cls, original_length, target):

@@ -9,7 +9,7 @@ import torch
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import RemapMethod
+from poscli.extension.methods.protocol import MethodOption, RemapMethod
 from poscli.extension.remap import Remap, whole
 
 
@@ -37,7 +37,11 @@ class LMInfinitePlan(Remap):
 class LMInfinite(RemapMethod):
     summary = "LM-Infinite: the first tokens and the last L, farther distances capped at L (no training)"
     citation = "Han et al., 2024 (arXiv 2308.16137)"
-    options = {"sinks": 10.0, "window": 0.0, "limit": 0.0}
+    options = {
+        "sinks": MethodOption(10.0, "the global branch: the first tokens, always attended", kind=int),
+        "window": MethodOption(0.0, "the local branch (0: the train length)", kind=int),
+        "limit": MethodOption(0.0, "the distance cap (0: the train length)", kind=int),
+    }
     Plan = LMInfinitePlan
 
     @classmethod

@@ -8,7 +8,7 @@ import torch
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import FrequencyMethod
+from poscli.extension.methods.protocol import FrequencyMethod, MethodOption
 
 
 def longrope_attention_scale(factor: float, original_length: int) -> float:
@@ -23,7 +23,13 @@ class LongRoPE(FrequencyMethod):
         "LongRoPE: a searched rescale factor per frequency, long and short sets, attention factor sqrt(1 + ln s / ln L)"
     )
     citation = "Ding et al., 2024"
-    options = {"long_factor": (), "short_factor": (), "attention_factor": 0.0}
+    options = {
+        "long_factor": MethodOption(
+            (), "a factor per frequency past the train length (--factors FILE or search gives them)"
+        ),
+        "short_factor": MethodOption((), "a factor per frequency within the train length (default: 1 each)"),
+        "attention_factor": MethodOption(0.0, "the scale on q and k (0: sqrt(1 + ln s / ln L))"),
+    }
     per_length = True
     transformers_type = "longrope"
 

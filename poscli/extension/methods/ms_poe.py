@@ -18,7 +18,7 @@ import torch
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import RemapMethod
+from poscli.extension.methods.protocol import MethodOption, RemapMethod
 from poscli.extension.remap import Remap
 
 HEAD_ORDERS = ("attention", "reversed", "index")
@@ -80,7 +80,16 @@ class MsPoEPlan(Remap):
 class MsPoE(RemapMethod):
     summary = "Ms-PoE: positions divided by a different ratio in each head, 1.2 up to 1.8 (no training)"
     citation = "Zhang et al., 2024 (arXiv 2403.04797)"
-    options = {"ratio_min": 1.2, "ratio_max": 1.8, "head_order": "attention"}
+    options = {
+        "ratio_min": MethodOption(1.2, "the smallest head's position ratio"),
+        "ratio_max": MethodOption(1.8, "the ratios' upper end, r_min + (r_max - r_min) i / H"),
+        "head_order": MethodOption(
+            "attention",
+            "which head takes which ratio: by each input's attention outliers (the authors' default), reversed "
+            "(their 'normal'), or index",
+            choices=("attention", "reversed", "index"),
+        ),
+    }
     Plan = MsPoEPlan
 
     @classmethod

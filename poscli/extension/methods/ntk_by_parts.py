@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import FrequencyMethod
+from poscli.extension.methods.protocol import FrequencyMethod, MethodOption
 
 
 @register("ntk-by-parts")
@@ -11,13 +11,16 @@ class NTKByParts(FrequencyMethod):
     summary = "NTK-by-parts: YaRN's ramp between interpolation and extrapolation, without its temperature"
     citation = "Peng et al., 2023 (section 3.2)"
     # the ramp's ends in rotations over the original length: the paper's, fitted for LLaMA at 4096 (YaRN's too)
-    options = {"beta_fast": 32.0, "beta_slow": 1.0}
+    options = {
+        "beta_fast": MethodOption(32.0, "rotations above which dimensions extrapolate"),
+        "beta_slow": MethodOption(1.0, "rotations below which dimensions interpolate"),
+    }
     transformers_type = "yarn"
 
     @classmethod
     def search_space(cls, original_length, target):
         """Each end of the ramp at a quarter to twice (fast) and half to twice (slow) the paper's."""
-        fast, slow = NTKByParts.options["beta_fast"], NTKByParts.options["beta_slow"]
+        fast, slow = NTKByParts.options["beta_fast"].default, NTKByParts.options["beta_slow"].default
         return {"beta_fast": [fast / 4, fast / 2, fast, fast * 2], "beta_slow": [slow / 2, slow, slow * 2]}
 
     @classmethod

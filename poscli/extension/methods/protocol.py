@@ -18,6 +18,9 @@ Anything else (a stretched table, divided positions, continued training) overrid
 
 from __future__ import annotations
 
+import difflib
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from poscli.core.lengths import format_length
@@ -33,11 +36,59 @@ TRAINING = ("never", "optional", "required")
 FINETUNE_LENGTH_MULTIPLE = 4  # default fine-tuning length: min(target, 4 x original)
 
 
+@dataclass(frozen=True)
+class MethodOption:
+    """One option of an extension method, declared once: its default, its help line (``poscli
+    methods`` and ``poscli extend --help`` show it) and its type, the default's unless ``kind`` says
+    (an int for a count of tokens). A default of ``()`` takes a list of numbers; ``choices``: the
+    strings it takes. A default of 0 for a count means "worked out from the lengths"."""
+
+    default: Any
+    help: str = ""
+    kind: type | None = None
+    choices: tuple[str, ...] = ()
+
+    def read(self, method: str, name: str, value: Any) -> Any:
+        """``value`` (a number, a list, or a string as a flag or -M gives it) as this option's type; a
+        value it cannot be, or a NaN or infinite number, is a one-line error."""
+        flag = "--" + name.replace("_", "-")
+        if self.choices:
+            if str(value) not in self.choices:
+                raise PoscliError(f"{flag} {value!r}: --method {method} takes one of {', '.join(self.choices)}")
+            return str(value)
+        if isinstance(self.default, tuple):
+            parts = (
+                value.split(",") if isinstance(value, str) else (value if isinstance(value, list | tuple) else [value])
+            )
+            return tuple(self._number(float, flag, part) for part in parts)
+        return self._number(self.kind or type(self.default), flag, value)
+
+    @staticmethod
+    def _number(kind: type, flag: str, value: Any) -> Any:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise PoscliError(f"{flag} {value!r} is not a number") from None
+        if not math.isfinite(number):
+            raise PoscliError(f"{flag} {value!r}: give a finite number")
+        if kind is int and not number.is_integer():
+            raise PoscliError(f"{flag} must be a whole number, got {value!r}")
+        return int(number) if kind is int else kind(number)
+
+
+def declared_options(method: type) -> dict[str, MethodOption]:
+    """A method's options as MethodOption records (a method of your own may declare plain defaults)."""
+    return {
+        name: option if isinstance(option, MethodOption) else MethodOption(option)
+        for name, option in method.options.items()
+    }
+
+
 class ExtensionMethod:
     """Base class. Class attributes declare the method; class methods apply it.
 
-    - ``options``: option name -> default (``--beta-fast``-style flags, or ``--method-option
-      KEY=VALUE``); a default of ``()`` takes a list (LongRoPE's factors).
+    - ``options``: option name -> :class:`MethodOption` (``poscli extend --NAME VALUE``, ``-M
+      NAME=VALUE`` or a recipe's [[extend]] key); a plain default stands for a MethodOption of it.
     - ``training``: ``"never"`` (applied as it is: ``--steps`` must be 0), ``"optional"`` (fine-tuned
       for ``--steps``, default 400, or none with ``--steps 0``) or ``"required"``.
     - ``rescales``: True when the method rescales positions or frequencies; an encoding to which
@@ -47,7 +98,7 @@ class ExtensionMethod:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     citation: ClassVar[str] = ""
-    options: ClassVar[dict[str, Any]] = {}
+    options: ClassVar[dict[str, Any]] = {}  # name -> MethodOption
     training: ClassVar[str] = "optional"
     rescales: ClassVar[bool] = True
 
@@ -58,9 +109,21 @@ class ExtensionMethod:
         return None
 
     @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each option's default, by name."""
+        return {name: option.default for name, option in declared_options(cls).items()}
+
+    @classmethod
+    def read_options(cls, given: dict[str, Any]) -> dict[str, Any]:
+        """``given`` read as each option's type; an option the method does not take is a one-line error."""
+        declared = declared_options(cls)
+        with_defaults(cls.name, declared, given)
+        return {name: declared[name].read(cls.name, name, value) for name, value in given.items()}
+
+    @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
-        """The options with defaults filled in; an option the method does not take is a one-line error."""
-        return with_defaults(cls.name, cls.options, options)
+        """The options read and with defaults filled in; an option the method does not take is a one-line error."""
+        return {**cls.defaults(), **cls.read_options(options)}
 
     @classmethod
     def extended_config(
@@ -112,12 +175,14 @@ class ExtensionMethod:
 
 def with_defaults(method: str, known: dict, options: dict[str, Any]) -> dict[str, Any]:
     """``known`` (option -> default) updated by ``options``; an option not in ``known`` is a one-line
-    error naming the flags the method takes."""
+    error naming the flags the method takes (and the one meant, where a name is close)."""
     unknown = sorted(set(options) - set(known))
     if unknown:
         flags = ", ".join("--" + name.replace("_", "-") for name in unknown)
         takes = ", ".join("--" + name.replace("_", "-") for name in known) or "no options"
-        raise PoscliError(f"--method {method} does not take {flags}; it takes {takes}")
+        close = difflib.get_close_matches(unknown[0], list(known), n=1)
+        meant = f" (did you mean --{close[0].replace('_', '-')}?)" if close else ""
+        raise PoscliError(f"--method {method} does not take {flags}{meant}; it takes {takes}")
     return {**known, **options}
 
 

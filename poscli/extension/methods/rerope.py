@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import RemapMethod
+from poscli.extension.methods.protocol import MethodOption, RemapMethod
 from poscli.extension.remap import Remap, neighbour_window, neighbour_windows
 
 
@@ -27,7 +27,7 @@ class ReRoPEPlan(Remap):
 class ReRoPE(RemapMethod):
     summary = "ReRoPE: distances clipped at a window w (no training)"
     citation = "Su, 2023"
-    options = {"window": 0.0}
+    options = {"window": MethodOption(0.0, "the neighbour window (0: the train length / 4)", kind=int)}
     Plan = ReRoPEPlan
 
     @classmethod

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import RemapMethod
+from poscli.extension.methods.protocol import MethodOption, RemapMethod
 from poscli.extension.remap import Remap, neighbour_window, neighbour_windows, whole
 
 
@@ -28,7 +28,10 @@ class SelfExtendPlan(Remap):
 class SelfExtend(RemapMethod):
     summary = "Self-Extend: exact attention in a neighbour window, grouped positions beyond it (no training)"
     citation = "Jin et al., 2024"
-    options = {"window": 0.0, "group": 0.0}
+    options = {
+        "window": MethodOption(0.0, "the neighbour window (0: the train length / 4)", kind=int),
+        "group": MethodOption(0.0, "the group size (0: the smallest that reaches the target)", kind=int),
+    }
     Plan = SelfExtendPlan
 
     @classmethod

@@ -8,7 +8,7 @@ import torch
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import RemapMethod
+from poscli.extension.methods.protocol import MethodOption, RemapMethod
 from poscli.extension.remap import Remap, whole
 
 
@@ -37,7 +37,10 @@ class SinksPlan(Remap):
 class Sinks(RemapMethod):
     summary = "StreamingLLM: the first S tokens (attention sinks) and the R most recent, positions within the cache"
     citation = "Xiao et al., 2024"
-    options = {"sinks": 4.0, "window": 0.0}
+    options = {
+        "sinks": MethodOption(4.0, "the first tokens, always kept", kind=int),
+        "window": MethodOption(0.0, "recent keys kept (0: the train length - sinks)", kind=int),
+    }
     any_encoding = True
     Plan = SinksPlan
 

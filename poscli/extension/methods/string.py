@@ -10,7 +10,7 @@ import torch
 
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
-from poscli.extension.methods.protocol import RemapMethod
+from poscli.extension.methods.protocol import MethodOption, RemapMethod
 from poscli.extension.remap import Remap, whole
 
 
@@ -34,7 +34,12 @@ class StringPlan(Remap):
 class String(RemapMethod):
     summary = "STRING: distances d >= S shifted to d - S + W, reusing well-trained positions (no training)"
     citation = "An et al., 2025 (arXiv 2410.18745)"
-    options = {"shift": 0.0, "local": 0.0}
+    options = {
+        "shift": MethodOption(
+            0.0, "distances from S on are shifted back by S - W (0: 0.33 x the train length)", kind=int
+        ),
+        "local": MethodOption(0.0, "the local window W kept apart (0: the train length / 32)", kind=int),
+    }
     Plan = StringPlan
 
     @classmethod

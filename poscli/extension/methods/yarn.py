@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from poscli.extension.methods import register
 from poscli.extension.methods.ntk_by_parts import NTKByParts
-from poscli.extension.methods.protocol import FrequencyMethod
+from poscli.extension.methods.protocol import FrequencyMethod, MethodOption
 
 
 @register("yarn")
 class YaRN(FrequencyMethod):
     summary = "YaRN: NTK-by-parts ramp between interpolation and extrapolation, plus attention temperature"
     citation = "Peng et al., 2023"
-    options = {**NTKByParts.options, "attention_factor": 0.0}  # 0: the paper's temperature
+    options = {
+        **NTKByParts.options,
+        "attention_factor": MethodOption(0.0, "the scale on q and k (0: the paper's temperature, 0.1 ln s + 1)"),
+    }
     transformers_type = "yarn"
 
     @classmethod

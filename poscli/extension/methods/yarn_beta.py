@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from poscli.extension.methods import register
 from poscli.extension.methods.beta_scaling import beta_scale, checked_beta
+from poscli.extension.methods.protocol import MethodOption
 from poscli.extension.methods.yarn import YaRN
 
 
@@ -15,7 +16,7 @@ class YaRNBeta(YaRN):
 
     summary = "YaRN plus Ministral 3's attention temperature 1 + beta log(1 + floor(p / L)) on the queries"
     citation = "Mistral AI, Ministral 3 (2025); Peng et al., 2023"
-    options = {**YaRN.options, "beta": 0.1}
+    options = {**YaRN.options, "beta": MethodOption(0.1, "the coefficient of the log in the attention temperature")}
     transformers_type = None  # the temperature is Ministral 3's own; GPT-NeoX has no place for it
 
     @classmethod
