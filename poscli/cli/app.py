@@ -9,6 +9,7 @@ so ``--help`` answers quickly.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import inspect
@@ -22,13 +23,10 @@ import typer
 
 from poscli import __version__
 from poscli.errors import PoscliError
-from poscli.training.options import (
-    EVAL_DECLARED,
-    EXTEND_DECLARED,
-    SHARED,
-    TRAIN_DECLARED,
-    Option,
-)
+from poscli.training.requests import Option, declared_options
+from poscli.training.requests.evaluate import EvalRequest
+from poscli.training.requests.extend import ExtendRequest
+from poscli.training.requests.train import TrainRequest
 
 app = typer.Typer(
     name="poscli",
@@ -128,43 +126,55 @@ def _registry_names(which: str) -> str:
 
 
 def typer_annotation(option: Option) -> Any:
-    """An option declared in poscli.training.options as the Annotated type Typer reads."""
-    kind = list[str] if option.kind is list else option.kind
+    """An option declared in poscli.training.requests as the Annotated type Typer reads."""
+    kind: Any = list[str] if option.kind is list else option.kind
     if option.choices:  # Typer offers choices as an Enum; declared() hands the command plain strings
-        kind = Enum(option.name.title().replace("_", ""), {value: value for value in option.choices}, type=str)
+        kind = _choice_type(option)
     if option.default is None or option.optional:
         kind = kind | None
+    return Annotated[kind, typer_option(option)]
+
+
+def _choice_type(option: Option) -> Any:
+    """An Enum of the option's choices, as Typer offers them (its name is made at run time)."""
+    members = {value: value for value in option.choices}
+    return Enum(option.name.title().replace("_", ""), members, type=str)  # type: ignore[misc]
+
+
+def typer_option(option: Option) -> Any:
+    """The typer.Option (flags, help, parser, completion) of an option declared in poscli.training.requests."""
     flag = "--" + option.name.replace("_", "-")
     flags = option.flags or ((f"{flag}/--no-{flag[2:]}",) if option.kind is bool else (flag,))
     help_text = option.help
     for which in ("encodings", "methods", "tasks"):
         if "{" + which + "}" in help_text:
             help_text = help_text.replace("{" + which + "}", _registry_names(which))
-    info = typer.Option(
+    return typer.Option(
         *flags,
         help=help_text,
         metavar=option.metavar,
-        parser=PARSERS.get(option.parse),
-        autocompletion=COMPLETIONS.get(option.complete),
+        parser=PARSERS.get(option.parse or ""),
+        autocompletion=COMPLETIONS.get(option.complete or ""),
         envvar=option.envvar,
     )
-    return Annotated[kind, info]
 
 
-def declared(options: dict[str, Option], *leading: inspect.Parameter):
+def declared(request_type: type, *leading: inspect.Parameter):
     """Decorator: the command's signature, which Typer reads, built from ``leading`` (context,
-    arguments) and the declared options; the command takes them as keyword arguments (``**values``)."""
+    arguments) and the fields of ``request_type`` (``poscli.training.requests``); the command takes
+    the leading arguments by name and the options as one typed ``request``."""
     keyword = inspect.Parameter.KEYWORD_ONLY
+    options = declared_options(request_type)
     parameters = [
         inspect.Parameter(o.name, keyword, default=o.default, annotation=typer_annotation(o)) for o in options.values()
     ]
+    names = {parameter.name for parameter in leading}
 
     def decorate(command):
         @functools.wraps(command)
-        def call(*args, **values):
-            for ctx in (arg for arg in args if isinstance(arg, typer.Context)):
-                ctx.params.update({key: _plain(value) for key, value in ctx.params.items()})
-            return command(*args, **{key: _plain(value) for key, value in values.items()})
+        def call(**values):
+            given = {key: _plain(value) for key, value in values.items() if key not in names}
+            return command(**{key: values[key] for key in names}, request=request_type(**given))
 
         call.__signature__ = inspect.Signature([*leading, *parameters])
         return call
@@ -201,10 +211,18 @@ RUN_NAMES = inspect.Parameter(
         ),
     ],
 )
-Results = typer_annotation(SHARED["results"])
-Device = typer_annotation(SHARED["device"])
-Quiet = typer_annotation(SHARED["quiet"])
-Replace = typer_annotation(SHARED["replace"])
+_EVAL_OPTIONS = declared_options(EvalRequest)
+# The shared options of the commands that are not requests yet, typed for the checker, their flags from the requests.
+Results = Annotated[str | None, typer_option(_EVAL_OPTIONS["results"])]
+Device = Annotated[str, typer_option(_EVAL_OPTIONS["device"])]
+Quiet = Annotated[bool, typer_option(_EVAL_OPTIONS["quiet"])]
+Replace = Annotated[bool, typer_option(declared_options(ExtendRequest)["replace"])]
+
+
+def _given(ctx: typer.Context, name: str, *sources: str) -> bool:
+    """Whether option ``name`` came from one of ``sources`` (COMMANDLINE, ENVIRONMENT), not its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in (sources or ("COMMANDLINE",))
 
 
 def _console():
@@ -263,22 +281,22 @@ def root(
     epilog="Examples: poscli train --pe alibi | poscli train --pe rope --pe-option base=500000 --train-length 512 "
     "| poscli train --pe alibi,rope --seeds 0,1,2 --jobs 2 | poscli train --resume rope"
 )
-@declared(TRAIN_DECLARED, CONTEXT)
-def train(ctx: typer.Context, **values: Any):
+@declared(TrainRequest, CONTEXT)
+def train(ctx: typer.Context, request: TrainRequest):
     """Train a tiny GPT with the chosen positional encoding and write results/runs/NAME.
 
     A run name that exists is never reused: resume it (--resume NAME), start it over (--replace)
     or pick another --name."""
     from poscli.training.options import train_plan
 
-    name, results, quiet, seeds, nproc = (values[key] for key in ("name", "results", "quiet", "seeds", "nproc"))
-    if values["resume"] is not None:
-        _resume(ctx, values["resume"], results, quiet)
+    name, results, seeds, nproc = request.name, request.results, request.seeds, request.nproc
+    if request.resume is not None:
+        _resume(ctx, request, request.resume)
         return
-    encodings_swept, model_config, train_config = train_plan(ctx.params)
-    if len(encodings_swept) > 1 or seeds is not None or values["jobs"] != 1:
-        swept_seeds = _parse_seeds(seeds) if seeds is not None else [values["seed"]]
-        _sweep(encodings_swept, swept_seeds, values["jobs"], nproc, name, results)
+    encodings_swept, model_config, train_config = train_plan(request)
+    if len(encodings_swept) > 1 or seeds is not None or request.jobs != 1:
+        swept_seeds = _parse_seeds(seeds) if seeds is not None else [request.seed]
+        _sweep(encodings_swept, swept_seeds, request.jobs, nproc, name, results)
         return
     if nproc != 1:  # everything is checked here first, so a bad option fails once, not once per process
         _launch_torchrun(nproc, train_config.batch_size)
@@ -286,7 +304,7 @@ def train(ctx: typer.Context, **values: Any):
     from poscli.study.steps import train_run
 
     console = _console()
-    result = train_run(ctx.params, console, plan=(encodings_swept, model_config, train_config))
+    result = train_run(request, console, plan=(encodings_swept, model_config, train_config))
     if result is None:  # a data-parallel process other than rank 0: rank 0 reports
         return
     console.print(result.summary())
@@ -351,19 +369,25 @@ def _launch_torchrun(nproc: int, batch_size: int) -> None:
     sys.exit(subprocess.run(command).returncode)
 
 
-def _resume(ctx: typer.Context, name: str, results, quiet: bool, options: set[str] | None = None) -> None:
+def _resume(
+    ctx: typer.Context, request: TrainRequest | ExtendRequest, name: str, options: set[str] | None = None
+) -> None:
+    """``--resume NAME``: the options given again (``options``, default every train option) are checked
+    against the run's config by the library."""
     from poscli.training.options import TRAIN_OPTIONS
 
+    results, quiet = request.results, request.quiet
+
     for flag in ("name", "replace"):
-        if ctx.get_parameter_source(flag).name == "COMMANDLINE":
+        if _given(ctx, flag):
             raise PoscliError(
                 f"--{flag} cannot be combined with --resume: the run keeps its name and its steps (poscli train "
                 "--resume NAME)"
             )
     given = {
-        option: ctx.params[option]
+        option: getattr(request, option)
         for option in (options or TRAIN_OPTIONS)
-        if ctx.get_parameter_source(option).name in ("COMMANDLINE", "ENVIRONMENT")
+        if _given(ctx, option, "COMMANDLINE", "ENVIRONMENT")
     }
     from poscli.study.steps import resume_run
 
@@ -382,8 +406,8 @@ def _resume(ctx: typer.Context, name: str, results, quiet: bool, options: set[st
     "| poscli extend rope --method base --rope-base 500000 --target 4k | poscli extend rope+yarn-x16 --resume",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
-@declared(EXTEND_DECLARED, CONTEXT, RUN)
-def extend(ctx: typer.Context, run: str, **values: Any):
+@declared(ExtendRequest, CONTEXT, RUN)
+def extend(ctx: typer.Context, run: str, request: ExtendRequest):
     """Extend a run's context as a new run: the encoding's own method (rescaled RoPE frequencies, a
     stretched learned table, interpolated sinusoidal positions), then brief fine-tuning.
 
@@ -391,36 +415,35 @@ def extend(ctx: typer.Context, run: str, **values: Any):
     poscli methods lists each method's options and defaults."""
     from poscli.study.steps import method_flags
 
-    values["method_option"] = [*(values["method_option"] or []), *method_flags(ctx.args)]
-    results, quiet = values["results"], values["quiet"]
-    if values["resume"]:
-        _resume_extension(ctx, run, results, quiet)
+    request = dataclasses.replace(request, method_option=[*(request.method_option or []), *method_flags(ctx.args)])
+    if request.resume:
+        _resume_extension(ctx, run, request)
         return
     from poscli.model.pretrained import is_pretrained
     from poscli.study.steps import extend_pretrained_model, extend_run
 
     console = _console()
     if is_pretrained(run):
-        folder = extend_pretrained_model(run, values)
+        folder = extend_pretrained_model(run, request)
         console.print(f"wrote {folder}, checked against poscli's frequencies. Evaluate with: poscli eval hf:{folder}")
         print(folder)
         return
-    result = extend_run(run, values, console)
+    result = extend_run(run, request, console)
     if result is None:
         return
     console.print(f"{result.summary()}. Evaluate with: poscli eval {result.run.name}")
-    _record(results)
+    _record(request.results)
     print(result.run)
 
 
-def _resume_extension(ctx: typer.Context, run: str, results, quiet: bool) -> None:
+def _resume_extension(ctx: typer.Context, run: str, request: ExtendRequest) -> None:
     """``poscli extend RUN --resume``: only --device may change."""
     kept = ("run", "resume", "results", "quiet", "device")
-    extra = [k for k in ctx.params if k not in kept and ctx.get_parameter_source(k).name == "COMMANDLINE"]
+    extra = [k for k in ctx.params if k not in kept and _given(ctx, k)]
     if extra:
         flags = ", ".join("--" + k.replace("_", "-") for k in extra)
         raise PoscliError(f"--resume continues {run!r} as it was configured; drop {flags}")
-    _resume(ctx, run, results, quiet, options={"device"})
+    _resume(ctx, request, run, options={"device"})
 
 
 @app.command(
@@ -542,17 +565,17 @@ def tune_command(
     epilog="Examples: poscli eval rope alibi --lengths 256,1k,4k | poscli eval rope --stride 256 "
     "| poscli eval rope --protocol documents --lengths 1k | poscli eval rope --task passkey --lengths 256,1k",
 )
-@declared(EVAL_DECLARED, RUN_NAMES)
-def evaluate(run_names: list[str], **values: Any):
+@declared(EvalRequest, RUN_NAMES)
+def evaluate(run_names: list[str], request: EvalRequest):
     """Perplexity (the same tokens at every length, non-overlapping or sliding windows, with 95%
     intervals and loss by position), passkey accuracy, or another task of each run at each length."""
     from poscli.study.steps import evaluate_runs
 
     console = _console()
-    written, shown, table = evaluate_runs(run_names, values, console)
+    written, shown, table = evaluate_runs(run_names, request, console)
     _print_table(shown)
     console.print("wrote " + ", ".join(str(p) for p in written))
-    _record(values["results"], table)
+    _record(request.results, table)
 
 
 plot_app = typer.Typer(
@@ -926,10 +949,11 @@ def main(argv: list[str] | None = None) -> None:
     except typer.TyperException as error:  # usage errors (bad option, missing argument), as click words them
         if debug:
             raise
+        usage: Any = error  # click's exception as Typer raises it (Typer carries its own click)
         if type(error).__name__ == "NoArgsIsHelpError":  # `poscli plot`: its help, as --help shows it
-            print(error.ctx.get_help())
+            print(usage.ctx.get_help())
             sys.exit(0)
-        error.show()
+        usage.show()
         sys.exit(getattr(error, "exit_code", 2))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

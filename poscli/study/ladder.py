@@ -124,10 +124,10 @@ def _plan_values(options: dict) -> dict:
 def parameter_count(options: dict) -> int:
     """The parameters of the model a ``poscli train`` with these options builds (on the meta
     device: nothing allocated), the vocabulary its tokenizer gives included."""
-    from poscli.training.options import train_plan
+    from poscli.training.options import TrainRequest, train_plan
 
     values = {**_plan_values(options), "name": "count"}
-    _, model, _ = train_plan(values)
+    _, model, _ = train_plan(TrainRequest(**values))
     return _count(model.to_dict() | {"vocab_size": _vocabulary(str(values.get("tokenizer") or "bytes"))})
 
 

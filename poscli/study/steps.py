@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from poscli.errors import PoscliError
-from poscli.training.options import EVAL_DECLARED, EVAL_OPTIONS, EXTEND_DECLARED, TRAIN_DECLARED, parsed
+from poscli.training.options import EVAL_OPTIONS, EXTEND_DECLARED, TRAIN_DECLARED, parsed, request_from
+from poscli.training.requests.evaluate import EvalRequest
+from poscli.training.requests.extend import ExtendRequest
+from poscli.training.requests.train import TrainRequest
 
 LINEAGE_KEYS = ("parent", "parent_options")  # what a recipe's extension step carries beside its options
 
@@ -50,22 +53,22 @@ def progress_bar(console, quiet: bool):
 # --------------------------------------------------------------------------- train, extend, eval
 
 
-def train_run(values: dict[str, Any], console=None, plan=None):
-    """``poscli train`` for one run (``values``: every TRAIN_DECLARED option; ``plan``: what
-    ``train_plan(values)`` returned, when the caller has it). Returns the TrainResult (None on a
+def train_run(request: TrainRequest, console=None, plan=None):
+    """``poscli train`` for one run (``plan``: what ``train_plan(request)`` returned, when the caller
+    has it). Returns the TrainResult (None on a
     data-parallel process other than rank 0)."""
     from poscli.training.options import train_plan
     from poscli.training.train import train
 
-    _, model_config, train_config = plan or train_plan(values)
+    _, model_config, train_config = plan or train_plan(request)
     return train(
         model_config,
         train_config,
-        name=values["name"],
-        results=values["results"],
+        name=request.name,
+        results=request.results,
         console=console,
-        show_progress=not values["quiet"],
-        replace=values["replace"],
+        show_progress=not request.quiet,
+        replace=request.replace,
     )
 
 
@@ -83,42 +86,42 @@ def resume_run(name: str, results=None, console=None, quiet: bool = False, given
     return resume(name, results, console=console, show_progress=not quiet, given=fields)
 
 
-def extend_pretrained_model(run: str, values: dict[str, Any]) -> Path:
+def extend_pretrained_model(run: str, request: ExtendRequest) -> Path:
     """``poscli extend hf:NAME``: a frequency method written into a copy of the model; returns its folder."""
     from poscli.model.pretrained import source_of
     from poscli.model.runs import results_dir
     from poscli.training.extend_pretrained import extend_pretrained
 
-    method, target = values["method"], values["target"]
+    method, target = request.method, request.target
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
-    if values["steps"]:
+    if request.steps:
         raise PoscliError(f"{run}: hf: models are extended without fine-tuning; drop --steps")
-    options = user_method_options(values)
+    options = user_method_options(request.method, request.method_option)
     slug = re.sub(r"[^A-Za-z0-9._+-]", "-", Path(source_of(run)).name or source_of(run))
-    name = values["name"] or f"{slug}+{method}-{target}"
-    return extend_pretrained(run, method, target, results_dir(values["results"]) / "pretrained" / name, options)
+    name = request.name or f"{slug}+{method}-{target}"
+    return extend_pretrained(run, method, target, results_dir(request.results) / "pretrained" / name, options)
 
 
-def extend_run(run: str, values: dict[str, Any], console=None):
-    """``poscli extend RUN`` (``values``: every EXTEND_DECLARED option). Returns the TrainResult."""
-    method, target, results, quiet = values["method"], values["target"], values["results"], values["quiet"]
+def extend_run(run: str, request: ExtendRequest, console=None):
+    """``poscli extend RUN``. Returns the TrainResult."""
+    method, target, results, quiet = request.method, request.target, request.results, request.quiet
     tuned = {}
-    if values["options_from"] is not None:
+    if request.options_from is not None:
         from poscli.training.tune import read_options
 
-        source = values["options_from"]
+        source = request.options_from
         if str(source) == "tune" and not Path(source).exists():  # poscli tune with its defaults first (resumable)
             if method is None or target is None:
                 raise PoscliError("--options-from tune needs --method and --target")
-            source = tune_run(run, method, target, results, values["device"], console, quiet)
+            source = tune_run(run, method, target, results, request.device, console, quiet)
         method, tuned = read_options(source, method)
     if method is None or target is None:
         raise PoscliError(f"--method and --target are required, e.g. poscli extend {run} --method yarn --target 32k")
     options = (
         tuned
-        | user_method_options({**values, "method": method})
-        | _factors(values["factors"], values["search_score"], run, target, results, values["device"], console, quiet)
+        | user_method_options(method, request.method_option)
+        | _factors(request.factors, request.search_score, run, target, results, request.device, console, quiet)
     )
     from poscli.training.extend import extend
 
@@ -126,28 +129,28 @@ def extend_run(run: str, values: dict[str, Any], console=None):
                 "cream", "mixed_short", "eval_every")  # fmt: skip
     return extend(
         run, method, target, options=options, results=results, console=console, show_progress=not quiet,
-        **{key: values[key] for key in settings},
+        **{key: getattr(request, key) for key in settings},
     )  # fmt: skip
 
 
-def user_method_options(values: dict[str, Any]) -> dict[str, Any]:
+def user_method_options(method_name: str | None, pairs: list[str] | None) -> dict[str, Any]:
     """The method options a user gave (``-M KEY=VALUE`` pairs, which a method's own flags and a
     recipe's keys become), read as the method declares them. A 0 for an option whose default is 0
     (worked out from the lengths, e.g. Self-Extend's window and group) is refused: it would silently
     mean the default."""
-    given = method_options(values["method_option"] or [])
-    if not values["method"]:
+    given = method_options(pairs or [])
+    if not method_name:
         return given
     from poscli.extension import methods
 
-    method = methods.get(values["method"])
+    method = methods.get(method_name)
     given = method.read_options(given)
     defaults = method.defaults()
     for key, value in given.items():
         if defaults[key] == 0.0 and not isinstance(value, tuple | str) and float(value) == 0:
             flag = "--" + key.replace("_", "-")
             raise PoscliError(
-                f"{flag} 0: --method {values['method']} works {flag} out from the lengths when it is left out; "
+                f"{flag} 0: --method {method_name} works {flag} out from the lengths when it is left out; "
                 "leave it out for that, or give a positive value"
             )
     return given
@@ -185,8 +188,8 @@ def method_flags(arguments: list[str]) -> list[str]:
     return pairs
 
 
-def extend_values(options: dict[str, Any]) -> dict[str, Any]:
-    """A recipe's [[extend]] options as ``poscli extend``'s values: its own options parsed as their flags
+def extend_request(options: dict[str, Any]) -> ExtendRequest:
+    """A recipe's [[extend]] options as ``poscli extend``'s request: its own options parsed as their flags
     read them; the rest are the method's options (``window = 64``), carried as ``-M`` pairs."""
     own = {key: value for key, value in options.items() if key in EXTEND_DECLARED}
     pairs = [
@@ -195,8 +198,7 @@ def extend_values(options: dict[str, Any]) -> dict[str, Any]:
         if key not in EXTEND_DECLARED
     ]
     values = parsed(EXTEND_DECLARED, own)
-    values["method_option"] = [*(values["method_option"] or []), *pairs]
-    return values
+    return ExtendRequest(**{**values, "method_option": [*(values["method_option"] or []), *pairs]})
 
 
 def _factors(
@@ -279,22 +281,22 @@ def tune_run(run: str, method: str, target: int, results, device: str, console, 
     return out
 
 
-def evaluate_runs(run_names: list[str], values: dict[str, Any], console=None):
-    """``poscli eval RUN...`` (``values``: every EVAL_DECLARED option). Returns (the files written,
+def evaluate_runs(run_names: list[str], request: EvalRequest, console=None):
+    """``poscli eval RUN...``. Returns (the files written,
     the table to show, the table's name)."""
     from poscli.evaluation import tasks
     from poscli.model.runs import check_table_name, find_run
 
-    options = {name: value for name, value in values.items() if name in EVAL_OPTIONS}
-    results, quiet, sinks, window = values["results"], values["quiet"], values["sinks"], values["window"]
-    evaluation = tasks.get(values["task"])
-    table = check_table_name(values["table"] or evaluation.default_table)
+    options = {name: getattr(request, name) for name in EVAL_OPTIONS}  # what a task reads
+    results, quiet, sinks, window = request.results, request.quiet, request.sinks, request.window
+    evaluation = tasks.get(request.task)
+    table = check_table_name(request.table or evaluation.default_table)
     from poscli.evaluation.algorithmic import AlgorithmicTask
     from poscli.model.pretrained import is_pretrained
 
     for run_name in run_names:  # a missing run fails before torch is imported
         if is_pretrained(run_name):
-            if values["task"] not in (EVAL_OPTIONS["task"], "passkey") and not isinstance(evaluation, AlgorithmicTask):
+            if request.task not in (EVAL_OPTIONS["task"], "passkey") and not isinstance(evaluation, AlgorithmicTask):
                 raise PoscliError(
                     f"{run_name}: hf: models take the perplexity, passkey and algorithmic evaluations for now"
                 )
@@ -303,9 +305,7 @@ def evaluate_runs(run_names: list[str], values: dict[str, Any], console=None):
     if window is not None and sinks is None:
         raise PoscliError("--window goes with --sinks S (StreamingLLM); add --sinks 4, or drop --window")
     if sinks is not None:
-        run_names = [
-            _with_sinks(name, sinks, window, values["lengths"], results, values["device"]) for name in run_names
-        ]
+        run_names = [_with_sinks(name, sinks, window, request.lengths, results, request.device) for name in run_names]
     with progress_bar(console, quiet) as progress:
         result = evaluation.evaluate(run_names, options, results, progress, table)
     written, shown = evaluation.write(result, options, results, table)
@@ -368,25 +368,25 @@ def check_step(kind: str, name: str, positional: list[str], options: dict) -> No
     if kind == "train":
         from poscli.training.options import train_plan
 
-        train_plan(parsed(TRAIN_DECLARED, {**options, "name": name}))
+        train_plan(request_from(TrainRequest, {**options, "name": name}))
     elif kind == "extend":
-        values = extend_values({key: value for key, value in options.items() if key not in LINEAGE_KEYS})
-        check_search_score(values["factors"], values["search_score"])
-        if values["options_from"] is not None or values["factors"] is not None:
+        request = extend_request({key: value for key, value in options.items() if key not in LINEAGE_KEYS})
+        check_search_score(request.factors, request.search_score)
+        if request.options_from is not None or request.factors is not None:
             return  # the options come from a file or a search the step itself runs
         from poscli.training.extend import check_extension
         from poscli.training.options import train_defaults, with_size
 
-        options_given = user_method_options(values)
+        options_given = user_method_options(request.method, request.method_option)
         parent = with_size(parsed(TRAIN_DECLARED, {**train_defaults(), **options.get("parent_options", {})}))
         train_length = parent["train_length"]
-        settings = {key: values[key] for key in ("factor", "pose", "cream", "mixed_short")}
-        check_extension(positional[0], parent["pe"], train_length, values["method"], values["target"], options_given,
-                        values["steps"], **settings)  # fmt: skip
+        check_extension(positional[0], parent["pe"], train_length, request.method, request.target, options_given,
+                        request.steps, factor=request.factor, pose=request.pose, cream=request.cream,
+                        mixed_short=request.mixed_short)  # fmt: skip
     else:
         from poscli.evaluation import tasks
 
-        tasks.check_name(parsed(EVAL_DECLARED, options)["task"])
+        tasks.check_name(request_from(EvalRequest, options).task)
 
 
 def run_step(kind: str, name: str, positional: list[str], options: dict, results=None, resume=False, out=None) -> None:
@@ -402,12 +402,12 @@ def run_step(kind: str, name: str, positional: list[str], options: dict, results
     if resume:
         result = resume_run(name, results, where, quiet=True)
     elif kind == "train":
-        result = train_run(parsed(TRAIN_DECLARED, {**options, "name": name, **runner}), where)
+        result = train_run(request_from(TrainRequest, {**options, "name": name, **runner}), where)
     elif kind == "extend":
         values = {key: value for key, value in options.items() if key not in LINEAGE_KEYS}
-        result = extend_run(positional[0], extend_values({**values, "name": name, **runner}), where)
+        result = extend_run(positional[0], extend_request({**values, "name": name, **runner}), where)
     else:
-        written, _, table = evaluate_runs(positional, parsed(EVAL_DECLARED, {**options, **runner}), where)
+        written, _, table = evaluate_runs(positional, request_from(EvalRequest, {**options, **runner}), where)
         where.print("wrote " + ", ".join(str(p) for p in written))
     if kind != "eval":
         where.print(result.summary())

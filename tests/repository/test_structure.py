@@ -189,6 +189,17 @@ def test_each_command_body_is_short(command):
     assert command_lengths()[command] <= 25
 
 
+def test_no_command_takes_its_options_as_untyped_keywords():
+    """Every command takes named, typed parameters or a typed request (poscli.training.requests), never ``**values``."""
+    tree = ast.parse((PACKAGE / "cli" / "app.py").read_text(encoding="utf-8"))
+    commands = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and any("command" in ast.unparse(d) for d in node.decorator_list)
+    ]
+    assert len(commands) >= 10 and [c.name for c in commands if c.args.kwarg is not None] == []
+
+
 # Axes whose members the layout does not list one by one (poscli encodings / poscli methods do): only the protocol.
 MEMBER_FOLDERS = ("encodings", "methods")
 

@@ -105,7 +105,7 @@ def test_muon_training_resumes_after_sigterm_to_the_uninterrupted_weights(worksp
 def test_a_snapshot_holds_the_weights_the_model_had_after_its_step(workspace, monkeypatch):
     """The weights of RUN@20 are the model's after exactly 20 steps: the checkpoint written at step
     20 (spied on, in-process) holds the same tensors, and the final model differs."""
-    from poscli.training.options import train_defaults, train_plan
+    from poscli.training.options import TrainRequest, train_plan
     from poscli.training.train import train
 
     corpus, results = workspace
@@ -117,20 +117,19 @@ def test_a_snapshot_holds_the_weights_the_model_had_after_its_step(workspace, mo
         return real(run, model, optimizer, generator, step, elapsed)
 
     monkeypatch.setattr(runs, "save_checkpoint", spy)
-    values = {
-        **train_defaults(),
-        "pe": "alibi",
-        "data": str(corpus),
-        "layers": 1,
-        "width": 32,
-        "heads": 4,
-        "train_length": 32,
-        "batch_size": 4,
-        "warmup": 2,
-        "steps": 40,
-        "checkpoint_every": 20,
-        "snapshots": "0.25,0.5",
-    }
+    values = TrainRequest(
+        pe="alibi",
+        data=str(corpus),
+        layers=1,
+        width=32,
+        heads=4,
+        train_length=32,
+        batch_size=4,
+        warmup=2,
+        steps=40,
+        checkpoint_every=20,
+        snapshots="0.25,0.5",
+    )
     _, model_config, train_config = train_plan(values)
     train(model_config, train_config, name="snap", results=results, show_progress=False)
     run = results / "runs" / "snap"
