@@ -15,7 +15,7 @@ help:
 	@echo "make demo        install, train the default model (rope) on the built-in corpus, evaluate it (results/, ~7 min)"
 	@echo "make test        install, lint (ruff) and run the whole test suite (two workers; recipes/smoke.toml included)"
 	@echo "make test-fast   the tests not marked slow (the inner loop, under 2 minutes)"
-	@echo "make lint        ruff check, ruff format --check, and mypy on the CLI and the request types"
+	@echo "make lint        ruff check, ruff format --check, and mypy on the CLI, the studies and the request types"
 	@echo "make smoke       both reference studies in miniature (recipes/smoke.toml, ~2 min)"
 	@echo "make reproduce   the reference study in $(REFERENCE): recipes/train-short-test-long.toml and extend-rope.toml"
 	@echo "make trained     issue 30's rerun on trained models, both corpora, run by run (--each; ~19 h on 2 cores, resumable), then ladder"

@@ -33,7 +33,8 @@ def across_sizes(words: dict[str, str]) -> str:
 def by_size(verdicts: list[Verdict]) -> list[dict]:
     """Each claim decided at several rungs, one row per rung and length: its estimate with the
     interval, Holm p, word, and the claim's reading across sizes at that length."""
-    rows, families = [], {}
+    rows: list[dict] = []
+    families: dict[str, list] = {}
     for verdict in verdicts:
         if verdict.claim.size:
             families.setdefault(verdict.claim.name, []).append(verdict)
@@ -88,7 +89,7 @@ def plot_by_size(rows: list[dict], path: Path) -> Path | None:
     lengths = list(dict.fromkeys(frame["length"]))
     claims = list(dict.fromkeys(frame["claim"]))
     figure, axes = plt.subplots(1, len(lengths), figsize=(4.4 * len(lengths), 4.4), squeeze=False, sharey=True)
-    colours, markers = plt.get_cmap("tab10").colors, "osD^vP*Xh<>"
+    colours, markers = [plt.get_cmap("tab10")(i) for i in range(10)], "osD^vP*Xh<>"
     rungs = sorted(frame.groupby("size")["parameters"].median())
     for axis, length in zip(axes[0], lengths):
         for claim, line in frame[frame["length"] == length].groupby("claim", sort=False):

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import math
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import NoReturn
 
 from poscli.core.lengths import parse_length
 from poscli.errors import PoscliError
@@ -138,7 +140,7 @@ class Verdict:
 # --------------------------------------------------------------------------- declaring
 
 
-def parse_claims(entries: list, fail, tables: dict[str, dict]) -> list[Claim]:
+def parse_claims(entries: list, fail: Callable[..., NoReturn], tables: dict[str, dict]) -> list[Claim]:
     """The ``[[claims]]`` of a recipe, checked against what it runs. tables: table -> {"groups":
     its groups, "lengths": its lengths (ints, or None), "kind": perplexity / passkey / algorithmic,
     "tasks": its tasks, "train_length": group -> base train length, "target": group -> int,
@@ -153,7 +155,7 @@ def parse_claims(entries: list, fail, tables: dict[str, dict]) -> list[Claim]:
     return claims
 
 
-def _claim_of(entry, index: int, fail, tables: dict[str, dict]) -> list[Claim]:
+def _claim_of(entry, index: int, fail: Callable[..., NoReturn], tables: dict[str, dict]) -> list[Claim]:
     """The claim of one [[claims]], or one per rung where its groups hold {size}; a claim over
     ``sizes`` stays one, checked at both of its rungs."""
     if not isinstance(entry, dict):
@@ -179,7 +181,10 @@ def _claim_of(entry, index: int, fail, tables: dict[str, dict]) -> list[Claim]:
     sizes = entry.get("sizes", [])
     if not isinstance(sizes, list) or (sizes and (len(sizes) != 2 or len(set(map(str, sizes))) != 2)):
         fail('sizes names two rungs of [sizes], the smaller first, e.g. sizes = ["s", "l"]', "sizes", index)
-    claim = replace(claim_of_entry(entry), table=table)
+    made = claim_of_entry(entry)
+    if made is None:  # a key missing or of the wrong type, which the checks above name
+        fail("a claim needs name, says, source, compare, against, lengths and direction", "name", index)
+    claim = replace(made, table=table)
     sized = SIZE in claim.compare or SIZE in claim.against
     if not sized:
         if sizes:
@@ -211,7 +216,7 @@ def claim_of_entry(entry) -> Claim | None:
         return None
 
 
-def _check_claim(claim: Claim, index: int, fail, info: dict) -> None:
+def _check_claim(claim: Claim, index: int, fail: Callable[..., NoReturn], info: dict) -> None:
     groups = info["groups"]
     if info["kind"] not in KINDS:
         fail(
@@ -235,7 +240,7 @@ def _check_claim(claim: Claim, index: int, fail, info: dict) -> None:
             fail(f"task {claim.task!r} is not one of table {claim.table}'s ({', '.join(info['tasks'])})", "task", index)
     elif claim.task:
         fail(f"task is for an algorithmic table; {claim.table} is a {info['kind']} table", "task", index)
-    resolved = {}
+    resolved: dict[int, str] = {}
     for text in claim.lengths:
         try:
             length = resolve_length(claim, text, info)

@@ -38,7 +38,11 @@ def executor(launcher: str, log_dir: Path):
 
     cluster = "slurm" if launcher == "slurm" else "local"
     chosen = submitit.AutoExecutor(folder=str(log_dir / "submitit"), cluster=cluster)
-    settings = {"timeout_min": int(os.environ.get("POSCLI_SLURM_TIMEOUT_MIN", 1440)), "nodes": 1, "tasks_per_node": 1}
+    settings: dict[str, int | str] = {
+        "timeout_min": int(os.environ.get("POSCLI_SLURM_TIMEOUT_MIN", 1440)),
+        "nodes": 1,
+        "tasks_per_node": 1,
+    }
     if cluster == "slurm":
         settings["cpus_per_task"] = int(os.environ.get("POSCLI_SLURM_CPUS", 4))
         settings["gpus_per_node"] = int(os.environ.get("POSCLI_SLURM_GPUS", 0))

@@ -78,7 +78,7 @@ def perplexity_gates(rows, groups: dict[str, str], meta: dict, bounds: GateBound
 def _bases_first(groups: dict[str, str], meta: dict, own) -> dict[str, Gate]:
     """Every run's gate, bases before extensions: an extension of a base that did not learn did not
     either; any other run gets ``own(run, group, options)``."""
-    gates = {}
+    gates: dict[str, Gate] = {}
     for run, group in sorted(groups.items(), key=lambda item: "method" in meta.get(item[1], {})):
         options = meta.get(group, {})
         base = gates.get(options.get("parent", ""))
@@ -167,12 +167,12 @@ def passkey_gates(rows, groups: dict[str, str], meta: dict, bounds: GateBounds) 
 def merged(gates_by_table: dict[str, dict[str, Gate]]) -> dict[str, dict[str, Gate]]:
     """Each table's gates with every run that failed in another table of the recipe failed here too,
     with that table's reason."""
-    failed = {}
+    failed: dict[str, tuple[str, str]] = {}
     for table, gates in gates_by_table.items():
         for gate in gates.values():
             if not gate.learned:
                 failed.setdefault(gate.run, (table, gate.reason))
-    result = {}
+    result: dict[str, dict[str, Gate]] = {}
     for table, gates in gates_by_table.items():
         result[table] = {}
         for run, gate in gates.items():

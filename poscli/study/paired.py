@@ -39,9 +39,9 @@ class Decisions:
     Benjamini-Hochberg over the whole file's screen); only then are ``symbol`` and ``describe``
     read, so the first test knows how many there were."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.tests: list[tuple[float, float, float, float]] = []
-        self.adjusted: list[float] | None = None
+        self.adjusted: list[float] = []
         self.family: str = "this comparison"
         self.family_size = 0
 
@@ -114,7 +114,7 @@ class _FilePool:
     adjusted over all of them and handed back, comparison by comparison in the same order, on the
     second."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.gathered: list[float] = []
         self.adjusted: list[float] | None = None
         self.handed = 0

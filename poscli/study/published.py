@@ -10,6 +10,7 @@ Nothing here is written by hand about a particular result: rerunning the recipe 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from poscli.evaluation.stats import MIN_EFFECT
 from poscli.study.paired import (
@@ -86,7 +87,7 @@ def _bounds(row) -> tuple[float, float]:
     return (row["ci_low"], row["ci_high"]) if not math.isnan(row["ci_low"]) else (row["mean"], row["mean"])
 
 
-def ranked(rows: dict[str, object], names: dict[str, str] | None = None, below=None) -> tuple[list[str], str]:
+def ranked(rows: dict[str, Any], names: dict[str, str] | None = None, below=None) -> tuple[list[str], str]:
     """Items ranked by mean, and the ranking as text: "<" between neighbours where ``below(a, b)``
     (default: their 95% intervals separate), "≈" (tied) where not."""
     names = names or {}
@@ -162,7 +163,7 @@ def press2022(summary, meta: dict) -> str:
     train_length = int(summary[summary["group"].isin(groups)]["train_length"].iloc[0])
     lengths = sorted(summary["length"].unique())
     longer = [length for length in lengths if length > train_length]
-    by_pe = {}
+    by_pe: dict[str, Any] = {}
     for group in groups:
         by_pe.setdefault(summary[summary["group"] == group]["pe"].iloc[0], group)
     press = {pe: by_pe[pe] for pe in PAPER_NAMES if pe in by_pe}
@@ -631,7 +632,7 @@ YARN_PASSKEY_NAMES = {"pi": "PI", "ntk": "NTK", "ntk-by-parts": "NTK-by-parts", 
 MIN_ORDERED_SEEDS = 3  # retrieval compares methods only where every one has at least this many seeds (issue 30)
 
 
-def _descending(rows: dict[str, object]) -> str:
+def _descending(rows: dict[str, Any]) -> str:
     """Items ranked by accuracy, highest first: ">" between neighbours whose intervals separate,
     "≈" where they overlap."""
     flipped = {k: {"mean": -r["accuracy"], "ci_low": -r["ci_high"], "ci_high": -r["ci_low"]} for k, r in rows.items()}
@@ -712,11 +713,11 @@ def yarn2023_passkey(summary, meta: dict) -> str:
                 continue
             lines.append(f"{line}: {_descending(rows)} ({cells}){_yarn_passkey_verdict(rows)}.")
     for group in bases:
-        cells = [
+        base_cells = [
             f"{length}: {accuracy_text(pooled_cell(summary, group, int(length)))}"
             for length in sorted(summary[summary["group"] == group]["length"].unique())
         ]
-        lines.append(f"- unextended base {group}: " + ", ".join(cells) + ".")
+        lines.append(f"- unextended base {group}: " + ", ".join(base_cells) + ".")
     return "\n".join(lines) + "\n"
 
 

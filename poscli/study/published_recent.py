@@ -67,7 +67,7 @@ def _groups_by_pe(summary, meta: dict) -> dict[str, str]:
     (none of which a claim is about)."""
     from poscli.model.runs import SNAPSHOT_MARK
 
-    found = {}
+    found: dict[str, str] = {}
     for group, pe in zip(summary["group"], summary["pe"], strict=True):
         options = meta.get(group) or {}
         if SNAPSHOT_MARK in group or "method" in options or options.get("random_positions"):

@@ -63,7 +63,7 @@ def kazemnejad2023(summary, meta: dict) -> str:
         accuracy = {pe: (group, means[group][0]) for pe, group in groups.items() if group in means}
         order = sorted((a, pe) for pe, (_, a) in accuracy.items())
         ranking = ", ".join(f"{pe} {a:.2f}" for a, pe in reversed(order))
-        tally = {"agrees": [], "differs": [], "undecided": [], "not comparable": []}
+        tally: dict[str, list[str]] = {"agrees": [], "differs": [], "undecided": [], "not comparable": []}
         mine = found[(found["task"] == task) & (found["factor"] == 2)]
         for better, worse in combinations(KAZEMNEJAD_2023_ORDER, 2):
             tally[_pair_outcome(mine, accuracy.get(better, (None,))[0], accuracy.get(worse, (None,))[0])].append(
@@ -94,7 +94,7 @@ def _pair_outcome(decided, better: str | None, worse: str | None) -> str:
     return "agrees" if row["verdict"] == ">" else "differs"
 
 
-def _pair_row(decided, a: str, b: str) -> dict | None:
+def _pair_row(decided, a: str | None, b: str | None) -> dict | None:
     """The decision for a against b (its signs flipped where it was taken as b against a)."""
     for first, second, sign in ((a, b, 1), (b, a, -1)):
         rows = decided[(decided["a"] == first) & (decided["b"] == second)]

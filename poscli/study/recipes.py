@@ -19,6 +19,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from poscli.config import ModelConfig
 from poscli.core.lengths import parse_length, parse_lengths
@@ -32,6 +33,9 @@ from poscli.training.options import (
     EXTEND_OPTIONS,
     TRAIN_OPTIONS,
 )
+
+if TYPE_CHECKING:
+    from poscli.study.gates import GateBounds
 
 # `pe = "all"` in a [[train]] (or a list holding "all"): every registered encoding, so a new
 # encoding file joins a study without a recipe edit.
@@ -87,9 +91,9 @@ class Recipe:
     evals: list[Step]
     compare: list[dict]
     claims: list = field(default_factory=list)  # poscli.study.claims.Claim, declared before the runs
-    gates: object = None  # poscli.study.gates.GateBounds: which runs learned
+    gates: GateBounds | None = None  # which runs learned
     tables: dict = field(default_factory=dict)  # table -> what its claims may name (``_RecipeParser.tables``)
-    selection: object = None  # poscli.study.ladder.Selection: [select]
+    selection: ladder.Selection | None = None  # [select]
     select: list[Step] = field(default_factory=list)  # its runs, trained before the others
     sizes: str = ""  # the [sizes] set the rungs are taken from
 
@@ -194,7 +198,7 @@ class _RecipeParser:
         self.path, self.text, self.data = path, text, data
         self.rungs: dict[str, dict] = {}  # the active [sizes] set: rung -> options
 
-    def fail(self, message: str, key: str, section: str | None = None, index: int = 0):
+    def fail(self, message: str, key: str, section: str | None = None, index: int = 0) -> NoReturn:
         line = _line_of(self.text, key, section, index)
         place = f"{self.path}, line {line}" if line else str(self.path)
         raise RecipeError(f"{place}: {message}")
@@ -511,7 +515,8 @@ def _claim_table(train: list[Step], extend: list[Step], evals: list[Step], name:
     lengths = None
     if kind != "algorithmic" and all(step.options.get("lengths") for step in mine):
         lengths = {n for step in mine for n in parse_lengths(str(step.options["lengths"]))}
-    info = {"groups": groups, "lengths": lengths, "kind": kind, "null": any(s.options.get("null") for s in mine),
+    null = any(s.options.get("null") for s in mine)
+    info: dict[str, Any] = {"groups": groups, "lengths": lengths, "kind": kind, "null": null,
             "tasks": sorted({str(s.options.get("task")) for s in mine}), "train_length": {}, "target": {},
             "parent": {}, "runs": {}, "size": {}, "sizes": [], "parameters": {}}  # fmt: skip
     for step in mine:

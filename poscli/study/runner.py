@@ -197,13 +197,13 @@ def _each_steps(recipe: Recipe, step: Step, extensions: list[Step]) -> list[tupl
     do, each followed by its own evaluations: a base and everything made from it, in one go."""
 
     def evaluations(run: str) -> list[tuple[str, Step]]:
-        found = []
+        found: list[tuple[str, Step]] = []
         for evaluation in (e for e in recipe.evals if e.status != "done"):
             names = [n for n in evaluation.runs if n == run or n.startswith(run + runs.SNAPSHOT_MARK)]
             if names:
                 narrowed = Step("eval", evaluation.name, runs=names, options=evaluation.options)
                 name = f"eval-{evaluation.name}-{run}"
-                taken = sum(1 for _, step in found if step.name == evaluation.name)  # two [[eval]] of one table
+                taken = len([step for _, step in found if step.name == evaluation.name])  # two [[eval]] of one table
                 found.append((f"{name}-{taken + 1}" if taken else name, narrowed))
         return found
 

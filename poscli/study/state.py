@@ -147,6 +147,8 @@ def _evaluated(rows, name: str, step: Step) -> bool:
 def _select_scopes(recipe: Recipe) -> dict[str, list[tuple[float, str]]]:
     """[select]'s groups: scope -> [(value, select run)]."""
     scopes: dict[str, list[tuple[float, str]]] = {}
+    if recipe.selection is None:
+        return scopes
     for step in recipe.select:
         scopes.setdefault(step.group, []).append((step.options[recipe.selection.option], step.name))
     return scopes

@@ -106,7 +106,7 @@ def extend_pretrained_model(run: str, request: ExtendRequest) -> Path:
 def extend_run(run: str, request: ExtendRequest, console=None):
     """``poscli extend RUN``. Returns the TrainResult."""
     method, target, results, quiet = request.method, request.target, request.results, request.quiet
-    tuned = {}
+    tuned: dict[str, Any] = {}
     if request.options_from is not None:
         from poscli.training.tune import read_options
 
@@ -210,9 +210,9 @@ def _factors(
 
     find_run(run, results)
     check_search_score(factors, score)
-    searching = str(factors) == "search" and not Path(factors).exists()
     if factors is None:
         return {}
+    searching = str(factors) == "search" and not Path(factors).exists()
     from poscli.extension.scaling import read_factors
 
     if searching:
@@ -324,7 +324,7 @@ def _with_sinks(run: str, sinks: int, window: int | None, lengths: list[int] | N
 
     original = read_config(find_run(run, results))["model"]["train_length"]
     target = max([*(lengths or []), 2 * original])  # recorded only: sinks run at any length
-    options = {"sinks": sinks, **({"window": window} if window is not None else {})}
+    options: dict[str, float] = {"sinks": sinks, **({"window": window} if window is not None else {})}
     extend(
         run, "sinks", target, steps=0, options=options, name=name, results=results, device=device, show_progress=False
     )
@@ -377,6 +377,8 @@ def check_step(kind: str, name: str, positional: list[str], options: dict) -> No
         from poscli.training.extend import check_extension
         from poscli.training.options import train_defaults, with_size
 
+        if request.method is None or request.target is None:
+            raise PoscliError(f"[[extend]] {name} needs method and target")
         options_given = user_method_options(request.method, request.method_option)
         parent = with_size(parsed(TRAIN_DECLARED, {**train_defaults(), **options.get("parent_options", {})}))
         train_length = parent["train_length"]

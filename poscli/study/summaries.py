@@ -5,6 +5,7 @@ exploratory screen (TABLE-published.md), from the tables as they are."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -118,7 +119,7 @@ def _write_by_size(verdicts: list, folder: Path, table: str) -> list[Path]:
 
 def _group_options(recipe: Recipe) -> dict:
     """group -> the options that made it (an extension's include its parent's; a snapshot's, its budget)."""
-    meta = {}
+    meta: dict[str, dict] = {}
     for step in [*recipe.train, *recipe.extend, *(snapshot for s in recipe.train for snapshot in snapshot_steps(s))]:
         meta.setdefault(step.group, step.options)
     return meta
@@ -165,7 +166,7 @@ def _published_text(recipe: Recipe, table: str, studied: dict, meta: dict, verdi
     from poscli.study.published import PUBLISHED
 
     summary, _, _, gates = studied[table]
-    writers = []
+    writers: list[Callable[[], str]] = []
     for entry in (e for e in recipe.compare if e["table"] == table):
         extra = {"perplexity": studied[entry["perplexity"]][0]} if "perplexity" in entry else {}
         writers.append(partial(PUBLISHED[entry["published"]], summary, meta, **extra))

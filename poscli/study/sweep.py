@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 STOP_GRACE_SECONDS = 60  # after Ctrl-C, how long the jobs get to write their checkpoints
 # a poscli process stopped by SIGINT or SIGTERM (its checkpoint saved), or killed by either unhandled
@@ -111,7 +112,9 @@ def run_jobs(jobs: list[Job], parallel: int, log_dir: Path, report=print, gpus: 
     of its own (exit 130 or 143: this process may have been started where SIGINT is ignored), stops
     the running jobs (they save checkpoints), starts no more, and raises KeyboardInterrupt."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    waiting, running, finished = list(jobs), {}, {}
+    waiting = list(jobs)
+    running: dict[Any, Any] = {}
+    finished: dict[Any, Any] = {}
     count_file = (log_dir / f".running-jobs-{os.getpid()}").absolute()  # read by jobs that may change folder
     try:
         _schedule(waiting, running, finished, parallel, log_dir, report, gpus, follow, count_file)

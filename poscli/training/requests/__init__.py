@@ -109,6 +109,7 @@ def declared_options(request: type) -> dict[str, Option]:
     for each in dataclasses.fields(request):
         kinds = [kind for kind in typing.get_args(hints[each.name]) or (hints[each.name],) if kind is not type(None)]
         kind = typing.get_origin(kinds[0]) or kinds[0]
+        kind = str if each.metadata.get("parse") == "lengths" else kind  # one flag, read into a list of ints
         allows_none = type(None) in typing.get_args(hints[each.name])
         how = {key: value for key, value in each.metadata.items() if key != "help"}
         options[each.name] = Option(

@@ -12,7 +12,7 @@ from poscli.training.requests import option, shared
 class EvalRequest:
     """``poscli eval``'s options."""
 
-    lengths: str | None = option(
+    lengths: list[int] | None = option(
         None,
         "Comma-separated lengths, e.g. 256,1k,4k (default: each run's train length x1, x4, x16).",
         metavar="LENGTH,...",
