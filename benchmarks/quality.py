@@ -59,8 +59,9 @@ def time_to_quality(plan: QualityPlan, log=print) -> list[dict]:
     from poscli.evaluation.evaluate import perplexity
     from poscli.evaluation.reference import NGram
     from poscli.model.gpt import GPT
-    from poscli.training.optim import make_optimizer
-    from poscli.training.train import learning_rate, sample_batch, training_step
+    from poscli.training.batches import sample_batch
+    from poscli.training.optim import learning_rate, make_optimizer
+    from poscli.training.train import training_step
 
     corpus = load_corpus(plan.data).tokenized(ByteTokenizer())
     stream = torch.from_numpy(corpus.train_tokens())

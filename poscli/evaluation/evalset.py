@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -243,4 +244,42 @@ def build_eval_set(
         np.array([d for d, _ in chosen]),
         [{d} for d, _ in chosen],
         token_bytes,
+    )
+
+
+class SplitMismatch(PoscliError):
+    """The held-out documents a run recorded are not the ones this corpus would hold out now."""
+
+
+def default_lengths(config: dict) -> list[int]:
+    """A trained run: its train length x1, x4, x16. An extended run: its original length, its
+    fine-tuning length and its target."""
+    extension = config.get("extension")
+    if extension:
+        finetune = extension["finetune"]["length"]
+        return sorted({extension["original_length"], extension["target"], *([finetune] if finetune else [])})
+    train_length = config["model"]["train_length"]
+    return [train_length, 4 * train_length, 16 * train_length]
+
+
+def check_split(config: dict, corpus: Corpus) -> None:
+    """Refuse to evaluate a run on documents it may have trained on: the held-out documents it
+    recorded must be the ones ``corpus`` holds out now."""
+    recorded = (config.get("data") or {}).get("heldout_sha1")
+    if recorded is None or recorded == corpus.heldout_sha1():
+        return
+    python = (config.get("data") or {}).get("python")
+    now = sys.version.split()[0]
+    if corpus.spec == "stdlib" and python and python != now:
+        cause = f"it was trained on the standard library of Python {python}, and this is Python {now}"
+    elif corpus.spec == "stdlib" and not python:
+        cause = (
+            "it was trained before poscli grouped near-duplicates in the split, or on another Python's standard library"
+        )
+    else:
+        cause = f"the documents of {corpus.spec!r} changed since it was trained (edited, added or removed files)"
+    raise SplitMismatch(
+        f"run {config['name']!r} held out other documents than {corpus.spec!r} holds out now: {cause}. "
+        "Its held-out perplexity could include text it trained on; evaluate with the same corpus and Python, "
+        "or add --allow-split-mismatch to evaluate anyway"
     )

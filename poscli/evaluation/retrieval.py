@@ -204,7 +204,8 @@ def evaluate_passkey(
 def _passkey_plan(name: str, results, lengths: list[int] | None, keys: int | None) -> tuple:
     """(name, lengths, template, keys, tokenizer) of one run (or ``hf:`` model, in its own tokenizer),
     checked before any model loads."""
-    from poscli.evaluation.evaluate import default_lengths, run_parts
+    from poscli.evaluation.evalset import default_lengths
+    from poscli.evaluation.evaluate import run_parts
 
     _, config, tokenizer, _ = run_parts(name, results)
     template, run_keys = run_format(config)

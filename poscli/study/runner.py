@@ -268,7 +268,7 @@ class _Runner:
     def _guarded(self, phase: str, run) -> None:
         """``run()`` (-> the names of the failed steps): Ctrl-C or a stopped run interrupts the recipe
         with the command that continues it; failed steps fail it, naming them and their logs."""
-        from poscli.training.train import TrainingInterrupted
+        from poscli.training.stopping import TrainingInterrupted
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:

@@ -81,7 +81,7 @@ def resume_run(name: str, results=None, console=None, quiet: bool = False, given
     folder = find_run(name, results)  # a missing run fails before torch is imported
     config = read_config(folder)
     fields = {TRAIN_OPTIONS[option][0]: wanted_value(config, option, value) for option, value in (given or {}).items()}
-    from poscli.training.train import resume
+    from poscli.training.resume import resume
 
     return resume(name, results, console=console, show_progress=not quiet, given=fields)
 

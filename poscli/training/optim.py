@@ -13,6 +13,8 @@ and ``state_dict`` / ``load_state_dict`` in torch's format, so checkpoints and r
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from poscli.config import OPTIMIZERS, TrainConfig  # noqa: F401 (OPTIMIZERS: the choices, declared beside the config)
@@ -152,3 +154,24 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig):
             )
         return MuonAdamW(model, config)
     return adamw(list(model.parameters()), config)
+
+
+def learning_rate(step: int, progress: float, config: TrainConfig) -> float:
+    """Linear warmup over ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio``.
+
+    ``progress`` in [0, 1] is how far training is through its budget (steps, or time when
+    ``--minutes`` ends it first), so a time budget still decays the rate to its floor.
+    """
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
+
+
+def set_learning_rate(optimizer, step: int, elapsed: float, budget_seconds: float | None, train_config) -> float:
+    """The schedule's rate at this step (or at this fraction of a --minutes budget, if further), set on every group."""
+    fraction_done = max(step / train_config.steps, elapsed / budget_seconds if budget_seconds else 0.0)
+    lr = learning_rate(step, fraction_done, train_config)
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr
+    return lr

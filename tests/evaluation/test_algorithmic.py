@@ -209,8 +209,8 @@ def test_a_task_batch_is_one_instance_a_row_with_the_loss_on_its_answer():
 def test_a_task_mixed_into_text_ends_a_fraction_of_the_windows_in_a_whole_instance():
     from poscli.config import TrainConfig
     from poscli.data.tokens import decode
+    from poscli.training.batches import sample_batch
     from poscli.training.tasks import TaskMix, training_mix
-    from poscli.training.train import sample_batch
     from tests.conftest import tiny_config
 
     config = TrainConfig(mix="reverse:0.5", task_sizes="2-5", answer_loss=2.0)

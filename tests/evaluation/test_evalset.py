@@ -117,7 +117,7 @@ def test_a_context_free_scorers_curve_by_position_is_the_one_the_model_pass_accu
     """``position_curve`` (how the 3-gram's loss by position is made, with no model run) puts each
     target's loss at the window position ``perplexity`` scores it at: for a model whose loss of a
     target does not depend on its window, the two sums agree at every length and stride."""
-    from poscli.evaluation.evaluate import position_curve
+    from poscli.evaluation.by_position import position_curve
 
     eval_set = build_eval_set(corpus, 192, 192 * 12)
     model = CurrentTokenOnly().eval()

@@ -12,9 +12,10 @@ from poscli.data import passkey
 from poscli.data.corpus import load_corpus
 from poscli.errors import PoscliError
 from poscli.evaluation import stats
+from poscli.evaluation.by_position import loss_by_position, position_buckets
 from poscli.evaluation.decay import attention_decay
 from poscli.evaluation.evalset import build_eval_set
-from poscli.evaluation.evaluate import loss_by_position, perplexity, position_buckets
+from poscli.evaluation.evaluate import perplexity
 from poscli.model.gpt import GPT
 from tests.cli.test_cli import TINY, poscli
 from tests.conftest import tiny_config
@@ -229,7 +230,8 @@ def test_perplexity_rows_reach_the_table_run_by_run(passkey_run):
     """The same for perplexity: each run's rows, spans and positions are merged into TABLE.csv as
     it finishes; a run that failed after them keeps them (here: the second run is missing)."""
     from poscli.errors import PoscliError
-    from poscli.evaluation.evaluate import evaluate_runs, write_tables
+    from poscli.evaluation.evaluate import evaluate_runs
+    from poscli.evaluation.perplexity_tables import write_tables
 
     saved = []
 

@@ -19,7 +19,8 @@ from poscli.data.tokens import decode, encode
 from poscli.errors import PoscliError
 from poscli.evaluation import retrieval
 from poscli.model.gpt import GPT
-from poscli.training.train import sample_batch, training_step
+from poscli.training.batches import sample_batch
+from poscli.training.train import training_step
 
 # --------------------------------------------------------------------------- prompts
 

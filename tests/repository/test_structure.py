@@ -170,12 +170,21 @@ def test_no_code_outside_the_encodings_package_asks_an_encodings_name():
     assert offenders == []
 
 
+def cli_functions() -> list[ast.FunctionDef]:
+    """The top-level functions of every module of poscli/cli."""
+    return [
+        node
+        for path in sorted((PACKAGE / "cli").glob("*.py"))
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.FunctionDef)
+    ]
+
+
 def command_lengths() -> dict[str, int]:
     """Each command's statements, its docstring aside (statements, not lines: the formatter puts a
     call's every argument on a line of its own)."""
-    tree = ast.parse((PACKAGE / "cli" / "app.py").read_text(encoding="utf-8"))
     lengths = {}
-    for node in tree.body:
+    for node in cli_functions():
         if isinstance(node, ast.FunctionDef) and any("command" in ast.unparse(d) for d in node.decorator_list):
             body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body  # without the docstring
             lengths[node.name] = sum(isinstance(n, ast.stmt) for statement in body for n in ast.walk(statement))
@@ -191,12 +200,7 @@ def test_each_command_body_is_short(command):
 
 def test_no_command_takes_its_options_as_untyped_keywords():
     """Every command takes named, typed parameters or a typed request (poscli.training.requests), never ``**values``."""
-    tree = ast.parse((PACKAGE / "cli" / "app.py").read_text(encoding="utf-8"))
-    commands = [
-        node
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef) and any("command" in ast.unparse(d) for d in node.decorator_list)
-    ]
+    commands = [node for node in cli_functions() if any("command" in ast.unparse(d) for d in node.decorator_list)]
     assert len(commands) >= 10 and [c.name for c in commands if c.args.kwarg is not None] == []
 
 

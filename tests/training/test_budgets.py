@@ -207,7 +207,7 @@ def test_flops_follow_kaplans_count_and_an_extension_adds_its_parents_budget():
 
 
 def test_the_effective_context_is_where_the_loss_by_position_stops_falling():
-    from poscli.evaluation.evaluate import effective_context, loss_by_position, position_buckets
+    from poscli.evaluation.by_position import effective_context, loss_by_position, position_buckets
 
     length = 128
     # loss falls as 2 + 1/(p + 1) until position 20, then stays flat (a model using 20 tokens of context)
@@ -225,7 +225,7 @@ def test_the_effective_context_reads_through_the_texts_difficulty_with_the_3gram
     """A model that uses 20 tokens of context, scored on text whose last octave of positions
     happens to be easier (0.05 nats, every model alike, as a small sample of windows gives): its
     own curve still falls there, the curve less the 3-gram's on the same targets does not."""
-    from poscli.evaluation.evaluate import effective_context, loss_by_position
+    from poscli.evaluation.by_position import effective_context, loss_by_position
 
     length = 128
     difficulty = np.array([0.05 if p < 63 else 0.0 for p in range(length)])  # (T,) the text, not the positions

@@ -595,22 +595,24 @@ def test_mixed_windows_run_a_fraction_of_steps_at_the_original_length_with_the_s
     """LongRoPE2's mixed context windows: with --mixed-short 0.5 about half the steps draw sequences of
     the original length, batch scaled so every step trains the same number of tokens."""
     from poscli.config import TrainConfig
+    from poscli.training.batches import next_batch
     from poscli.training.distributed import Group
-    from poscli.training.train import _batch
 
     model_config = tiny_config("rope", train_length=64)
     train_config = TrainConfig(batch_size=4, mixed_short=0.5, mixed_length=16)
     stream = torch.randint(0, 256, (10_000,), dtype=torch.uint8)
     generator = torch.Generator().manual_seed(0)
     shapes = [
-        tuple(_batch(stream, train_config, model_config, generator, torch.device("cpu"), None, Group(), None)[0].shape)
+        tuple(
+            next_batch(stream, train_config, model_config, generator, torch.device("cpu"), None, Group(), None)[0].shape
+        )
         for _ in range(200)
     ]
     assert set(shapes) == {(4, 64), (16, 16)}
     assert 70 <= shapes.count((16, 16)) <= 130
     plain = TrainConfig(batch_size=4)
     assert {
-        tuple(_batch(stream, plain, model_config, generator, torch.device("cpu"), None, Group(), None)[0].shape)
+        tuple(next_batch(stream, plain, model_config, generator, torch.device("cpu"), None, Group(), None)[0].shape)
         for _ in range(20)
     } == {(4, 64)}
 

@@ -91,11 +91,11 @@ def test_plot_loss_draws_each_runs_curve_and_its_held_out_loss(corpus, tmp_path)
 
 def test_a_torn_last_line_of_the_metrics_is_left_out(tmp_path):
     """A kill mid-write leaves half a line; reading (and resuming, which cuts the file) skips it."""
-    from poscli.training.train import _cut_metrics
+    from poscli.training.metrics import cut_metrics
 
     (tmp_path / "metrics.jsonl").write_text('{"step": 10, "loss": 5.0}\n{"step": 20, "loss": 4.0}\n{"step": 3')
     assert [r["step"] for r in runs.read_metrics(tmp_path)] == [10, 20]
-    _cut_metrics(tmp_path, 10)
+    cut_metrics(tmp_path, 10)
     assert [r["step"] for r in runs.read_metrics(tmp_path)] == [10]
 
 

@@ -176,7 +176,7 @@ def test_concurrent_writers_lose_no_rows(tmp_path):
     """Four processes merge rows into the same table at once; every row survives."""
     script = (
         "import sys\n"
-        "from poscli.evaluation.evaluate import write_tables\n"
+        "from poscli.evaluation.perplexity_tables import write_tables\n"
         "i = int(sys.argv[1])\n"
         "rows = [dict(run=f'run{i}', label=f'run{i}', pe='none', train_length=32, corpus='c', protocol='stream', "
         "length=n,"

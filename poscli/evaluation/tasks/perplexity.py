@@ -20,7 +20,8 @@ class Perplexity(Task):
     reads = ("max_tokens", "stride", "protocol", "data", "reference", "null", "allow_split_mismatch", "compile")
 
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
-        from poscli.evaluation.evaluate import evaluate_runs, write_tables
+        from poscli.evaluation.evaluate import evaluate_runs
+        from poscli.evaluation.perplexity_tables import write_tables
 
         return evaluate_runs(
             run_names,
@@ -40,7 +41,7 @@ class Perplexity(Task):
         )
 
     def write(self, result, options: dict[str, Any], results, table: str):
-        from poscli.evaluation.evaluate import console_table, write_tables
+        from poscli.evaluation.perplexity_tables import console_table, write_tables
 
         written = write_tables(result, results, table)
         return written, console_table(result["rows"], options["protocol"], options["stride"])
