@@ -7,7 +7,7 @@ so a seed that never learned the task cannot make an encoding look worse (or bet
 
 - Accuracy at each size: the mean exact match over mastered seeds, with a 95% interval from
   resampling the seeds and drawing each seed's accuracy from its Jeffreys posterior
-  (``retrieval.accuracy_interval``).
+  (``passkey_tables.accuracy_interval``).
 - An exploratory screen, at ``FACTORS`` (2x and 4x) the largest training size N: every pair of
   groups with at least two mastered seeds each, the per-seed exact match of two different models
   compared by Welch's unpaired t-test (``stats.welch_t``: seed 0 of one encoding and seed 0 of
@@ -71,7 +71,7 @@ def seed_summary(rows, groups: dict[str, str], min_runs: int = 2):
     group has ``min_runs`` runs."""
     import pandas as pd
 
-    from poscli.evaluation.retrieval import accuracy_interval
+    from poscli.evaluation.passkey_tables import accuracy_interval
 
     rows = rows[rows["run"].isin(list(groups))].copy()
     learned = mastery(rows)

@@ -391,7 +391,7 @@ def _against_group(claim: Claim, info: dict) -> str:
 def _perplexity_values(summary, info: dict, claim: Claim, length: int):
     """Each learned seed's mean loss (nats per token) over the table's spans at ``length``: the
     difference of two is the log of their perplexity ratio."""
-    from poscli.study.published import null_summary
+    from poscli.study.paired import null_summary
 
     def losses(source, group):
         found = None if source is None else source.attrs.get("run_losses", {}).get((group, length))

@@ -11,6 +11,7 @@ import contextvars
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -192,7 +193,7 @@ def accuracy_text(row) -> str:
 
 
 def pooled_cell(summary, group: str, length: int):
-    from poscli.evaluation.retrieval import ALL_DEPTHS
+    from poscli.evaluation.passkey_tables import ALL_DEPTHS
 
     row = summary[(summary["group"] == group) & (summary["length"] == length) & (summary["depth"] == ALL_DEPTHS)]
     return None if row.empty else row.iloc[0]
@@ -226,3 +227,92 @@ def method_kind(options: dict) -> str:
         method = "longrope2"
     positions = " + PoSE" if options.get("pose") else " + CREAM" if options.get("cream") else ""
     return method + positions + (" + mixed" if options.get("mixed_short") else "")
+
+
+# Extrapolation classes, by perplexity at a length over perplexity at the train length: the words
+# of the train-short-test-long story ("keeps", "degrades gracefully", "blows up") made measurable.
+KEEPS, BLOWS_UP = 1.10, 2.0
+
+
+def extrapolation_class(ratio: float) -> str:
+    if math.isnan(ratio):
+        return "n/a"
+    if ratio <= KEEPS:
+        return "keeps"
+    return "degrades gracefully" if ratio < BLOWS_UP else "blows up"
+
+
+def interval_class(low: float, high: float) -> str:
+    """The class of a ratio's interval: one class when the whole interval lies in it, else
+    "X or Y" (the interval crosses a threshold, so the data do not decide)."""
+    if math.isnan(low) or math.isnan(high):
+        return "n/a"
+    a, b = extrapolation_class(low), extrapolation_class(high)
+    return a if a == b else f"{a} or {b}"
+
+
+def class_verdict(paper_class: str, low: float, high: float) -> str:
+    """agrees: the whole interval in the paper's class; differs: none of it; tied: it crosses
+    a threshold of the paper's class."""
+    ours = interval_class(low, high)
+    if ours == paper_class:
+        return "agrees"
+    if paper_class in ours.split(" or "):
+        return "tied (the interval crosses a class threshold)"
+    return "differs"
+
+
+def _bounds(row) -> tuple[float, float]:
+    return (row["ci_low"], row["ci_high"]) if not math.isnan(row["ci_low"]) else (row["mean"], row["mean"])
+
+
+def ranked(rows: dict[str, Any], names: dict[str, str] | None = None, below=None) -> tuple[list[str], str]:
+    """Items ranked by mean, and the ranking as text: "<" between neighbours where ``below(a, b)``
+    (default: their 95% intervals separate), "≈" (tied) where not."""
+    names = names or {}
+    below = below or (lambda a, b: _bounds(rows[a])[1] < _bounds(rows[b])[0])
+    order = [
+        k
+        for k, row in sorted(rows.items(), key=lambda item: item[1]["mean"])
+        if row is not None and not math.isnan(row["mean"])
+    ]
+    text = names.get(order[0], order[0]) if order else ""
+    for a, b in zip(order, order[1:]):
+        text += (" < " if below(a, b) else " ≈ ") + names.get(b, b)
+    return order, text
+
+
+def separated_pairs(rows: dict[str, object]) -> set[tuple[str, str]]:
+    """(a, b) for every pair whose intervals separate with a below b."""
+    pairs = set()
+    for a, row_a in rows.items():
+        for b, row_b in rows.items():
+            if a != b and row_a is not None and row_b is not None and _bounds(row_a)[1] < _bounds(row_b)[0]:
+                pairs.add((a, b))
+    return pairs
+
+
+def null_summary(summary, group: str, length: int):
+    """The truncation null's summary holding (group, length), if the table has one."""
+    for part in summary.attrs.get("null", []):
+        if (group, length) in part.attrs.get("run_losses", {}):
+            return part
+    return None
+
+
+NULL_WORDS = {
+    "<": "uses the longer context (better than its context cut to the train length)",
+    "keeps": "keeps (no worse than its context cut to the train length: the interval under 1 + the minimum effect)",
+    "?": "undecided (neither better nor no worse shown: more seeds decide)",
+    ">": "loses to its own context cut to the train length (the unseen positions hurt)",
+}
+
+
+def null_verdict(decisions: Decisions, index: int | None) -> str:
+    """A group against its truncation null: better (``<``) or worse (``>``) where the corrected test
+    decides; otherwise "keeps" only where the interval shows it no worse, and undecided (``?``) where
+    the seeds are too few or too spread to show either (Press et al.'s "keeps" is a claim of no harm)."""
+    symbol = decisions.symbol(index)
+    if symbol != "≈":
+        return symbol
+    return "keeps" if decisions.no_worse(index) else "?"

@@ -188,7 +188,7 @@ def _band_mean(mean) -> str:
 def recent_retrieval(summary, meta: dict, perplexity=None) -> str:
     """RNoPE-SWA's retrieval claim on a passkey table: the hybrid's passkey accuracy beside RoPE's at
     every length beyond the train length (the same prompts for both, every depth pooled, 95%
-    intervals of ``retrieval.accuracy_interval``: seeds resampled, each seed's accuracy drawn from
+    intervals of ``passkey_tables.accuracy_interval``: seeds resampled, each seed's accuracy drawn from
     its Jeffreys posterior; with one seed about the Wilson interval). The claim holds at a length
     where the hybrid's interval lies wholly above RoPE's, does not hold where RoPE's lies wholly
     above, and is undecided where they overlap."""

@@ -15,7 +15,7 @@ from poscli.evaluation.evalset import MIN_SPANS, build_eval_set, null_stride, sp
 from poscli.evaluation.evaluate import perplexity
 from poscli.evaluation.reference import NGram
 from poscli.evaluation.stats import bootstrap_perplexity, interval
-from poscli.study.published import class_verdict, interval_class, ranked
+from poscli.study.paired import class_verdict, interval_class, ranked
 from tests.conftest import write_text_corpus
 
 

@@ -212,7 +212,8 @@ def test_suite_errors_are_one_line_exit_2(passkey_run, args, message):
 
 def test_passkey_rows_reach_the_table_run_by_run(passkey_run):
     """An evaluation of many runs stopped midway keeps the runs it finished (the recipe then scores only the rest)."""
-    from poscli.evaluation.retrieval import evaluate_passkey, save_rows
+    from poscli.evaluation.passkey_tables import save_rows
+    from poscli.evaluation.retrieval import evaluate_passkey
 
     saved = []
 

@@ -17,7 +17,8 @@ from poscli.data import passkey
 from poscli.data.passkey import TEMPLATES, Needle, PasskeyTraining
 from poscli.data.tokens import decode, encode
 from poscli.errors import PoscliError
-from poscli.evaluation import retrieval
+from poscli.evaluation import passkey_tables, retrieval
+from poscli.evaluation.passkey_tables import passkey_seed_summary as seeds_of
 from poscli.model.gpt import GPT
 from poscli.training.batches import sample_batch
 from poscli.training.train import training_step
@@ -324,35 +325,35 @@ def passkey_rows(
 
 def test_the_seed_summary_pools_depths_gives_intervals_and_effective_lengths():
     rows, groups = passkey_rows({"a": {256: [50, 50, 50], 512: [45, 44, 46], 1024: [10, 0, 20]}})
-    summary = retrieval.passkey_seed_summary(rows, groups)
-    pooled = summary[summary["depth"] == retrieval.ALL_DEPTHS].set_index("length")
+    summary = seeds_of(rows, groups)
+    pooled = summary[summary["depth"] == passkey_tables.ALL_DEPTHS].set_index("length")
     assert (
         pooled.loc[256, "accuracy"] == 1.0 and 0.95 < pooled.loc[256, "ci_low"] < 1.0
     )  # 150 of 150: an interval below 1
     assert pooled.loc[1024, "ci_low"] < 0.2 < pooled.loc[1024, "ci_high"]  # the seeds disagree: a wide interval
     assert pooled.loc[256, "effective_length"] == 512 and pooled.loc[256, "effective_by_seed"] == "512, 512, 512"
     # one seed of 50 trials: the interval is about the Wilson interval of its count
-    single = retrieval.passkey_seed_summary(*passkey_rows({"b": {256: [40]}}, depths=(0.0,)))
-    low, high = single[single["depth"] == retrieval.ALL_DEPTHS][["ci_low", "ci_high"]].iloc[0]
+    single = passkey_tables.passkey_seed_summary(*passkey_rows({"b": {256: [40]}}, depths=(0.0,)))
+    low, high = single[single["depth"] == passkey_tables.ALL_DEPTHS][["ci_low", "ci_high"]].iloc[0]
     wilson = retrieval.wilson_interval(40, 50)
     assert abs(low - wilson[0]) < 0.03 and abs(high - wilson[1]) < 0.03
-    assert "effective length" in retrieval.passkey_seed_markdown(summary)
+    assert "effective length" in passkey_tables.passkey_seed_markdown(summary)
 
 
 def test_every_seed_interval_contains_its_own_estimate_even_at_zero_and_one():
     # Jeffreys posterior draws alone put both bounds inside (0, 1); Brown, Cai and DasGupta (2001)
     # set the bound to 0 (or 1) when no trial (or every trial) is right
     rows, groups = passkey_rows({"a": {256: [50, 50, 50], 512: [0, 0, 0], 1024: [0, 50, 0]}})
-    summary = retrieval.passkey_seed_summary(rows, groups)
+    summary = seeds_of(rows, groups)
     assert ((summary["ci_low"] <= summary["accuracy"]) & (summary["accuracy"] <= summary["ci_high"])).all()
-    pooled = summary[summary["depth"] == retrieval.ALL_DEPTHS].set_index("length")
+    pooled = summary[summary["depth"] == passkey_tables.ALL_DEPTHS].set_index("length")
     assert pooled.loc[512, "ci_low"] == 0.0 and 0.0 < pooled.loc[512, "ci_high"] < 0.05
     assert pooled.loc[256, "ci_high"] == 1.0 and 0.95 < pooled.loc[256, "ci_low"] < 1.0
     assert 0.0 < pooled.loc[1024, "ci_low"] < pooled.loc[1024, "ci_high"] < 1.0  # mixed seeds: inside
 
 
 def test_the_yarn_passkey_comparison_names_a_best_method_only_where_it_separates():
-    from poscli.study.published import yarn2023_passkey
+    from poscli.study.published_retrieval import yarn2023_passkey
 
     per_group = {
         "base": {256: [50, 50, 50], 1024: [0, 0, 0]},
@@ -362,35 +363,27 @@ def test_the_yarn_passkey_comparison_names_a_best_method_only_where_it_separates
     }
     rows, groups = passkey_rows(per_group)
     meta = {"base": {"pe": "rope"}, **{m: {"method": m, "target": "1k", "steps": 0} for m in ("yarn", "pi", "ntk")}}
-    text = yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta)
+    text = yarn2023_passkey(seeds_of(rows, groups), meta)
     assert "| YaRN | 1.00 | 1.00 | 0.98 | 1.00 | 0.68 |" in text
     line = next(line for line in text.splitlines() if "at 1024" in line)
     assert "yarn ≈ ntk > pi" in line and "YaRN is tied for best with ntk" in line
     per_group["ntk"][1024] = [0, 1, 0]
     rows, groups = passkey_rows(per_group)
-    line = next(
-        line
-        for line in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines()
-        if "at 1024" in line
-    )
+    line = next(line for line in yarn2023_passkey(seeds_of(rows, groups), meta).splitlines() if "at 1024" in line)
     assert "yarn > pi > ntk" in line and "YaRN retrieves best, as published" in line
-    assert "unextended base base: 256: 1.00" in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta)
+    assert "unextended base base: 256: 1.00" in yarn2023_passkey(seeds_of(rows, groups), meta)
     # YaRN beside methods the published table lacks only: nothing to place it among
     alone = {"base": per_group["base"], "yarn": per_group["yarn"], "logn": {256: [50, 50, 50], 1024: [0, 0, 0]}}
     rows, groups = passkey_rows(alone)
     meta_alone = {"base": meta["base"], **{m: {"method": m, "target": "1k", "steps": 0} for m in ("yarn", "logn")}}
-    line = next(
-        line
-        for line in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta_alone).splitlines()
-        if "at 1024" in line
-    )
+    line = next(line for line in yarn2023_passkey(seeds_of(rows, groups), meta_alone).splitlines() if "at 1024" in line)
     assert "yarn > logn" in line and "YaRN" not in line
 
 
 def test_the_passkey_comparison_orders_methods_only_with_three_seeds_each():
     """Two seeds of 550 prompts give narrow pooled intervals, but the ordering needs three seeds of
     every method (issue 30); a tuned method is its own row beside its defaults."""
-    from poscli.study.published import yarn2023_passkey
+    from poscli.study.published_retrieval import yarn2023_passkey
 
     per_group = {
         "base": {1024: [0, 0]},
@@ -405,16 +398,12 @@ def test_the_passkey_comparison_orders_methods_only_with_three_seeds_each():
         "yarn-tuned": {"method": "yarn", "target": "1k", "steps": 0, "options_from": "tune"},
         "pi": {"method": "pi", "target": "1k", "steps": 0},
     }
-    line = next(
-        x for x in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines() if "at 1024" in x
-    )
+    line = next(x for x in yarn2023_passkey(seeds_of(rows, groups), meta).splitlines() if "at 1024" in x)
     assert "not ordered" in line and ">" not in line and "YaRN" not in line
     assert "yarn 0.99" in line and "yarn tuned 0.61" in line
     rows, groups = passkey_rows({group: {1024: [*counts, counts[0]]} for group, counts in
                                  ((g, c[1024]) for g, c in per_group.items())})  # fmt: skip
-    line = next(
-        x for x in yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines() if "at 1024" in x
-    )
+    line = next(x for x in yarn2023_passkey(seeds_of(rows, groups), meta).splitlines() if "at 1024" in x)
     assert "yarn > yarn tuned > pi" in line and "YaRN retrieves best" in line
 
 
@@ -422,7 +411,7 @@ def test_the_passkey_comparison_keeps_pose_and_each_control_apart_and_remappings
     """yarn and yarn + PoSE are two rows of one setting, not one overwriting the other, and so are
     the continued-training controls at the target's length and at the base's; an attention remapping
     (no steps in the recipe: it never trains) sits with the untrained methods."""
-    from poscli.study.published import yarn2023_passkey
+    from poscli.study.published_retrieval import yarn2023_passkey
 
     per_group = {
         "base": {256: [50, 50, 50]},
@@ -443,7 +432,7 @@ def test_the_passkey_comparison_keeps_pose_and_each_control_apart_and_remappings
         "self-extend": {"method": "self-extend", "target": "1k"},
         "pi": {"method": "pi", "target": "1k", "steps": 0},
     }
-    lines = yarn2023_passkey(retrieval.passkey_seed_summary(rows, groups), meta).splitlines()
+    lines = yarn2023_passkey(seeds_of(rows, groups), meta).splitlines()
     tuned = next(line for line in lines if "100 fine-tuning steps" in line)
     assert "yarn > continue@1k > yarn + PoSE > continue@128" in tuned and "+ PoSE: at the train length" in tuned
     untrained = next(line for line in lines if "no fine-tuning" in line)
@@ -451,10 +440,10 @@ def test_the_passkey_comparison_keeps_pose_and_each_control_apart_and_remappings
 
 
 def test_perplexity_is_not_retrieval_is_said_only_where_both_intervals_decide():
-    from poscli.study.published import retrieval_vs_perplexity
+    from poscli.study.published_retrieval import retrieval_vs_perplexity
     from tests.study.test_recipes import summary_from
 
-    passkey_summary = retrieval.passkey_seed_summary(
+    passkey_summary = passkey_tables.passkey_seed_summary(
         *passkey_rows(
             {
                 "alibi": {256: [50], 1024: [0], 4096: [0]},
@@ -519,7 +508,7 @@ def test_the_floor_is_the_share_of_keys_inside_the_last_window_and_grows_with_de
 def test_passkey_rows_carry_their_floor_and_the_markdown_shows_depths(tmp_path):
     import pandas as pd
 
-    from poscli.evaluation.retrieval import passkey_markdown
+    from poscli.evaluation.passkey_tables import passkey_markdown
 
     rows = [
         {

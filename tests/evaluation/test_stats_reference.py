@@ -10,7 +10,7 @@ multitest = pytest.importorskip("statsmodels.stats.multitest")
 proportion = pytest.importorskip("statsmodels.stats.proportion")
 
 from poscli.evaluation import stats  # noqa: E402
-from poscli.evaluation.retrieval import bootstrap_accuracy  # noqa: E402
+from poscli.evaluation.passkey_tables import bootstrap_accuracy  # noqa: E402
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 9, 30, 2.5, 3.7, 11.2, 150.0])

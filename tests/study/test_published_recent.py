@@ -4,7 +4,7 @@ supports the paper's order, against it where it supports the opposite, and not s
 
 import pandas as pd
 
-from poscli.evaluation import generalization, retrieval
+from poscli.evaluation import generalization, passkey_tables
 from poscli.study.published_recent import recent_perplexity, recent_retrieval, recent_tasks
 from tests.evaluation.test_generalization import table
 from tests.evaluation.test_retrieval import passkey_rows
@@ -77,7 +77,7 @@ def test_a_task_claim_with_an_unmastered_encoding_is_not_comparable():
 def passkey_summary(counts: dict[str, dict[int, list[int]]], pe: dict[str, str]):
     rows, groups = passkey_rows(counts)
     rows["pe"] = rows["run"].str.rsplit("-s", n=1).str[0].map(pe)
-    return retrieval.passkey_seed_summary(rows, groups)
+    return passkey_tables.passkey_seed_summary(rows, groups)
 
 
 def test_the_hybrids_retrieval_claim_holds_only_where_the_intervals_separate():

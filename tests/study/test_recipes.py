@@ -16,7 +16,9 @@ import pytest
 from poscli.core.lengths import parse_length, parse_lengths
 from poscli.errors import PoscliError
 from poscli.evaluation.seeds import seed_summary
-from poscli.study.published import extrapolation_class, peng2023, press2022
+from poscli.study.paired import extrapolation_class
+from poscli.study.published import peng2023
+from poscli.study.published_press import press2022
 from poscli.study.recipes import RecipeError, load_recipe
 from poscli.study.runner import narrow
 from poscli.study.state import check_state

@@ -22,7 +22,8 @@ class Passkey(Task):
     reads = ("depths", "trials", "keys")
 
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
-        from poscli.evaluation.retrieval import evaluate_passkey, parse_depths, save_rows
+        from poscli.evaluation.passkey_tables import save_rows
+        from poscli.evaluation.retrieval import evaluate_passkey, parse_depths
 
         return evaluate_passkey(
             run_names,
@@ -37,7 +38,7 @@ class Passkey(Task):
         )
 
     def write(self, result, options: dict[str, Any], results, table: str):
-        from poscli.evaluation.retrieval import console_table, write_passkey_tables
+        from poscli.evaluation.passkey_tables import console_table, write_passkey_tables
 
         return write_passkey_tables(result, results, table), console_table(result, options["trials"])
 
@@ -56,7 +57,7 @@ class Passkey(Task):
         return lengths is not None and all((length, depth) in present for length in lengths for depth in depths)
 
     def seed_summary(self, rows, groups, options: dict[str, Any], folder: Path, table: str, min_runs: int):
-        from poscli.evaluation.retrieval import passkey_seed_markdown, passkey_seed_summary
+        from poscli.evaluation.passkey_tables import passkey_seed_markdown, passkey_seed_summary
 
         summary = passkey_seed_summary(rows, groups)
         return (None, "") if summary is None else (summary, passkey_seed_markdown(summary))
