@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from poscli.attention.bands import band_view, ceil_to, fold_windows, skew_rows, spans, sum_to, tiles, unskew, windows
+
 # Upper bound on the elements of one materialised score-bias block (B * H * Bq * Tk) in the
 # fallback path: 2^25 float32 values = 128 MiB, however long the sequence is.
 BIAS_BLOCK_ELEMENTS = 2**25
@@ -85,7 +87,7 @@ _flash_forward = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_fo
 _flash_backward = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
 
 
-def _flash(
+def flash(
     q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, mask: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """Fused attention that also returns each row's log-sum-exp. -> (B, H, Tq, hd), (B, H, Tq) float32.
@@ -101,7 +103,7 @@ def _flash_grads(d_out, q, k, v, out, lse, causal: bool, scale: float, mask: Ten
     return _flash_backward(d_out, q, k, v, out, lse, 0.0, causal, attn_mask=mask, scale=scale)[:3]
 
 
-def _merge(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
+def merge_partial(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
     """Combine attention over two disjoint key sets from their outputs and log-sum-exps."""
     lse = torch.logaddexp(lse_a, lse_b)  # (B, H, Tq)
     out = out_a.float() * (lse_a - lse).exp()[..., None] + out_b.float() * (lse_b - lse).exp()[..., None]
@@ -125,13 +127,13 @@ class _LinearBiasAttention(torch.autograd.Function):
             q_ext, k_ext, v_ext = _extended(q, k, v)  # (B, H, T, hd + E) each, E extra columns
             out = torch.empty_like(q)  # (B, H, T, hd)
             lse = torch.empty(B, H, T, dtype=torch.float32, device=q.device)
-            for start, end in _spans(T, block):
+            for start, end in spans(T, block):
                 _write_key_offsets(k_ext, slopes, start, end, scale)
                 rows = slice(start, end)
-                out_blk, lse_blk = _flash(q_ext[:, :, rows], k_ext[:, :, rows], v_ext[:, :, rows], True, scale)
+                out_blk, lse_blk = flash(q_ext[:, :, rows], k_ext[:, :, rows], v_ext[:, :, rows], True, scale)
                 if start > 0:  # keys before the block: all visible
-                    out_far, lse_far = _flash(q_ext[:, :, rows], k_ext[:, :, :start], v_ext[:, :, :start], False, scale)
-                    out_blk, lse_blk = _merge(out_far, lse_far, out_blk, lse_blk)
+                    out_far, lse_far = flash(q_ext[:, :, rows], k_ext[:, :, :start], v_ext[:, :, :start], False, scale)
+                    out_blk, lse_blk = merge_partial(out_far, lse_far, out_blk, lse_blk)
                 out[:, :, rows], lse[:, :, rows] = out_blk[..., :hd].to(q.dtype), lse_blk
             ctx.save_for_backward(q, k, v, slopes, out, lse)
             ctx.block = block
@@ -149,7 +151,7 @@ class _LinearBiasAttention(torch.autograd.Function):
             dq, dk, dv = (
                 torch.zeros(x.shape[:-1] + (hd + extra,), dtype=torch.float32, device=x.device) for x in (q, k, v)
             )
-            for start, end in _spans(T, ctx.block):
+            for start, end in spans(T, ctx.block):
                 _write_key_offsets(k_ext, slopes, start, end, scale)
                 rows = slice(start, end)
                 args = (d_out_ext[:, :, rows], q_ext[:, :, rows])
@@ -188,24 +190,20 @@ def _write_key_offsets(k_ext: Tensor, slopes: Tensor, start: int, end: int, scal
     k_ext[:, :, :end, -1] = (value - high.float()).to(k_ext.dtype)
 
 
-def _spans(length: int, block: int) -> list[tuple[int, int]]:
-    return [(start, min(start + block, length)) for start in range(0, length, block)]
-
-
 def _band_scores(q: Tensor, k_pad: Tensor, band: Tensor, start: int, end: int, tile: int, scale: float) -> Tensor:
     """Scores of queries [start, end) against the W keys at distances W-1 .. 0 behind each, in float32.
 
     k_pad: (B, H, W - 1 + T', hd), the keys with W - 1 zero rows in front (T' a multiple of ``tile``);
     band: (B|1, H, T|1, W). Returns (B, H, end - start, W), column c = distance W - 1 - c, with
     -inf where that key would lie before position 0. The dot products come from tiles of
-    ``tile`` queries against their tile + W - 1 keys (one batched matmul), read off by ``_unskew``.
+    ``tile`` queries against their tile + W - 1 keys (one batched matmul), read off by ``unskew``.
     """
     width = band.shape[-1]
-    q_tiles = _tiles(q[:, :, start:end].float(), tile)  # (B, H, n, tile, hd)
-    k_windows = _windows(
+    q_tiles = tiles(q[:, :, start:end].float(), tile)  # (B, H, n, tile, hd)
+    k_windows = windows(
         k_pad[:, :, start : end + width - 1 + (-(end - start)) % tile].float(), tile, width
     )  # (B, H, n, N, hd)
-    scores = _unskew(q_tiles @ k_windows.transpose(-1, -2), width) * scale  # (B, H, n, tile, W)
+    scores = unskew(q_tiles @ k_windows.transpose(-1, -2), width) * scale  # (B, H, n, tile, W)
     scores = scores.flatten(2, 3)[:, :, : end - start]  # (B, H, Tq, W)
     rows = band[:, :, start:end] if band.shape[2] > 1 else band  # (B|1, H, Tq|1, W)
     scores = scores + rows.float().flip(-1)
@@ -215,57 +213,6 @@ def _band_scores(q: Tensor, k_pad: Tensor, band: Tensor, start: int, end: int, t
         )
         scores = scores.masked_fill(position < 0, float("-inf"))
     return scores
-
-
-def _tiles(x: Tensor, tile: int) -> Tensor:
-    """(B, H, T, hd) -> (B, H, ceil(T / tile), tile, hd), zero-padded at the end."""
-    x = F.pad(x, (0, 0, 0, (-x.shape[2]) % tile))
-    return x.unflatten(2, (-1, tile))
-
-
-def _windows(keys: Tensor, tile: int, width: int) -> Tensor:
-    """Overlapping windows of tile + W - 1 keys, one per query tile. (B, H, W - 1 + n tile, hd) -> (B, H, n, N, hd)."""
-    return keys.unfold(2, tile + width - 1, tile).transpose(-1, -2)
-
-
-def _fold_windows(windows: Tensor, width: int) -> Tensor:
-    """Sum per-window gradients back onto the keys: the adjoint of ``_windows``. -> (B, H, W - 1 + n tile, hd)."""
-    B, H, n, near, hd = windows.shape
-    tile = near - width + 1
-    keys = torch.zeros(B, H, width - 1 + n * tile, hd, dtype=windows.dtype, device=windows.device)
-    keys[:, :, width - 1 :] = windows[:, :, :, width - 1 :].flatten(2, 3)  # each window's own tile
-    if width > 1:  # each window's first W - 1 rows are the end of the previous tile (or the padding)
-        keys[:, :, : n * tile].unflatten(2, (n, tile))[:, :, :, : width - 1] += windows[:, :, :, : width - 1]
-    return keys
-
-
-def _band_view(tiles: Tensor, width: int) -> Tensor:
-    """The band of a tile as a strided view: (..., tile, N) -> (..., tile, W), row r's columns r .. r + W - 1.
-
-    In a row-major (tile, N) block, entry (r, r + c) sits at r (N + 1) + c, so the band is the
-    view with row stride N + 1 (the "skewing" of Huang et al., 2018, without the copies).
-    """
-    *lead, rows, near = tiles.shape
-    assert tiles.stride(-1) == 1 and tiles.stride(-2) == near, "the band view needs row-major tiles"
-    return tiles.as_strided((*lead, rows, width), (*tiles.stride()[:-2], near + 1, 1), tiles.storage_offset())
-
-
-def _skew(band_rows: Tensor, near: int) -> Tensor:
-    """Lay per-query band values onto a tile of keys: (..., tile, W) -> (..., tile, N), zero off the band."""
-    tiles = band_rows.new_zeros(*band_rows.shape[:-1], near)  # (..., tile, N)
-    _band_view(tiles, band_rows.shape[-1]).copy_(band_rows)
-    return tiles
-
-
-def _unskew(tiles: Tensor, width: int) -> Tensor:
-    """The inverse of ``_skew``: (..., tile, N) -> (..., tile, W)."""
-    return _band_view(tiles.contiguous(), width)
-
-
-def _skew_rows(rows: Tensor, tile: int) -> Tensor:
-    """(B, H, Tq, W) per-query values by reversed distance -> (B, H, n, tile, N) tiles, zero outside the band."""
-    width = rows.shape[-1]
-    return _skew(_tiles(rows, tile), tile + width - 1)
 
 
 class _BandBiasAttention(torch.autograd.Function):
@@ -286,9 +233,9 @@ class _BandBiasAttention(torch.autograd.Function):
             dense = max(B, band.shape[0]) * H * T * T <= BIAS_BLOCK_ELEMENTS
             if dense:  # short sequences (training): the whole bias as the fused kernel's mask
                 mask = _dense_bias(band, T)  # (B|1, H, T, T)
-                out, lse = _flash(q, k, v, False, scale, mask)
+                out, lse = flash(q, k, v, False, scale, mask)
             else:
-                out, lse = _band_then_far(q, k, v, band, tile, chunk, scale)
+                out, lse = band_then_far(q, k, v, band, tile, chunk, scale)
                 mask = None
             ctx.save_for_backward(q, k, v, band, out, lse, mask)
             ctx.tile, ctx.chunk = tile, chunk
@@ -312,25 +259,25 @@ class _BandBiasAttention(torch.autograd.Function):
             d_band = torch.zeros(band.shape, dtype=torch.float32, device=band.device)
             # D_i = sum_c dO_ic O_ic, the row term of the softmax gradient.
             row_term = (d_out.float() * out.float()).sum(-1)  # (B, H, T)
-            for start, end in _spans(T, ctx.chunk):
+            for start, end in spans(T, ctx.chunk):
                 rows = slice(start, end)
                 scores = _band_scores(q, k_pad, band, start, end, tile, scale)  # (B, H, Tq, W)
                 probs = (scores - lse[:, :, rows, None]).exp()  # (B, H, Tq, W): the global softmax on the band
-                keys = slice(start, start + _ceil_to(end - start, tile) + width - 1)
-                d_tiles = _tiles(d_out[:, :, rows].float(), tile)  # (B, H, n, tile, hd)
-                v_windows = _windows(v_pad[:, :, keys].float(), tile, width)  # (B, H, n, N, hd)
-                d_probs = _unskew(d_tiles @ v_windows.transpose(-1, -2), width).flatten(2, 3)[:, :, : end - start]
+                keys = slice(start, start + ceil_to(end - start, tile) + width - 1)
+                d_tiles = tiles(d_out[:, :, rows].float(), tile)  # (B, H, n, tile, hd)
+                v_windows = windows(v_pad[:, :, keys].float(), tile, width)  # (B, H, n, N, hd)
+                d_probs = unskew(d_tiles @ v_windows.transpose(-1, -2), width).flatten(2, 3)[:, :, : end - start]
                 d_scores = probs * (d_probs - row_term[:, :, rows, None])  # (B, H, Tq, W): dS on the band
                 target = d_band[:, :, rows] if band.shape[2] > 1 else d_band
-                target += _sum_to(d_scores.flip(-1), target.shape)  # by distance 0 .. W-1
+                target += sum_to(d_scores.flip(-1), target.shape)  # by distance 0 .. W-1
                 if mask is not None:  # the fused backward already gave dq, dk, dv
                     continue
-                d_tile_scores = _skew_rows(d_scores, tile) * scale  # (B, H, n, tile, N)
-                k_windows = _windows(k_pad[:, :, keys].float(), tile, width)  # (B, H, n, N, hd)
+                d_tile_scores = skew_rows(d_scores, tile) * scale  # (B, H, n, tile, N)
+                k_windows = windows(k_pad[:, :, keys].float(), tile, width)  # (B, H, n, N, hd)
                 dq[:, :, rows] += (d_tile_scores @ k_windows).flatten(2, 3)[:, :, : end - start]
-                q_tiles = _tiles(q[:, :, rows].float(), tile)  # (B, H, n, tile, hd)
-                dk_pad[:, :, keys] += _fold_windows(d_tile_scores.transpose(-1, -2) @ q_tiles, width)
-                dv_pad[:, :, keys] += _fold_windows(_skew_rows(probs, tile).transpose(-1, -2) @ d_tiles, width)
+                q_tiles = tiles(q[:, :, rows].float(), tile)  # (B, H, n, tile, hd)
+                dk_pad[:, :, keys] += fold_windows(d_tile_scores.transpose(-1, -2) @ q_tiles, width)
+                dv_pad[:, :, keys] += fold_windows(skew_rows(probs, tile).transpose(-1, -2) @ d_tiles, width)
             if mask is None:
                 dk, dv = dk_pad[:, :, width - 1 : width - 1 + T], dv_pad[:, :, width - 1 : width - 1 + T]
                 if width < T:
@@ -395,9 +342,7 @@ class _WideBandAttention(torch.autograd.Function):
             dq, dk, dv, d_scores = _written_out_backward(d_out, *ctx.saved_tensors)
             width = ctx.band_shape[-1]
             grid = d_scores.sum(0, keepdim=True) if ctx.band_shape[0] == 1 else d_scores  # (B|1, H, T, T)
-            d_band = _sum_to(
-                _unskew(F.pad(grid, (width - 1, 0)), width).flip(-1), ctx.band_shape
-            )  # by distance 0 .. W-1
+            d_band = sum_to(unskew(F.pad(grid, (width - 1, 0)), width).flip(-1), ctx.band_shape)  # by distance 0 .. W-1
             return dq, dk, dv, d_band.to(ctx.band_dtype)
 
 
@@ -444,11 +389,11 @@ def _dense_bias(band: Tensor, length: int) -> Tensor:
     future = torch.ones(length, length + width - 1, dtype=torch.bool, device=band.device).triu(width)  # (T, T + W - 1)
     causal = torch.zeros(future.shape, device=band.device).masked_fill_(future, float("-inf"))
     bias = causal.expand(*band.shape[:2], *future.shape).clone()  # (B|1, H, T, T + W - 1)
-    _band_view(bias, width).copy_(band.flip(-1))  # distance W-1-c at column i + c
+    band_view(bias, width).copy_(band.flip(-1))  # distance W-1-c at column i + c
     return bias[..., width - 1 :]  # (B|1, H, T, T): column j is key j
 
 
-def _band_then_far(
+def band_then_far(
     q, k, v, band, tile: int, chunk: int, scale: float, far: tuple[Tensor, Tensor] | None = None
 ) -> tuple[Tensor, Tensor]:
     """Forward of band attention at any length: the band in chunks of queries, then the far keys
@@ -460,27 +405,17 @@ def _band_then_far(
     k_pad, v_pad = (F.pad(x, (0, 0, width - 1, (-T) % tile)) for x in (k, v))  # (B, H, W - 1 + T', hd)
     out = torch.empty(B, H, T, hd, dtype=torch.float32, device=q.device)
     lse = torch.empty(B, H, T, dtype=torch.float32, device=q.device)
-    for start, end in _spans(T, chunk):
+    for start, end in spans(T, chunk):
         scores = _band_scores(q, k_pad, band, start, end, tile, scale)  # (B, H, Tq, W)
         lse[:, :, start:end] = scores.logsumexp(-1)
-        probs = _skew_rows(torch.softmax(scores, -1), tile)  # (B, H, n, tile, N)
-        v_windows = _windows(v_pad[:, :, start : start + probs.shape[2] * tile + width - 1].float(), tile, width)
+        probs = skew_rows(torch.softmax(scores, -1), tile)  # (B, H, n, tile, N)
+        v_windows = windows(v_pad[:, :, start : start + probs.shape[2] * tile + width - 1].float(), tile, width)
         out[:, :, start:end] = (probs @ v_windows).flatten(2, 3)[:, :, : end - start]  # (B, H, Tq, hd)
     if width < T:  # keys at distance >= W: query i sees keys 0 .. i - W, a square causal call
         q_far, k_far = far if far is not None else (q, k)
-        far_out, far_lse = _flash(q_far[:, :, width:], k_far[:, :, : T - width], v[:, :, : T - width], True, scale)
-        out[:, :, width:], lse[:, :, width:] = _merge(far_out, far_lse, out[:, :, width:], lse[:, :, width:])
+        far_out, far_lse = flash(q_far[:, :, width:], k_far[:, :, : T - width], v[:, :, : T - width], True, scale)
+        out[:, :, width:], lse[:, :, width:] = merge_partial(far_out, far_lse, out[:, :, width:], lse[:, :, width:])
     return out.to(q.dtype), lse
-
-
-def _ceil_to(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-def _sum_to(grad: Tensor, shape: torch.Size) -> Tensor:
-    """Sum a gradient over the dimensions its input was broadcast along."""
-    dims = [dim for dim, size in enumerate(shape) if size == 1 and grad.shape[dim] != 1]
-    return grad.sum(dims, keepdim=True) if dims else grad
 
 
 # Query rows per band tile and per chunk of the band computation: a chunk's temporaries hold
@@ -502,225 +437,13 @@ def relative_causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: RelativeBia
     if wide and torch.is_grad_enabled() and (q.requires_grad or bias.band.requires_grad):
         return _WideBandAttention.apply(q, k, v, bias.band)  # training T5: one dS for every gradient
     tile = max(BAND_TILE, bias.width - 1)  # a window's overlap must fit in one tile
-    return _BandBiasAttention.apply(q, k, v, bias.band, tile, _ceil_to(BAND_CHUNK, tile))
+    return _BandBiasAttention.apply(q, k, v, bias.band, tile, ceil_to(BAND_CHUNK, tile))
 
 
 # --- the portable fallback ----------------------------------------------------------------------
 
 
-class RowBlocks:
-    """The output of an attention computed one block of query rows at a time, (B, H, T, hd).
-
-    Without autograd the blocks are written into one tensor allocated up front. Kept as a list
-    instead, each block's small output lands in the hole the previous block's large temporaries
-    (scores, mask) left on glibc's heap, so the next block's temporaries no longer fit there and
-    the heap grows by one hole per block: a peak that grows with T though every block is bounded
-    (a hybrid schedule at 64k: 1.62 GiB, NoPE 0.59). With autograd the blocks are concatenated
-    instead (writing into slices would copy the whole gradient once per block in the backward)."""
-
-    def __init__(self, shape: tuple[int, ...], like: Tensor):
-        self.blocks: list[Tensor] = []
-        self.out = None if torch.is_grad_enabled() else like.new_empty(shape)
-
-    def add(self, start: int, end: int, y: Tensor) -> None:
-        """y (B, H, end - start, hd): the output of query rows [start, end)."""
-        if self.out is None:
-            self.blocks.append(y)
-        else:
-            self.out[:, :, start:end] = y
-
-    def result(self) -> Tensor:
-        return torch.cat(self.blocks, dim=2) if self.out is None else self.out
-
-
-def blocked_biased_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    score_bias,
-    q_positions: Tensor,
-    max_block: int,
-    sink: Tensor | None = None,
-    window: int | None = None,
-) -> Tensor:
-    """Causal attention with any score bias, computed one block of queries at a time.
-
-    ``score_bias(q_block, q_positions, k_positions)`` returns a bias broadcastable to
-    (B, H, Bq, Tk), or is None for none. Each block of Bq queries builds its bias only against the
-    keys it can see (0 .. end of the block), so the part the causal mask removes is never built and
-    memory stays bounded by BIAS_BLOCK_ELEMENTS. ``sink`` (H,): a sink logit per head, a key every
-    query sees with that score and a zero value (an off-by-one softmax); its gradient is returned.
-    ``window`` W: a query sees only keys fewer than W positions back (sliding-window attention);
-    where the positions increase, a block's keys are cut to the band [start - W + 1, end), so its
-    work and memory are Bq x (Bq + W - 1) whatever T is.
-    q, k, v: (B, H, T, hd) -> (B, H, T, hd).
-    """
-    B, H, T, hd = q.shape
-    banded = window is not None and (T < 2 or bool((q_positions.diff() >= 1).all()))
-    span = min(T, max_block + window - 1) if banded else T  # keys a block sees at most
-    block = max(16, min(max_block, BIAS_BLOCK_ELEMENTS // (B * H * span)))
-    outputs = RowBlocks((B, H, T, v.shape[-1]), v)
-    for start in range(0, T, block):
-        end = min(start + block, T)
-        first = max(0, start - window + 1) if banded else 0  # keys before it are all out of the window
-        q_block = q[:, :, start:end]  # (B, H, Bq, hd)
-        k_positions = q_positions[first:end]  # (Tk,), Tk = end - first
-        if score_bias is None:
-            bias = q.new_zeros(1, H, end - start, end - first)
-        else:
-            bias = score_bias(q_block, q_positions[start:end], k_positions)  # (H, Bq, Tk) or (B, H, Bq, Tk)
-        if bias.dim() == 3:
-            bias = bias.unsqueeze(0)  # (1, H, Bq, Tk): a 3-D mask sends SDPA down a path ~8x slower on CPU
-        hidden = torch.ones(end - start, end - first, dtype=torch.bool, device=q.device).triu(
-            diagonal=start - first + 1
-        )  # (Bq, Tk): the keys after each query
-        if window is not None:  # and the keys W or more positions back
-            hidden = hidden | ((q_positions[start:end, None] - k_positions[None, :]) >= window)
-        mask = bias.masked_fill(hidden, float("-inf"))  # (B or 1, H, Bq, Tk)
-        keys, values = k[:, :, first:end], v[:, :, first:end]
-        if sink is not None:  # a zero key in front (q . 0 = 0) whose mask entry is the sink logit, and a zero value
-            mask = mask.expand(mask.shape[0], H, end - start, end - first)
-            column = sink.to(mask.dtype)[None, :, None, None].expand(mask.shape[0], H, end - start, 1)
-            mask = torch.cat((column, mask), dim=-1)  # (B or 1, H, Bq, 1 + Tk)
-            keys, values = F.pad(keys, (0, 0, 1, 0)), F.pad(values, (0, 0, 1, 0))  # (B, H, 1 + Tk, hd)
-        outputs.add(start, end, F.scaled_dot_product_attention(q_block, keys, values, attn_mask=mask))
-    return outputs.result()  # (B, H, T, hd)
-
-
 # --- remapped positions beyond a window (poscli.extension.remap) ----------------------------------------
 
 
-def remapped_attention(
-    q_near: Tensor,
-    k_near: Tensor,
-    q_far: Tensor,
-    k_far: Tensor,
-    v: Tensor,
-    window: int,
-    far_keys: int | None = None,
-    positions: Tensor | None = None,
-    bias=None,
-    max_block: int = 1024,
-) -> Tensor:
-    """Causal attention whose score for query i and key j is q_near_i . k_near_j / sqrt(hd) when
-    0 <= i - j < ``window`` and q_far_i . k_far_j / sqrt(hd) beyond it (Self-Extend, ReRoPE), where
-    only the first ``far_keys`` keys are visible if given (attention sinks). All (B, H, T, hd).
-
-    ``bias(part, q_block, rows, keys)``, if given, adds a score bias for ``part`` "near" or "far"
-    between query rows and key indices (slices). ``positions`` (T,) are the true positions, 0..T-1
-    by default; the window is measured in them.
-
-    Memory is bounded at any length. On CPU with consecutive positions and no bias, the window is a
-    band (``_band_scores``) and the far keys one fused causal call on the shifted sequences (as for
-    T5's band), merged by log-sum-exp; otherwise blocks of queries build their scores explicitly,
-    against the far keys and the window's keys only.
-    """
-    B, H, T, hd = q_near.shape
-    consecutive = positions is None or T < 2 or bool((positions.diff() == 1).all())
-    if (
-        far_keys is None
-        and bias is None
-        and consecutive
-        and fast_path_available(q_near)
-        and not torch.is_grad_enabled()
-    ):
-        with torch.autocast(q_near.device.type, enabled=False):
-            band = torch.zeros(1, H, 1, min(window, T), dtype=torch.float32, device=q_near.device)
-            tile = max(BAND_TILE, band.shape[-1] - 1)
-            out, _ = _band_then_far(
-                q_near, k_near, v, band, tile, _ceil_to(BAND_CHUNK, tile), 1.0 / math.sqrt(hd), far=(q_far, k_far)
-            )
-            return out
-    return _blocked_remapped(q_near, k_near, q_far, k_far, v, window, far_keys, positions, bias, max_block)
-
-
-def _blocked_remapped(
-    q_near, k_near, q_far, k_far, v, window: int, far_keys: int | None, positions, bias, max_block: int
-) -> Tensor:
-    """The portable form of ``remapped_attention``: per block of queries [a, b), the window's keys
-    [a - W + 1, b) scored near and the far keys ([0, b), or the first ``far_keys``) scored far,
-    each masked to its side of the window, in one softmax. Differentiable."""
-    B, H, T, hd = q_near.shape
-    scale = 1.0 / math.sqrt(hd)
-    positions = torch.arange(T, device=q_near.device) if positions is None else positions
-    far_span = T if far_keys is None else min(far_keys, T)
-    block = max(16, min(max_block, BIAS_BLOCK_ELEMENTS // max(1, B * H * (far_span + window + max_block))))
-    out = RowBlocks((B, H, T, v.shape[-1]), v)
-    for start in range(0, T, block):
-        end = min(start + block, T)
-        rows = slice(start, end)
-        near = slice(max(0, start - window + 1), end)
-        far = slice(0, min(end, far_span))
-        near_scores = q_near[:, :, rows] @ k_near[:, :, near].transpose(-1, -2) * scale  # (B, H, Bq, Nn)
-        far_scores = q_far[:, :, rows] @ k_far[:, :, far].transpose(-1, -2) * scale  # (B, H, Bq, Nf)
-        if bias is not None:
-            near_scores = near_scores + bias("near", q_near[:, :, rows], rows, near)
-            far_scores = far_scores + bias("far", q_far[:, :, rows], rows, far)
-        near_distance = positions[rows, None] - positions[None, near]  # (Bq, Nn)
-        far_distance = positions[rows, None] - positions[None, far]  # (Bq, Nf)
-        near_scores = near_scores.masked_fill((near_distance < 0) | (near_distance >= window), float("-inf"))
-        far_scores = far_scores.masked_fill(far_distance < window, float("-inf"))
-        weights = torch.softmax(torch.cat((far_scores, near_scores), dim=-1).float(), dim=-1).to(
-            v.dtype
-        )  # (B, H, Bq, Nf + Nn)
-        out.add(start, end, weights @ torch.cat((v[:, :, far], v[:, :, near]), dim=2))  # (B, H, Bq, hd)
-    return out.result()  # (B, H, T, hd)
-
-
 # --- dual chunk attention (poscli.extension.methods.dca) -------------------------------------------------
-
-
-def dual_chunk_attention(
-    q_intra: Tensor, q_successive: Tensor, q_inter: Tensor, k: Tensor, v: Tensor, chunk: int, max_block: int = 1024
-) -> Tensor:
-    """Causal attention over consecutive tokens cut into chunks of ``chunk``, each query taking one
-    of three rotations by where the key is (An et al., 2024): ``q_intra`` for keys in its own chunk,
-    ``q_successive`` for the previous chunk, ``q_inter`` for every chunk before that; ``k`` is the
-    one rotation of the keys. All (B, H, T, hd) -> (B, H, T, hd).
-
-    Each block of queries lies inside one chunk, so its three key sets are three slices: work T^2/2
-    as plain attention. On CPU without autograd each chunk is three fused flash-attention calls
-    (causal within the chunk, all visible in the two others) merged by their log-sum-exps; otherwise
-    explicit scores, one block (Bq x T) at a time. Memory is bounded at any length either way.
-    """
-    B, H, T, hd = q_intra.shape
-    if fast_path_available(q_intra) and not torch.is_grad_enabled() and q_intra.shape[-1] == v.shape[-1]:
-        return _fused_dual_chunk(q_intra, q_successive, q_inter, k, v, chunk)
-    scale = 1.0 / math.sqrt(hd)
-    block = max(1, min(chunk, max_block, BIAS_BLOCK_ELEMENTS // max(1, B * H * T)))
-    out = RowBlocks((B, H, T, v.shape[-1]), v)
-    for chunk_start in range(0, T, chunk):
-        previous = max(0, chunk_start - chunk)  # keys before it: the inter-chunk part
-        for start in range(chunk_start, min(chunk_start + chunk, T), block):
-            end = min(start + block, chunk_start + chunk, T)
-            rows = slice(start, end)
-            inter = q_inter[:, :, rows] @ k[:, :, :previous].transpose(-1, -2) if previous else None
-            successive = q_successive[:, :, rows] @ k[:, :, previous:chunk_start].transpose(-1, -2)  # (B,H,Bq,<=s)
-            intra = q_intra[:, :, rows] @ k[:, :, chunk_start:end].transpose(-1, -2)  # (B, H, Bq, end - cs)
-            future = torch.arange(start, end, device=k.device)[:, None] < torch.arange(
-                chunk_start, end, device=k.device
-            )
-            intra = intra.masked_fill(future, float("-inf"))
-            parts = [part for part in (inter, successive, intra) if part is not None]
-            weights = torch.softmax(torch.cat(parts, dim=-1).float() * scale, dim=-1).to(v.dtype)  # (B, H, Bq, end)
-            out.add(start, end, weights @ v[:, :, :end])  # keys [0, previous) + [previous, cs) + [cs, end)
-    return out.result()
-
-
-def _fused_dual_chunk(q_intra, q_successive, q_inter, k, v, chunk: int) -> Tensor:
-    """``dual_chunk_attention`` through the CPU flash kernel, one chunk of queries at a time."""
-    B, H, T, hd = q_intra.shape
-    scale = 1.0 / math.sqrt(hd)
-    out = torch.empty_like(v)
-    with torch.autocast(v.device.type, enabled=False):
-        for start in range(0, T, chunk):
-            end, previous = min(start + chunk, T), max(0, start - chunk)
-            rows = slice(start, end)
-            y, lse = _flash(q_intra[:, :, rows], k[:, :, rows], v[:, :, rows], True, scale)
-            if start:  # the previous chunk, then every chunk before it: all visible
-                parts = [(q_successive, slice(previous, start)), (q_inter, slice(0, previous))]
-                for q_part, keys in parts if previous else parts[:1]:
-                    y_part, lse_part = _flash(q_part[:, :, rows], k[:, :, keys], v[:, :, keys], False, scale)
-                    y, lse = _merge(y, lse, y_part, lse_part)
-            out[:, :, rows] = y.to(v.dtype)
-    return out

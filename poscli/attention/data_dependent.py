@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from poscli.attention.blockwise import RowBlocks
+from poscli.attention.fallback import RowBlocks
 
 # The query rows of a block and the keys of a chunk in ``scanned_causal_attention``: each step's
 # scores are (B, H, SCAN_ROWS, SCAN_KEYS), 4 MiB of float32 per head at batch 1, at any length.

@@ -204,7 +204,7 @@ class _DistanceBiasAttention(torch.autograd.Function):
                 mask, key_bias = form.mask(padded, start, end, block)  # (1, H, Bq, end), (H, end) or None
                 if key_bias is not None:
                     k_rev[:, :, T - end :, hd] = key_bias / scale  # both run over keys end-1 .. 0
-                rows_out, lse[:, :, start:end] = attention._flash(
+                rows_out, lse[:, :, start:end] = attention.flash(
                     q32[:, :, start:end], k_rev[:, :, T - end :], v_rev[:, :, T - end :], False, scale, mask
                 )
                 out[:, :, start:end] = rows_out[..., :hd]

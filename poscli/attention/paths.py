@@ -4,6 +4,11 @@
 after the encoding has rotated q and k: the encoding's own attention (``replaces_attention``), the
 fused kernel (no bias), FlexAttention (CUDA), the memory-bounded fast paths (consecutive positions
 on CPU), or the blocked fallback. Shape legend: B batch, H heads, T length, hd head dimension.
+
+Every kernel keeps one contract, which ``causal_attention`` asserts on shapes and
+``tests/attention/`` checks on values for every path: q, k (B, H, T, hd or wider) and v (B, H,
+T, hd) in, (B, H, T, hd) out; row i a convex mix of v[..., :i + 1, :] (causal: no later key moves
+it); finite wherever the inputs are.
 """
 
 from __future__ import annotations
@@ -12,12 +17,12 @@ from torch import Tensor
 
 from poscli.attention import flex
 from poscli.attention.blockwise import (
-    blocked_biased_attention,
     fast_path_available,
     fused_causal_attention,
     relative_causal_attention,
 )
 from poscli.attention.distance_attention import distance_biased_attention
+from poscli.attention.fallback import blocked_biased_attention
 
 
 def fast_biased_attention(
@@ -52,6 +57,15 @@ def causal_attention(
     rotated), v (B, H, T, hd); positions (T,); consecutive: positions are i, i+1, ... (the fast paths
     need i - j); x (B, T, C): the layer's input, for an encoding that reads it; sink (H,): learned
     sink logits (``-A sinks=true``), which only the blocked path takes. -> (B, H, T, hd)."""
+    B, H, T, _ = v.shape
+    assert q.shape[:3] == k.shape[:3] == (B, H, T), f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    out = _one_kernel(q, k, v, encoding, positions, layer, consecutive, block, x, sink)
+    assert out.shape == v.shape, f"an attention kernel returned {tuple(out.shape)} for v {tuple(v.shape)}"
+    return out
+
+
+def _one_kernel(q, k, v, encoding, positions, layer: int, consecutive: bool, block: int, x, sink) -> Tensor:
+    """The kernel ``causal_attention`` runs, chosen in order (see the module's docstring)."""
     if encoding.replaces_attention:  # FoX, CoPE, stick-breaking, a per-layer schedule
         return encoding.attend(x, q, k, v, positions, layer)
     score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, layer)  # noqa: E731

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from poscli.attention.blockwise import blocked_biased_attention
+from poscli.attention.fallback import blocked_biased_attention
 from poscli.attention.paths import causal_attention
 from poscli.encodings import check_name, get, parse_option_pairs, register
 from poscli.encodings.base import PositionalEncoding

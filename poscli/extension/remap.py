@@ -26,7 +26,7 @@ which is what a key-value cache that re-numbers slots computes token by token.
 Each method is one file in ``poscli/extension/methods/`` (a ``RemapMethod``) with a ``plan(original_length,
 target, **options)`` that fills in the defaults and returns its ``Remap`` subclass; ``poscli extend RUN
 --method self-extend`` stores it in the run's ``model.remap`` and
-:func:`poscli.attention.blockwise.remapped_attention` computes it, memory bounded at any length.
+:func:`poscli.attention.remapped.remapped_attention` computes it, memory bounded at any length.
 """
 
 from __future__ import annotations

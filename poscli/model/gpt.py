@@ -18,11 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from poscli import encodings
-from poscli.attention.blockwise import (
-    remapped_attention,
-)
 from poscli.attention.data_dependent import working_dtype
 from poscli.attention.paths import causal_attention
+from poscli.attention.remapped import remapped_attention
 from poscli.config import AttentionOptions, ModelConfig
 from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError

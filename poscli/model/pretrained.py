@@ -216,11 +216,11 @@ def _turn(x, delta, inv_freq):
 def remapped_attention_function(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers' attention-interface signature: query (B, H, T, hd) and key, value (B, Hkv, T, hd),
     rotated by the model at positions 0..T-1 (a plain forward: no cache, no padding). Far keys are
-    turned to the remapping's positions and scored by ``poscli.attention.blockwise.remapped_attention``
+    turned to the remapping's positions and scored by ``poscli.attention.remapped.remapped_attention``
     (or the remapping's own attention: DCA, Ms-PoE). -> ((B, T, H, hd), None)."""
     import torch
 
-    from poscli.attention.blockwise import remapped_attention
+    from poscli.attention.remapped import remapped_attention
     from poscli.encodings.base import recorded_query_scale, recorded_remap, rotary_inv_freq
 
     B, H, T, hd = query.shape

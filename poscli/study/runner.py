@@ -11,7 +11,8 @@ from pathlib import Path
 
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.model import runs
-from poscli.study.recipes import Recipe, RecipeError, RecipeInterrupted, Step, load_recipe
+from poscli.study.plan import Recipe, RecipeError, RecipeInterrupted, Step
+from poscli.study.recipes import load_recipe
 from poscli.study.state import check_selection, check_state, write_sweep
 from poscli.study.summaries import write_summaries
 

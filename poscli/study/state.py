@@ -9,7 +9,8 @@ from pathlib import Path
 from poscli.core.lengths import parse_length
 from poscli.model import runs
 from poscli.study import ladder
-from poscli.study.recipes import Recipe, RecipeError, Step, describe_options, select_step
+from poscli.study.plan import Recipe, RecipeError, Step
+from poscli.study.recipes import describe_options, select_step
 from poscli.training.options import EVAL_OPTIONS, RUN_ONLY, TRAIN_OPTIONS, saved_value, train_defaults, wanted_value
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from poscli.evaluation import tasks
 from poscli.model import runs
 from poscli.study.by_size import by_size, by_size_markdown, plot_by_size
-from poscli.study.recipes import Recipe, RecipeError, Step, load_recipe, snapshot_steps
+from poscli.study.plan import Recipe, RecipeError, Step
+from poscli.study.recipes import load_recipe, snapshot_steps
 from poscli.study.state import write_sweep
 from poscli.training.options import EVAL_OPTIONS
 
@@ -89,11 +90,12 @@ def summarise(path: str | Path, results=None, sizes: str | None = None) -> list[
 
 def _verdicts(recipe: Recipe, table: str, studied: dict) -> list:
     """The table's declared claims, decided over its learned runs, each with when it was declared."""
+    from poscli.study import claim_values
     from poscli.study import claims as claim_module
 
     summary, rows, learned, _ = studied[table]
     info = recipe.tables[table]
-    values = claim_module.values_of(info, summary, rows, learned)
+    values = claim_values.values_of(info, summary, rows, learned)
     verdicts = []
     for claim in (c for c in recipe.claims if c.table == table):
         verdict = claim_module.decide(claim, info, values)

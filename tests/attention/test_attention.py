@@ -14,8 +14,9 @@ import torch
 
 import poscli.attention.paths
 from poscli import encodings
+from poscli.attention import bands, distance_attention
 from poscli.attention import blockwise as attention
-from poscli.attention import distance_attention
+from poscli.attention import fallback as portable
 from poscli.attention.paths import fast_biased_attention
 from poscli.model.gpt import GPT
 from tests.conftest import tiny_config
@@ -50,7 +51,7 @@ def fast(q, k, v, encoding, positions, block):
 
 def fallback(q, k, v, encoding, positions, block):
     score_bias = lambda q_block, q_pos, k_pos: encoding.score_bias(q_block, q_pos, k_pos, layer=1)  # noqa: E731
-    return attention.blocked_biased_attention(q, k, v, score_bias, positions, block)
+    return portable.blocked_biased_attention(q, k, v, score_bias, positions, block)
 
 
 @pytest.fixture(params=["dense-mask", "chunked-band"])
@@ -147,12 +148,12 @@ def test_model_takes_the_fast_path_only_for_consecutive_positions(pe, monkeypatc
 def test_band_skew_places_distance_d_on_the_dth_diagonal():
     rows, width = 5, 3
     band = torch.arange(rows * width, dtype=torch.float32).view(rows, width) + 1  # column c: distance W-1-c
-    tiles = attention._skew(band, rows + width - 1)  # (5, 7)
+    tiles = bands.skew(band, rows + width - 1)  # (5, 7)
     for r in range(rows):
         for c in range(rows + width - 1):
             expected = band[r, c - r] if 0 <= c - r < width else 0.0
             assert tiles[r, c] == expected
-    torch.testing.assert_close(attention._unskew(tiles, width), band)
+    torch.testing.assert_close(bands.unskew(tiles, width), band)
 
 
 def test_bf16_alibi_stays_within_plain_bf16_attentions_error_at_long_length():
@@ -197,7 +198,7 @@ def test_a_sliding_window_equals_the_textbook_formula_with_keys_w_or_more_positi
     alibi = encodings.build(tiny_config("alibi", n_head=2)).double()
     score_bias = lambda q_block, q_pos, k_pos: alibi.score_bias(q_block, q_pos, k_pos, 0)  # noqa: E731
     sink = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True) if with_sink else None
-    got = attention.blocked_biased_attention(q, k, v, score_bias, positions, 16, sink, window=window)
+    got = portable.blocked_biased_attention(q, k, v, score_bias, positions, 16, sink, window=window)
 
     distance = positions[:, None] - positions[None, :]  # (T, T)
     bias = alibi.score_bias(q, positions, positions, 0).masked_fill(distance >= window, float("-inf"))  # (H, T, T)
@@ -236,7 +237,7 @@ def test_blockwise_outputs_are_the_same_written_into_one_tensor_without_autograd
         return scores.masked_fill(~visible(query_rows, key_index), float("-inf")), carry
 
     paths = {
-        "blocked": lambda: attention.blocked_biased_attention(q, k, v, None, positions, 16, window=9),
+        "blocked": lambda: portable.blocked_biased_attention(q, k, v, None, positions, 16, window=9),
         "scanned": lambda: scanned_causal_attention(q, k, v, softmax_logits, normalize=True),
     }
     for name, path in paths.items():

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from poscli.data import corpus as data
-from poscli.data.corpus import load_corpus, near_duplicate_groups, shingle_hashes, stratified_split
+from poscli.data import duplicates
+from poscli.data.corpus import load_corpus, stratified_split
+from poscli.data.duplicates import near_duplicate_groups, shingle_hashes
 from poscli.errors import PoscliError
 from poscli.evaluation.evalset import MIN_SPANS, build_eval_set, null_stride, span_windows, truncated_windows
 from poscli.evaluation.evaluate import perplexity
@@ -229,30 +231,28 @@ def test_shingle_hashes_are_each_documents_sampled_shingles_hashed_byte_by_byte(
     """Against the definition, one shingle at a time in Python integers modulo 2^64: the sampled
     shingles of each document, none across a boundary, each (hash, document) once; hashed in
     blocks smaller than a document, so a shingle that starts in one block and ends in the next counts."""
-    from poscli.data import corpus
-
-    monkeypatch.setattr(corpus, "SHINGLE_BLOCK", 1000)
+    monkeypatch.setattr(duplicates, "SHINGLE_BLOCK", 1000)
     rng = np.random.default_rng(3)
     documents = [rng.integers(97, 100, size=int(n), dtype=np.uint8) for n in rng.integers(10, 2500, size=12)]
     documents[5] = np.tile(documents[4][:40], 30)  # repeats: one shingle many times in one document
     tokens = np.concatenate(documents)
     offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])]).astype(np.int64)
     multipliers = [
-        int(m) | 1 for m in np.random.default_rng(20231).integers(1, 2**62, size=corpus.SHINGLE, dtype=np.uint64)
+        int(m) | 1 for m in np.random.default_rng(20231).integers(1, 2**62, size=duplicates.SHINGLE, dtype=np.uint64)
     ]
     mask = 2**64 - 1
     expected = set()
     for d, document in enumerate(documents):
-        for start in range(len(document) - corpus.SHINGLE + 1):
+        for start in range(len(document) - duplicates.SHINGLE + 1):
             h = 0
-            for i, byte in enumerate(document[start : start + corpus.SHINGLE]):
+            for i, byte in enumerate(document[start : start + duplicates.SHINGLE]):
                 h = ((h * 1099511628211) & mask) ^ ((int(byte) * multipliers[i]) & mask)
             h ^= h >> 29
             h = (h * 0xBF58476D1CE4E5B9) & mask
             h ^= h >> 32
-            if h % corpus.SHINGLE_SAMPLE == 0:
+            if h % duplicates.SHINGLE_SAMPLE == 0:
                 expected.add((h, d))
-    hashes, owners = corpus.shingle_hashes(tokens, offsets)
+    hashes, owners = duplicates.shingle_hashes(tokens, offsets)
     assert list(zip(hashes.tolist(), owners.tolist(), strict=True)) == sorted(expected)
 
 

@@ -146,7 +146,8 @@ def test_one_module_outside_the_package_is_a_whole_new_task(small_corpus, tmp_pa
 
 
 def test_a_recipe_with_an_unknown_task_fails_before_anything_runs(tmp_path):
-    from poscli.study.recipes import RecipeError, load_recipe
+    from poscli.study.plan import RecipeError
+    from poscli.study.recipes import load_recipe
 
     recipe = tmp_path / "bad.toml"
     recipe.write_text(RECIPE.format(corpus="stdlib", task="bogus"))

@@ -248,6 +248,19 @@ def test_no_library_function_is_longer_than_80_lines():
     assert too_long == []
 
 
+LONGEST_MODULE = 500  # lines (issue 64's bar)
+
+
+def test_no_module_is_longer_than_500_lines():
+    """A module over 500 lines holds several jobs; each is split into rooms that say what they hold."""
+    too_long = sorted(
+        f"{path.relative_to(PACKAGE.parent)} ({count} lines)"
+        for path in PACKAGE.rglob("*.py")
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST_MODULE
+    )
+    assert too_long == []
+
+
 def test_the_tests_mirror_the_package():
     """tests/NAME/ holds the tests of poscli/NAME/ (a subpackage), tests/repository/ those of the
     repository as a whole (docs, README numbers, this file, benchmarks, the GPU check); no test

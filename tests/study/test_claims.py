@@ -12,9 +12,11 @@ import pytest
 from poscli.evaluation.seeds import seed_summary
 from poscli.evaluation.stats import holm, paired_t, welch_t
 from poscli.study import claims as claim_module
-from poscli.study.claims import Claim, decide, values_of
+from poscli.study.claim_values import values_of
+from poscli.study.claims import Claim, decide
 from poscli.study.gates import GateBounds, perplexity_gates
-from poscli.study.recipes import RecipeError, load_recipe
+from poscli.study.plan import RecipeError
+from poscli.study.recipes import load_recipe
 from poscli.study.summaries import recipe_claims
 from tests.study.test_recipes import GOOD, poscli, write
 

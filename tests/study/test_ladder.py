@@ -16,8 +16,10 @@ from poscli.evaluation.stats import welch_contrast, welch_t
 from poscli.model.gpt import GPT
 from poscli.study import ladder
 from poscli.study.by_size import across_sizes
-from poscli.study.claims import Claim, decide, values_of
-from poscli.study.recipes import RecipeError, load_recipe
+from poscli.study.claim_values import values_of
+from poscli.study.claims import Claim, decide
+from poscli.study.plan import RecipeError
+from poscli.study.recipes import load_recipe
 from tests.study.test_claims import info_of, summarised, tables
 from tests.study.test_recipes import REPO, poscli, write
 

@@ -17,9 +17,10 @@ from poscli.core.lengths import parse_length, parse_lengths
 from poscli.errors import PoscliError
 from poscli.evaluation.seeds import seed_summary
 from poscli.study.paired import extrapolation_class
+from poscli.study.plan import RecipeError
 from poscli.study.published import peng2023
 from poscli.study.published_press import press2022
-from poscli.study.recipes import RecipeError, load_recipe
+from poscli.study.recipes import load_recipe
 from poscli.study.runner import narrow
 from poscli.study.state import check_state
 from tests.conftest import poscli_in_process
@@ -957,7 +958,7 @@ def test_steps_stopped_by_a_signal_in_their_processes_interrupt_the_recipe_not_f
     its checkpoint saved) makes the recipe interrupted, with the command that continues it, even
     where this process did not get the signal itself (started in the background, SIGINT ignored);
     a step that failed otherwise is a failure."""
-    from poscli.study import recipes, sweep
+    from poscli.study import plan, recipes, sweep
     from poscli.study import runner as recipe_runner
 
     recipe = recipes.load_recipe(write(tmp_path, TINY.format(corpus=tmp_path)))
@@ -975,7 +976,7 @@ def test_steps_stopped_by_a_signal_in_their_processes_interrupt_the_recipe_not_f
         monkeypatch.setattr(sweep, "run_commands", exiting)
         with pytest.raises(PoscliError, match=expected) as raised:
             runner.phase(steps, 2, "train")
-        assert isinstance(raised.value, recipes.RecipeInterrupted) == ("interrupted" in expected)
+        assert isinstance(raised.value, plan.RecipeInterrupted) == ("interrupted" in expected)
 
 
 def test_a_chain_runs_its_steps_in_turn_and_stops_at_the_first_that_fails(tmp_path, monkeypatch, capsys):
@@ -1005,7 +1006,7 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
     """The pool gets one command per run (its steps in order); each step a chain logs as finished
     advances the recipe's progress as it comes, and the chain's end by the steps it did not report;
     a chain stopped by a signal interrupts the recipe."""
-    from poscli.study import recipes, sweep
+    from poscli.study import plan, recipes, sweep
     from poscli.study import runner as recipe_runner
 
     recipe = recipes.load_recipe(write(tmp_path, TINY.format(corpus=tmp_path)))
@@ -1045,7 +1046,7 @@ def test_chains_are_one_process_per_run_and_a_finished_one_completes_its_steps(t
         assert len({name for name, _ in chain}) == len(chain), "each step of a chain has a log of its own"
     assert max(len(chain) for _, chain in chains) > 1  # a run with evaluations after it
     stopped = True
-    with pytest.raises(recipes.RecipeInterrupted):
+    with pytest.raises(plan.RecipeInterrupted):
         runner.chains(chains, 2)
 
 

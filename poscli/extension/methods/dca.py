@@ -38,7 +38,7 @@ class DCAPlan(Remap):
     def attend(self, rotate_q, rotate_k, v, positions, consecutive: bool, max_block: int):
         """rotate_q(positions) / rotate_k(positions): the encoding's rotation of this layer's queries
         / keys at per-token positions (T,). -> (B, H, T, hd)."""
-        from poscli.attention.blockwise import dual_chunk_attention
+        from poscli.attention.remapped import dual_chunk_attention
 
         if not consecutive or (len(positions) and int(positions[0]) % self.window):
             raise PoscliError("--method dca needs the positions 0, 1, 2, ... of a plain forward pass")
