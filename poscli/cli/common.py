@@ -106,7 +106,13 @@ COMPLETIONS = {
 
 
 def _registry_names(which: str) -> str:
-    """The names a help line's {encodings}, {methods} or {tasks} stands for."""
+    """What a help line's {encodings}, {methods}, {tasks} or {sources} stands for: the registry's names
+    (a corpus source by the form a value takes, e.g. hf:NAME[:CONFIG])."""
+    if which == "sources":
+        from poscli.data.sources import members
+
+        sources: list[Any] = members()  # Source classes
+        return ", ".join((source.form or source.name.replace("-", " ")).strip("'") for source in sources)
     if which == "encodings":
         from poscli.encodings import names
     elif which == "methods":
@@ -137,7 +143,7 @@ def typer_option(option: Option) -> Any:
     flag = "--" + option.name.replace("_", "-")
     flags = option.flags or ((f"{flag}/--no-{flag[2:]}",) if option.kind is bool else (flag,))
     help_text = option.help
-    for which in ("encodings", "methods", "tasks"):
+    for which in ("encodings", "methods", "tasks", "sources"):
         if "{" + which + "}" in help_text:
             help_text = help_text.replace("{" + which + "}", _registry_names(which))
     return typer.Option(

