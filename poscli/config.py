@@ -302,11 +302,6 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--dtype {self.dtype!r} is not supported; choose {' or '.join(DTYPES)}")
         if self.answer_loss < 0:
             raise PoscliError(f"--answer-loss must be 0 (off) or a positive weight, got {self.answer_loss}")
-        from poscli.data.passkey import PASSKEY_LENGTHS, check_format
-
-        check_format(self.passkey_template, self.passkey_keys)
-        if self.passkey_lengths not in PASSKEY_LENGTHS:
-            raise PoscliError(f"--passkey-lengths {self.passkey_lengths!r} is not one of {', '.join(PASSKEY_LENGTHS)}")
         if self.random_positions < 0:
             raise PoscliError(f"--random-positions must be 0 (off) or a length, got {self.random_positions}")
         if sum(bool(x) for x in (self.pose, self.random_positions, self.cream)) > 1:
@@ -321,12 +316,6 @@ class TrainConfig(FlatConfig):
             raise PoscliError(f"--pose-chunks must be at least 1, got {self.pose_chunks}")
         if not (0 < self.heldout_fraction < 0.5):
             raise PoscliError(f"the held-out fraction must be between 0 and 0.5, got {self.heldout_fraction}")
-        from poscli.data.corpus import parse_split
-        from poscli.data.tokenizer import parse_spec
-
-        parse_spec(self.tokenizer)
-        parse_split(self.split)
-        self.row_options().validate()
 
     def snapshot_steps(self) -> list[int]:
         """The steps ``snapshots`` names (fractions of ``steps``, rounded; the last step is the run itself)."""
@@ -341,15 +330,3 @@ class TrainConfig(FlatConfig):
                 f"--snapshots {self.snapshots!r}: give fractions of --steps between 0 and 1, e.g. --snapshots 0.25,0.5"
             )
         return sorted({max(1, round(f * self.steps)) for f in fractions} - {self.steps})
-
-    def row_options(self):
-        """How a dataset's rows become documents (``poscli.data.sources.base.RowOptions``)."""
-        from poscli.data.sources.base import RowOptions
-
-        return RowOptions(
-            split=self.data_split,
-            text_column=self.text_column,
-            join_rows=self.join_rows,
-            streaming=self.streaming,
-            max_bytes=self.max_data_bytes,
-        )

@@ -111,7 +111,7 @@ def plot_table_command(
     results: Results = None,
 ):
     """Figures of some runs of a table (the 3-gram row kept): RESULTS/NAME.png and its companions."""
-    from poscli.evaluation.plots import draw_subset
+    from poscli.evaluation.tasks import draw_subset
     from poscli.model.runs import check_table_name, results_dir
 
     written = draw_subset(results_dir(results), table, runs, check_table_name(name or f"{table}-subset"))

@@ -39,6 +39,7 @@ import numpy as np
 
 from poscli.core.io import atomic_write, cache_dir  # noqa: F401 (cache_dir re-exported)
 from poscli.data.duplicates import heldout_shingle_overlap, near_duplicate_groups, shingle_hashes
+from poscli.data.sources.base import RowOptions
 from poscli.data.tokens import VOCAB_SIZE, decode, encode  # noqa: F401 (re-exported)
 from poscli.errors import PoscliError
 
@@ -300,7 +301,7 @@ class CorpusOptions:
 
     @classmethod
     def of(cls, train_config) -> CorpusOptions:
-        return cls(split=train_config.split, rows=train_config.row_options(), heldout_split=train_config.heldout_split)
+        return cls(split=train_config.split, rows=RowOptions.of(train_config), heldout_split=train_config.heldout_split)
 
 
 def _cached_documents(spec: str, rows=None):
@@ -352,7 +353,7 @@ def _check_rows_apply(spec: str, options: CorpusOptions) -> None:
     """The dataset options given for a corpus that is not a dataset (the built-in corpus, text files)
     are refused, not ignored: --data-split, --text-column, --join-rows, --streaming, --heldout-split."""
     from poscli.data import sources
-    from poscli.data.sources.base import DatasetSource, RowOptions
+    from poscli.data.sources.base import DatasetSource
 
     rows, plain = options.rows or RowOptions(), RowOptions()
     given = [

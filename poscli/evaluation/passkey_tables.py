@@ -45,10 +45,9 @@ def save_rows(rows: list[dict], results=None, table: str = "passkey") -> None:
 
 
 def write_passkey_tables(rows: list[dict], results=None, table: str = "passkey") -> list:
-    """Merge into RESULTS/TABLE.csv, write the accuracy-versus-length table RESULTS/TABLE.md and
-    one heatmap per run, RESULTS/TABLE-RUN.png."""
+    """Merge into RESULTS/TABLE.csv and write the accuracy-versus-length table RESULTS/TABLE.md (the
+    task draws the heatmaps: ``poscli.evaluation.tasks.draw_plots``)."""
     from poscli.core.io import atomic_write, locked
-    from poscli.evaluation.plots import draw_plots
     from poscli.model import runs
 
     folder = runs.results_dir(results)
@@ -57,7 +56,7 @@ def write_passkey_tables(rows: list[dict], results=None, table: str = "passkey")
         combined = merge_rows(folder / f"{table}.csv", rows, PASSKEY_COLUMNS, ["run", "keys", "length", "depth"])
         with atomic_write(folder / f"{table}.md") as handle:
             handle.write(passkey_markdown(combined))
-        return [folder / f"{table}.csv", folder / f"{table}.md", *draw_plots(folder, table)]
+        return [folder / f"{table}.csv", folder / f"{table}.md"]
 
 
 def passkey_markdown(table) -> str:

@@ -123,8 +123,6 @@ def write_tables(
     A row replaces an earlier one for the same run, corpus, protocol, mode and length; other
     rows are kept.
     """
-    from poscli.evaluation.plots import draw_plots
-
     folder = runs.results_dir(results)
     folder.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = folder / f"{table}.csv", folder / f"{table}.md"
@@ -147,7 +145,7 @@ def write_tables(
         positions = pd.read_csv(positions_path) if positions_path.exists() else None
         with atomic_write(md_path) as handle:
             handle.write(markdown_pivot(combined) + "\n" + "\n".join(budget_markdown(combined, positions)))
-        return [*written, md_path] + draw_plots(folder, table)
+        return [*written, md_path]
 
 
 def describe_set(first, protocol: str, mode: str) -> str:

@@ -13,7 +13,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from poscli.core.io import atomic_write  # noqa: E402
-from poscli.evaluation.tables import read_table  # noqa: E402
 
 
 def _save(figure, path: Path) -> Path:
@@ -328,20 +327,6 @@ def plot_decay(result: dict, path: Path, dim: int, base: float, pairs: int) -> P
     return _save(figure, path)
 
 
-def draw_plots(folder: Path, table: str) -> list[Path]:
-    """Every plot of the results table ``table``, drawn from its CSV files in ``folder`` by the task
-    that wrote it (``poscli.evaluation.tasks``). Used after each evaluation and again by ``poscli report``."""
-
-    from poscli.evaluation import tasks
-
-    csv_path = folder / f"{table}.csv"
-    if not csv_path.exists():
-        return []
-    data = read_table(csv_path)
-    task = tasks.owner(data)
-    return task.plots(data, folder, table) if task is not None else []
-
-
 def heatmap_parts(data, table: str) -> list[tuple[str, object]]:
     """A passkey table's heatmaps: (file name, rows) per run, TABLE-RUN.png, and per number of
     keys when a run was scored with more than one (TABLE-RUN-Kkeys.png for K > 1)."""
@@ -394,24 +379,3 @@ def plot_loss(curves: dict[str, dict], path: Path, facet: bool = False) -> Path:
         axes.set_visible(False)
     figure.suptitle("training loss (logged batches), held-out loss at the train length", fontsize=10)
     return _save(figure, path)
-
-
-def draw_subset(folder: Path, table: str, patterns: list[str], name: str) -> list[Path]:
-    """The plots of the runs of ``table`` whose names match one of ``patterns`` (shell patterns, e.g.
-    ``tstl-rope-*``; the 3-gram row kept), drawn as the table's task draws them, under the name
-    ``name`` in ``folder``: a figure of some runs of a table that has many."""
-    import fnmatch
-
-    from poscli.errors import PoscliError
-    from poscli.evaluation import tasks
-
-    csv_path = folder / f"{table}.csv"
-    if not csv_path.exists():
-        raise PoscliError(f"no table {table!r} in {folder} (no {csv_path.name}); poscli report lists the tables")
-    data = read_table(csv_path)
-    chosen = data["run"].astype(str).map(lambda run: any(fnmatch.fnmatchcase(run, p) for p in patterns))
-    if not chosen.any():
-        raise PoscliError(f"--runs {' '.join(patterns)} matches no run of {table}; it has {data['run'].nunique()} runs")
-    kept = chosen | (data["pe"] == "reference") if "pe" in data.columns else chosen
-    task = tasks.owner(data)
-    return task.plots(data[kept], folder, name) if task is not None else []

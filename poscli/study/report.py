@@ -114,7 +114,7 @@ def write_report(results=None) -> Path:
         for p in folder.glob("*.csv")
         if not p.stem.endswith(("_by_position", "_spans", SEEDS_SUFFIX)) and p.stem != "decay"
     )
-    from poscli.evaluation.plots import draw_plots
+    from poscli.evaluation.tasks import draw_plots
 
     for table in tables:
         draw_plots(folder, table)  # the figures always match the tables they are shown with

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, TypeVar
 
 from poscli.config import AttentionOptions, ModelConfig, TrainConfig
+from poscli.data.checks import check_data_settings
 from poscli.errors import PoscliError
 from poscli.training.requests import Option, declared_options
 from poscli.training.requests.evaluate import EvalRequest
@@ -232,6 +233,7 @@ def train_plan(train: TrainRequest) -> tuple[list[str], ModelConfig, TrainConfig
     }
     train_config = TrainConfig(**train)
     train_config.validate()
+    check_data_settings(train_config)
     from poscli.training.loggers import check_logger
 
     check_logger(train_config.logger)  # its package installed, before any run starts

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from poscli import encodings
 from poscli.config import ModelConfig, TrainConfig
+from poscli.data.checks import check_data_settings
 from poscli.data.corpus import CorpusOptions, load_corpus
 from poscli.data.tokenizer import run_tokenizer
 from poscli.errors import Answer, PoscliError
@@ -63,6 +64,7 @@ def resume(
         train_config = TrainConfig.from_dict({**train_config.to_dict(), **changed})
         config["train"] = train_config.to_dict()  # the loop reads it: how the rest of the run runs
         train_config.validate(min_steps=0)
+        check_data_settings(train_config)
     fresh = not (run / runs.CHECKPOINT_FILE).exists() and config.get("parent") is None
     checkpoint = None if fresh else runs.load_checkpoint(run)  # a damaged file fails before anything loads
     check_batch(group, train_config.batch_size, train_config.accumulate)

@@ -25,6 +25,7 @@ from poscli import encodings
 from poscli.config import ModelConfig, TrainConfig
 from poscli.core.device import autocast, compile_model, select_device
 from poscli.core.provenance import environment
+from poscli.data.checks import check_data_settings
 from poscli.data.corpus import Corpus, CorpusOptions, absolute_spec, load_corpus
 from poscli.data.prepared import PreparedCorpus
 from poscli.errors import PoscliError
@@ -172,6 +173,7 @@ def train(
     group = group_from_environment()
     model_config.validate()
     train_config.validate(min_steps=0 if initial_weights is not None else 1)
+    check_data_settings(train_config)
     check_batch(group, train_config.batch_size, train_config.accumulate)
     name = name or encodings.run_name_base(model_config.pe)
     runs.check_name(name)

@@ -110,6 +110,24 @@ def test_the_layers_are_the_designed_order():
     assert LAYERS.index("poscli.evaluation") < LAYERS.index("poscli.training") < LAYERS.index("poscli.study")
 
 
+def test_the_evaluation_modules_below_the_task_registry_import_only_its_protocol():
+    """poscli/evaluation/*.py (scoring, tables, plots) sit below the --task registry whose members use
+    them: they import the Task protocol at most (AlgorithmicTask extends it), never the registry."""
+    offenders = sorted(
+        f"{m} -> {t}"
+        for m, targets in imports().items()
+        if m.startswith("poscli.evaluation.") and not m.startswith("poscli.evaluation.tasks")
+        for t in targets
+        if t.startswith("poscli.evaluation.tasks") and t != "poscli.evaluation.tasks.base"
+    )
+    assert offenders == []
+
+
+def test_the_config_validates_its_own_fields_without_the_data_layer():
+    """Checks that need data (tokenizer, split, passkey format, dataset rows) live in poscli.data.checks."""
+    assert not any(t.startswith("poscli.data") for t in imports()["poscli.config"])
+
+
 def test_the_model_imports_no_extension_method():
     """The model asks its encoding for what an extension recorded (remap, query scaling), never a method."""
     offenders = sorted(

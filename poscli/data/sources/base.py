@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from poscli.errors import EnvironmentFailure, PoscliError
 
@@ -52,6 +52,18 @@ class RowOptions:
             raise PoscliError(
                 f"--max-data-bytes {self.max_bytes}: give a positive number of bytes, e.g. --max-data-bytes 100M"
             )
+
+    @classmethod
+    def of(cls, config: Any) -> RowOptions:
+        """A training config's row options (its --data-split, --text-column, --join-rows, --streaming
+        and --max-data-bytes; the config, a layer above, is read by its field names)."""
+        return cls(
+            split=config.data_split,
+            text_column=config.text_column,
+            join_rows=config.join_rows,
+            streaming=config.streaming,
+            max_bytes=config.max_data_bytes,
+        )
 
     def key(self) -> list:
         """What of these options changes the documents (streaming reads the same rows)."""

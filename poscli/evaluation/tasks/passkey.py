@@ -39,8 +39,11 @@ class Passkey(Task):
 
     def write(self, result, options: dict[str, Any], results, table: str):
         from poscli.evaluation.passkey_tables import console_table, write_passkey_tables
+        from poscli.evaluation.tasks import draw_plots
+        from poscli.model import runs
 
-        return write_passkey_tables(result, results, table), console_table(result, options["trials"])
+        written = write_passkey_tables(result, results, table) + draw_plots(runs.results_dir(results), table)
+        return written, console_table(result, options["trials"])
 
     def owns(self, data) -> bool:
         return {"accuracy", "depth", "digit_accuracy"} <= set(data.columns)

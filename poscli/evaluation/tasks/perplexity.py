@@ -42,8 +42,11 @@ class Perplexity(Task):
 
     def write(self, result, options: dict[str, Any], results, table: str):
         from poscli.evaluation.perplexity_tables import console_table, write_tables
+        from poscli.evaluation.tasks import draw_plots
+        from poscli.model import runs
 
         written = write_tables(result, results, table)
+        written += draw_plots(runs.results_dir(results), table)
         return written, console_table(result["rows"], options["protocol"], options["stride"])
 
     def owns(self, data) -> bool:
