@@ -29,6 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from poscli.core.io import atomic_write
+from poscli.data import sources
+from poscli.data import tokenizer as tokenizers
+from poscli.data.tokenizer import ByteTokenizer, load_file, token_dtype
 from poscli.errors import PoscliError
 
 FORMAT = 1
@@ -41,7 +44,6 @@ CHUNK_BYTES = 1 << 20  # a text file longer than this is cut at line ends into d
 def source_documents(spec: str, rows=None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
     """The documents of a corpus, one at a time, from its source (``poscli.data.sources``): a long
     text file cut at line ends into documents of about ``chunk_bytes``; ``rows``: a ``RowOptions``."""
-    from poscli.data import sources
 
     yield from sources.resolve(spec, rows).documents(chunk_bytes)
 
@@ -138,7 +140,6 @@ class PreparedCorpus:
 
     def load_tokenizer(self):
         """The tokenizer the corpus was prepared with."""
-        from poscli.data.tokenizer import ByteTokenizer, load_file
 
         if self.meta["tokenizer"] == "bytes":
             return ByteTokenizer()
@@ -169,7 +170,6 @@ def check_request(out: Path, fraction: float) -> None:
 def choose_tokenizer(spec: str, source: str, rows, fraction: float, sample_bytes: int):
     """The tokenizer ``spec`` names (bytes, bpe:N, a tokenizer.json); a BPE is trained on the first
     ``sample_bytes`` characters of training text (held-out documents, by their hash, skipped)."""
-    from poscli.data import tokenizer as tokenizers
 
     kind, size = tokenizers.parse_spec(spec)
     if kind == "bytes":
@@ -245,7 +245,6 @@ def prepare(
     ``progress(documents_done, bytes_done)`` is called after each batch."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    from poscli.data.tokenizer import token_dtype
 
     dtype = token_dtype(tokenizer.vocab_size)
     partial = {name: out / f"{name}.bin.partial" for name in ("train", "heldout")}

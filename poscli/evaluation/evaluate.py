@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from poscli.config import TrainConfig
+from poscli.core.device import compile_model, select_device
 from poscli.data.corpus import Corpus, CorpusOptions, absolute_spec, load_corpus
 from poscli.data.prepared import TokenFile
 from poscli.data.tokenizer import run_tokenizer
@@ -30,8 +31,10 @@ from poscli.errors import NotApplicable, PoscliError
 from poscli.evaluation.by_position import loss_by_position, position_curve
 from poscli.evaluation.evalset import EvalSet, build_eval_set, check_split, default_lengths, mode_name
 from poscli.evaluation.perplexity_tables import TABLE_KEY
+from poscli.evaluation.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
 from poscli.evaluation.stats import bootstrap_perplexity, interval
-from poscli.model import runs
+from poscli.model import pretrained, runs
+from poscli.model.pretrained import check_memory
 
 EVAL_BATCH_TOKENS = 16384
 # Logits (windows x tokens x vocabulary) of one forward, 0.25 GiB in float32: a pretrained model's
@@ -252,7 +255,6 @@ def run_parts(name: str, results):
     """A run's folder, config, tokenizer and training config; for ``hf:NAME`` (a pretrained
     transformers model) no folder, its config and tokenizer, and the default training config
     (whose corpus and held-out fraction it is evaluated on unless --data)."""
-    from poscli.model import pretrained
 
     if pretrained.is_pretrained(name):
         return None, pretrained.pretrained_config(name), pretrained.pretrained_tokenizer(name), TrainConfig()
@@ -265,7 +267,6 @@ def run_parts(name: str, results):
 def load_any(name: str, results, device: str, tokenizer=None):
     """A run's model (``runs.load_model``), or an ``hf:`` model's (``poscli.model.pretrained``; ``tokenizer``:
     its tokenizer, when the caller read it already), and its config."""
-    from poscli.model import pretrained
 
     if pretrained.is_pretrained(name):
         return pretrained.load_pretrained(name, device, tokenizer)
@@ -342,7 +343,6 @@ def evaluate_runs(
     longer than a run's train length, the truncation null (mode ``truncated-C``, C = ``null_context``):
     the same targets and cold starts with the context cut to the train length.
     """
-    from poscli.core.device import compile_model, select_device
 
     if stride is not None and stride < 1:
         raise PoscliError(f"--stride must be at least 1, got {stride}")
@@ -352,8 +352,6 @@ def evaluate_runs(
     plans, span_lengths, homes = _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, corpora)
     for plan in plans:  # a pretrained model's longest window must fit: refused now, in one line
         if plan.folder is None:
-            from poscli.model.pretrained import check_memory
-
             longest = max(plan.lengths)
             windows = eval_batch_size(longest, plan.config["model"]["vocab_size"])
             report = progress.console.print if progress else None
@@ -438,7 +436,6 @@ def _reference_rows(collected: _Rows, eval_sets: dict, plans: list[_Plan], homes
     asked of it, fitted on the bytes of the train split of the set's runs' corpus: on a byte-level
     set over its tokens, on a set in another tokenizer (a BPE run, an hf: model) over the same text's
     bytes (``_byte_losses``)."""
-    from poscli.evaluation.reference import REFERENCE_LABEL, REFERENCE_RUN, NGram
 
     for key, eval_set in eval_sets.items():
         tokenizer = corpora.tokenizers[key.fingerprint]

@@ -5,13 +5,16 @@ each length, with intervals over seeds and the evaluation sample, and the markdo
 from __future__ import annotations
 
 from poscli.core.lengths import parse_length
+from poscli.evaluation.evalset import mode_name
+from poscli.evaluation.reference import REFERENCE_RUN
+from poscli.evaluation.stats import bootstrap_perplexity, interval
+from poscli.evaluation.tables import format_interval, format_ppl, pivot_markdown
 
 SEEDS_SUFFIX = "-seeds"  # TABLE-seeds.csv / .md / .png: mean and spread over seeds (poscli run)
 
 
 def table_mode(stride) -> str:
     """A perplexity table's mode for a stride as a recipe writes it (``"1k"``, or None)."""
-    from poscli.evaluation.evalset import mode_name
 
     return mode_name(None if stride is None else parse_length(str(stride), "--stride"))
 
@@ -41,9 +44,6 @@ def seed_summary(
     (``poscli.study.paired.seed_log_ratios``)."""
     import numpy as np
     import pandas as pd
-
-    from poscli.evaluation.reference import REFERENCE_RUN
-    from poscli.evaluation.stats import interval
 
     mode = mode or table_mode(stride)
     keep = (rows["mode"] == mode) & (rows["protocol"] == protocol if "protocol" in rows.columns else True)
@@ -129,7 +129,6 @@ def _cell_record(group: str, part, cell, train_length: int, length: int) -> dict
 def _span_samples(spans, cell, length: int):
     """The two-level bootstrap of one cell from its runs' span losses: (resamples, runs, each run's
     mean loss), or None when a run's spans are missing."""
-    from poscli.evaluation.stats import bootstrap_perplexity
 
     mine = spans[spans["run"].isin(list(cell["run"])) & (spans["length"] == length)]
     matrix = mine.pivot_table(index="run", columns="span", values="loss", aggfunc="sum")
@@ -143,7 +142,6 @@ def _span_samples(spans, cell, length: int):
 
 def _add_ratios(records: list[dict], samples: dict, base_length: int) -> None:
     """Each length's mean over the base length's, with the paired interval of the resampled ratio."""
-    from poscli.evaluation.stats import interval
 
     base = next(r["mean"] for r in records if r["length"] == base_length)
     for record in records:
@@ -155,7 +153,6 @@ def _add_ratios(records: list[dict], samples: dict, base_length: int) -> None:
 
 
 def seed_markdown(summary) -> str:
-    from poscli.evaluation.tables import format_interval, format_ppl, pivot_markdown
 
     scored = summary[summary["tokens"] > 0]
     first = scored.iloc[0] if len(scored) else None

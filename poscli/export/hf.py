@@ -28,7 +28,10 @@ from pathlib import Path
 import torch
 
 from poscli import encodings
+from poscli.config import ModelConfig
 from poscli.core.io import atomic_write
+from poscli.data import tokenizer as tokenizers
+from poscli.data.tokenizer import bytes_to_unicode
 from poscli.errors import NotApplicable, PoscliError
 from poscli.model import runs
 
@@ -146,7 +149,6 @@ ARCHITECTURES = {
 
 def exportable_encodings() -> list[str]:
     """Built-in encodings a transformers architecture expresses (at their default options)."""
-    from poscli.config import ModelConfig
 
     def expressed(name: str) -> bool:
         try:
@@ -246,8 +248,6 @@ def _write_tokenizer(run: Path, config: dict, folder: Path, layout: dict) -> int
     byte as its BOS, EOS and padding token. Returns that token's id (None: not in the vocabulary)."""
     from tokenizers import Tokenizer
 
-    from poscli.data import tokenizer as tokenizers
-
     spec = config["train"].get("tokenizer", "bytes")
     if spec == "bytes":
         byte_level_tokenizer().save(str(folder / tokenizers.TOKENIZER_FILE))
@@ -273,8 +273,6 @@ def byte_level_tokenizer():
     """A ``tokenizers.Tokenizer`` whose ids are UTF-8 bytes, as poscli's byte runs read text: a
     byte-level BPE with GPT-2's byte-to-character table, every byte its own token, no merges."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    from poscli.data.tokenizer import bytes_to_unicode
 
     vocab = {char: byte for byte, char in bytes_to_unicode().items()}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))

@@ -41,7 +41,7 @@ from typing import NoReturn
 
 from poscli.core.lengths import parse_length
 from poscli.errors import PoscliError
-from poscli.evaluation.stats import ALPHA
+from poscli.evaluation.stats import ALPHA, holm, t_quantile, t_sf, welch_contrast
 
 NULL, BASE = "null", "base"  # against: the group's own truncation null; the base an extension was made from
 DIRECTIONS = ("less", "greater", "no-worse")
@@ -315,7 +315,6 @@ def is_paired(claim: Claim, info: dict) -> bool:
 def decide(claim: Claim, info: dict, values) -> Verdict:
     """The claim's verdict from ``values(claim, length) -> (compare's, against's)``: two dicts seed
     key -> value over learned runs (None where the two were not scored on the same spans)."""
-    from poscli.evaluation.stats import holm
 
     metric = "perplexity" if info["kind"] == "perplexity" else "accuracy"
     verdict = Verdict(claim, metric, parameters=info.get("parameters", {}).get(claim.compare, math.nan))
@@ -339,8 +338,6 @@ def _test(text: str, paired: bool, pairs: list, verdict: Verdict) -> Test:
     effect between them, a Welch contrast of the two rungs' paired differences or of four groups.
     For a no-worse claim its p is of the margin (the effect equal to it), else of no difference."""
     import numpy as np
-
-    from poscli.evaluation.stats import t_quantile, t_sf, welch_contrast
 
     nan = math.nan
     if any(pair is None for pair in pairs):

@@ -31,10 +31,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from poscli import encodings
+from poscli.config import ModelConfig, TrainConfig
+from poscli.core.device import select_device
 from poscli.core.io import atomic_write
+from poscli.data.corpus import CorpusOptions, load_corpus
+from poscli.data.passkey import training_sequence
+from poscli.data.tokenizer import run_tokenizer
+from poscli.encodings.rope import RopeOptions
 from poscli.errors import PoscliError
 from poscli.extension import methods, scaling
 from poscli.model import runs
+from poscli.model.gpt import GPT
 from poscli.training.options import check_positive, check_score
 
 
@@ -80,9 +88,6 @@ class Fitness:
     def __init__(
         self, folder: Path, target: int, windows: int, seed: int, device: torch.device, score: str = "perplexity"
     ):
-        from poscli import encodings
-        from poscli.config import ModelConfig
-        from poscli.encodings.rope import RopeOptions
 
         config = runs.read_config(folder)
         model = config["model"]
@@ -109,8 +114,6 @@ class Fitness:
 
     @torch.inference_mode()
     def __call__(self, long_factor: np.ndarray) -> float:
-        from poscli.config import ModelConfig
-        from poscli.model.gpt import GPT
 
         rescaled = {
             "method": "longrope",
@@ -131,9 +134,6 @@ class Fitness:
 def training_windows(folder: Path, config: dict, target: int, windows: int, seed: int, device) -> torch.Tensor:
     """``windows`` windows of ``target + 1`` tokens drawn (seeded) from the run's *training* split, so a
     search never sees the held-out text the evaluation scores. -> (windows, target + 1) int64."""
-    from poscli.config import TrainConfig
-    from poscli.data.corpus import CorpusOptions, load_corpus
-    from poscli.data.tokenizer import run_tokenizer
 
     train = TrainConfig.from_dict(config["train"])
     corpus = load_corpus(train.data, train.heldout_fraction, CorpusOptions.of(train)).tokenized(
@@ -156,10 +156,6 @@ def needle_prompts(folder: Path, config: dict, target: int, count: int, seed: in
     answer, and the input position whose prediction is the answer's first token. -> (count, target + 1),
     [count] (LongRoPE2's needle-driven perplexity scores only those answer tokens)."""
     import random
-
-    from poscli.config import TrainConfig
-    from poscli.data.passkey import training_sequence
-    from poscli.data.tokenizer import run_tokenizer
 
     tokenizer = run_tokenizer(TrainConfig.from_dict(config["train"]).tokenizer, folder)
     rng = random.Random(seed + 7919)  # not the evaluation's passkey seeds
@@ -192,7 +188,6 @@ def split_loss(model, batch: torch.Tensor, scored_from: list[int]) -> float:
 def search_factors(settings: SearchSettings, out: Path, results=None, device: str = "auto", progress=None) -> dict:
     """Run (or resume) the search; writes ``out`` (the factors JSON) and ``out``.search.json (the
     state and trajectory) after every generation. Returns the state."""
-    from poscli.core.device import select_device
 
     settings.check()
     folder = runs.find_run(settings.run, results)

@@ -18,6 +18,7 @@ import math
 import torch
 
 from poscli.config import OPTIMIZERS, TrainConfig  # noqa: F401 (OPTIMIZERS: the choices, declared beside the config)
+from poscli.errors import PoscliError
 
 
 def adamw(parameters: list[torch.nn.Parameter], config: TrainConfig) -> torch.optim.AdamW:
@@ -146,8 +147,6 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig):
     """The optimizer ``config.optimizer`` names, over every parameter of ``model``."""
     if config.optimizer == "muon":
         if not hasattr(torch.optim, "Muon"):
-            from poscli.errors import PoscliError
-
             raise PoscliError(
                 f"--optimizer muon needs torch.optim.Muon (torch 2.9 or newer; this is {torch.__version__}); "
                 "use --optimizer adamw or upgrade torch"

@@ -19,6 +19,7 @@ from poscli.data.tokens import encode
 from poscli.errors import PoscliError
 from poscli.evaluation import tasks
 from poscli.evaluation.algorithmic import AlgorithmicTask, parse_sizes
+from poscli.evaluation.stats import wilson_interval
 
 LONGEST_SAMPLE = 256  # instances drawn at the largest size to find the longest one
 
@@ -138,7 +139,6 @@ def task_accuracy(task: AlgorithmicTask, sizes, model, device, trials: int = 50,
     """Exact match pooled over ``sizes`` (``trials`` instances each, the evaluation's, at the
     evaluation's positions: ``scheme``, the run's training position scheme), with its Wilson
     interval: what a run that trained on the task records as ``task_accuracy``."""
-    from poscli.evaluation.stats import wilson_interval
 
     exact = np.concatenate(
         [task.exact_match(model, task.examples(size, trials), size, device, scheme=scheme)[0] for size in sizes]

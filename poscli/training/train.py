@@ -25,6 +25,7 @@ from poscli import encodings
 from poscli.config import ModelConfig, TrainConfig
 from poscli.core.device import autocast, compile_model, select_device
 from poscli.core.provenance import environment
+from poscli.data import tokenizer as tokenizers
 from poscli.data.checks import check_data_settings
 from poscli.data.corpus import Corpus, CorpusOptions, absolute_spec, load_corpus
 from poscli.data.prepared import PreparedCorpus
@@ -36,6 +37,7 @@ from poscli.training import loggers
 from poscli.training.batches import check_corpus_fits, micro_batches, next_batch, token_stream
 from poscli.training.distributed import Group, check_batch, data_parallel_loss, group_from_environment
 from poscli.training.distributed import start as start_group
+from poscli.training.memory import training_memory
 from poscli.training.metrics import HeldoutCurve, RunLog
 from poscli.training.optim import make_optimizer, set_learning_rate
 from poscli.training.stopping import StopRequest, TrainingInterrupted, stopping_now
@@ -127,7 +129,6 @@ def training_step(
 def resolve_tokenizer(train_config: TrainConfig, corpus, parent: Path | None = None):
     """A new run's tokenizer: its parent's (an extension), a prepared corpus' own, bytes, a BPE
     trained now on the corpus' training documents (``bpe:N``), or a tokenizer.json (a path)."""
-    from poscli.data import tokenizer as tokenizers
 
     if parent is not None:
         return tokenizers.run_tokenizer(train_config.tokenizer, parent)
@@ -211,7 +212,6 @@ def train(
     loop = (run, config, model, optimizer, generator, corpus, device, console, show_progress)
     if not group.is_main:
         return train_loop(*loop, group=group, tokenizer=tokenizer)
-    from poscli.training.memory import training_memory
 
     estimate = training_memory(
         model, model_config.train_length, train_config.batch_size, train_config.accumulate, device,

@@ -31,9 +31,14 @@ from pathlib import Path
 
 import torch
 
+from poscli import encodings
+from poscli.config import ModelConfig
+from poscli.core.device import select_device
 from poscli.core.io import atomic_write
 from poscli.errors import PoscliError
 from poscli.model import runs
+from poscli.model.gpt import GPT
+from poscli.training.extend import applicable_method
 from poscli.training.factor_search import split_loss, tuning_split
 from poscli.training.options import check_positive, check_score
 
@@ -79,9 +84,6 @@ class Scorer:
     """A candidate's score (lower is better) on the run's tuning split at the target length."""
 
     def __init__(self, folder: Path, settings: TuneSettings, device: torch.device):
-        from poscli import encodings
-        from poscli.config import ModelConfig
-        from poscli.training.extend import applicable_method
 
         self.config = runs.read_config(folder)
         self.method = applicable_method(self.config, settings.method, settings.target)
@@ -98,8 +100,6 @@ class Scorer:
 
     @torch.inference_mode()
     def __call__(self, options: dict[str, float]) -> float:
-        from poscli.config import ModelConfig
-        from poscli.model.gpt import GPT
 
         weights = dict(self.weights)
         checked = self.method.check_options(options)
@@ -114,7 +114,6 @@ class Scorer:
 def tune(settings: TuneSettings, out: Path, results=None, device: str = "auto", progress=None) -> dict:
     """Run (or resume) the tuning; writes ``out`` (the chosen options) and ``out``.tune.json (the
     state and trajectory) after every candidate. Returns the state."""
-    from poscli.core.device import select_device
 
     settings.check()
     folder = runs.find_run(settings.run, results)

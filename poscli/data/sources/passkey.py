@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from poscli.data.passkey import synthetic_documents
 from poscli.data.sources import register
 from poscli.data.sources.base import Source
 
@@ -21,7 +22,6 @@ class PasskeyDocuments(Source):
         return spec == "passkey"
 
     def documents(self, chunk_bytes: int | None = None) -> list[str]:
-        from poscli.data.passkey import synthetic_documents
 
         return synthetic_documents()
 

@@ -8,6 +8,7 @@ import torch
 
 from poscli.extension.methods import register
 from poscli.extension.methods.protocol import FrequencyMethod, MethodOption
+from poscli.extension.scaling import default_inv_freq
 
 
 @register("llama3")
@@ -27,7 +28,6 @@ class Llama3(FrequencyMethod):
 
     @classmethod
     def frequencies(cls, head_dim, base, factor, original_length, seq_len, low_freq_factor=1.0, high_freq_factor=4.0):
-        from poscli.extension.scaling import default_inv_freq
 
         inv_freq = default_inv_freq(head_dim, base)
         wavelength = 2 * math.pi / inv_freq  # (d/2,)

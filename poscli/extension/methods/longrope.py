@@ -9,6 +9,7 @@ import torch
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
 from poscli.extension.methods.protocol import FrequencyMethod, MethodOption
+from poscli.extension.scaling import chosen_attention_scale
 
 
 def longrope_attention_scale(factor: float, original_length: int) -> float:
@@ -40,7 +41,6 @@ class LongRoPE(FrequencyMethod):
         """inv_freq_i = 1 / (lambda_i * b^(2i/d)) with lambda the long factors when the length run
         exceeds L and the short ones otherwise (all 1, the trained frequencies, when not given), as
         transformers' ``_compute_longrope_parameters``; ``attention_factor`` > 0 replaces the default."""
-        from poscli.extension.scaling import chosen_attention_scale
 
         half = head_dim // 2
         if len(long_factor) != half:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from poscli.attention.blockwise import fused_causal_attention
 from poscli.errors import PoscliError
 from poscli.extension.methods import register
 from poscli.extension.methods.protocol import MethodOption, RemapMethod
@@ -59,7 +60,6 @@ class MsPoEPlan(Remap):
     def attend(self, rotate_q, rotate_k, v, positions, consecutive: bool, max_block: int):
         """Each head's rotation at its own compressed positions, then plain causal attention (the
         fused kernel: memory bounded at any length). -> (B, H, T, hd)."""
-        from poscli.attention.blockwise import fused_causal_attention
 
         assigned = self.assignment(rotate_q, rotate_k, positions, v.shape[1])  # (B or 1, H)
         q = k = None

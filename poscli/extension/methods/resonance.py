@@ -10,6 +10,7 @@ import torch
 
 from poscli.extension.methods import register
 from poscli.extension.methods.protocol import FrequencyMethod
+from poscli.extension.scaling import default_inv_freq
 
 
 def resonant(inv_freq: torch.Tensor) -> torch.Tensor:
@@ -31,6 +32,5 @@ class Resonance(FrequencyMethod):
 
     @classmethod
     def frequencies(cls, head_dim, base, factor, original_length, seq_len):
-        from poscli.extension.scaling import default_inv_freq
 
         return resonant(default_inv_freq(head_dim, base)), 1.0
