@@ -198,6 +198,13 @@ RUN = inspect.Parameter(
         ),
     ],
 )
+TRAINED_RUN = inspect.Parameter(
+    "run",
+    _POSITIONAL,
+    annotation=Annotated[
+        str, typer.Argument(metavar="RUN", autocompletion=complete_runs, help="A trained run (not extended).")
+    ],
+)
 RUN_NAMES = inspect.Parameter(
     "run_names",
     _POSITIONAL,

@@ -5,27 +5,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from pathlib import Path
-from typing import Annotated
 
 import typer
 
 from poscli.cli.common import (
     CONTEXT,
     RUN,
-    Device,
-    Quiet,
-    Results,
+    TRAINED_RUN,
     app,
-    complete_runs,
     declared,
     given_on_command_line,
     new_console,
-    read_length,
     record_history,
 )
 from poscli.errors import PoscliError
 from poscli.training.requests.extend import ExtendRequest
+from poscli.training.requests.search import SearchRequest, TuneRequest
 from poscli.training.requests.train import TrainRequest
 
 # --------------------------------------------------------------------------- commands
@@ -205,60 +200,26 @@ def _resume_extension(ctx: typer.Context, run: str, request: ExtendRequest) -> N
     epilog="Example: poscli search-factors rope --target 2k --out factors.json && "
     "poscli extend rope --method longrope --target 2k --factors factors.json",
 )
-def search_factors_command(
-    run: Annotated[
-        str, typer.Argument(metavar="RUN", autocompletion=complete_runs, help="A trained RoPE run (not extended).")
-    ],
-    target: Annotated[
-        int, typer.Option(parser=read_length, metavar="LENGTH", help="The length the factors are for, e.g. 2k.")
-    ],
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            metavar="FILE",
-            help="The factors JSON to write (default: RESULTS/searches/RUN-longrope-TARGET.json, with -needle before "
-            ".json for --score needle); FILE.search.json "
-            "keeps the state and trajectory.",
-        ),
-    ] = None,
-    population: Annotated[int, typer.Option(metavar="N", help="Candidates per generation.")] = 16,
-    generations: Annotated[int, typer.Option(metavar="N", help="Generations.")] = 10,
-    parents: Annotated[int, typer.Option(metavar="N", help="Best candidates kept as parents each generation.")] = 4,
-    windows: Annotated[
-        int,
-        typer.Option(metavar="N", help="Windows of the target length from the training split that score a candidate."),
-    ] = 2,
-    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the windows and of the search.")] = 0,
-    score: Annotated[
-        str,
-        typer.Option(
-            metavar="perplexity|needle",
-            help="perplexity: the loss on windows of the training split; needle: the loss on the answer tokens of "
-            "passkey prompts of the target length (LongRoPE2's needle-driven fitness, Shang et al., 2025).",
-        ),
-    ] = "perplexity",
-    device: Device = "auto",
-    results: Results = None,
-    quiet: Quiet = False,
-):
+@declared(SearchRequest, TRAINED_RUN)
+def search_factors_command(run: str, request: SearchRequest):
     """LongRoPE's evolutionary search for per-frequency RoPE rescale factors (Ding et al., 2024):
     minimises the loss at the target length; resumes where it stopped."""
     from poscli.study.steps import search
 
     written = search(
         run,
-        target,
-        results,
-        device,
+        request.target,
+        request.results,
+        request.device,
         new_console(),
-        quiet,
-        out,
-        population=population,
-        generations=generations,
-        parents=parents,
-        windows=windows,
-        seed=seed,
-        score=score,
+        request.quiet,
+        request.out,
+        population=request.population,
+        generations=request.generations,
+        parents=request.parents,
+        windows=request.windows,
+        seed=request.seed,
+        score=request.score,
     )
     print(written)
 
@@ -268,47 +229,15 @@ def search_factors_command(
     epilog="Example: poscli tune rope --method self-extend --target 2k && poscli extend rope --target 2k "
     "--options-from results/tuning/rope-self-extend-2048.json",
 )
-def tune_command(
-    run: Annotated[
-        str, typer.Argument(metavar="RUN", autocompletion=complete_runs, help="A trained run (not extended).")
-    ],
-    method: Annotated[str, typer.Option(metavar="METHOD", help="The extension method whose options to choose.")],
-    target: Annotated[int, typer.Option(parser=read_length, metavar="LENGTH", help="The length to tune for, e.g. 2k.")],
-    budget: Annotated[int, typer.Option(metavar="N", help="Candidates to evaluate at most (the defaults first).")] = 12,
-    score: Annotated[
-        str,
-        typer.Option(
-            metavar="perplexity|needle",
-            help="perplexity: the loss on windows of the training split; needle: the loss on the answer tokens of "
-            "passkey prompts (LongRoPE2's needle-driven perplexity).",
-        ),
-    ] = "perplexity",
-    windows: Annotated[int, typer.Option(metavar="N", help="Windows (or passkey prompts) that score a candidate.")] = 2,
-    grid: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="KEY=V1,V2", help="The values to try for an option (repeatable), instead of the method's."
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            metavar="FILE",
-            help="The options JSON to write (default: RESULTS/tuning/RUN-METHOD-TARGET.json); FILE.tune.json keeps "
-            "the state and trajectory.",
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the windows and of the candidates' order.")] = 0,
-    device: Device = "auto",
-    results: Results = None,
-    quiet: Quiet = False,
-):
+@declared(TuneRequest, TRAINED_RUN)
+def tune_command(run: str, request: TuneRequest):
     """Choose an extension method's options for a run at a target length: a grid over the options it
     declares, each candidate applied without fine-tuning and scored on the training split; resumable."""
     from poscli.study.steps import tune_run
 
     written = tune_run(
-        run, method, target, results, device, new_console(), quiet, out, grid, budget=budget, score=score,
-        windows=windows, seed=seed,
+        run, request.method, request.target, request.results, request.device, new_console(), request.quiet,
+        request.out, request.grid, budget=request.budget, score=request.score, windows=request.windows,
+        seed=request.seed,
     )  # fmt: skip
     print(written)
