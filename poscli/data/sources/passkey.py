@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from poscli.data.passkey import synthetic_documents
 from poscli.data.sources import register
 from poscli.data.sources.base import Source
 
@@ -22,6 +21,7 @@ class PasskeyDocuments(Source):
         return spec == "passkey"
 
     def documents(self, chunk_bytes: int | None = None) -> list[str]:
+        from poscli.data.passkey import synthetic_documents  # numpy: not when --help lists the sources
 
         return synthetic_documents()
 
