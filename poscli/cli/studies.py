@@ -9,8 +9,12 @@ from typing import Annotated
 
 import typer
 
-from poscli.cli.common import Results, app, complete_runs, new_console
+from poscli.cli.common import Results, app, complete_runs, new_console, typer_option
 from poscli.errors import PoscliError
+from poscli.study.cluster import SlurmSettings
+from poscli.training.requests import declared_options
+
+SLURM = {name: typer_option(option) for name, option in declared_options(SlurmSettings).items()}
 
 
 @app.command(
@@ -46,9 +50,20 @@ def run_recipe(
         typer.Option(
             metavar="local|slurm|submitit-local",
             help="local: this machine; slurm: each step a Slurm job through submitit (pip install 'poscli[slurm]'; "
-            "POSCLI_SLURM_PARTITION, _GPUS, _CPUS, _TIMEOUT_MIN); submitit-local: the same jobs as local processes.",
+            "the job's request from the flags below, else the recipe's [slurm], else POSCLI_SLURM_PARTITION, _GPUS, "
+            "_CPUS, _TIMEOUT_MIN); submitit-local: the same jobs as local processes.",
         ),
     ] = "local",
+    partition: Annotated[str | None, SLURM["partition"]] = None,
+    account: Annotated[str | None, SLURM["account"]] = None,
+    qos: Annotated[str | None, SLURM["qos"]] = None,
+    time: Annotated[str | None, SLURM["time"]] = None,
+    mem: Annotated[str | None, SLURM["mem"]] = None,
+    cpus: Annotated[int | None, SLURM["cpus"]] = None,
+    gpus: Annotated[int | None, SLURM["gpus"]] = None,
+    constraint: Annotated[str | None, SLURM["constraint"]] = None,
+    setup: Annotated[list[str] | None, SLURM["setup"]] = None,
+    sbatch: Annotated[list[str] | None, SLURM["sbatch"]] = None,
     runs: Annotated[
         list[str] | None,
         typer.Option(
@@ -83,16 +98,21 @@ def run_recipe(
     from poscli.study.runner import run_recipe as run
     from poscli.study.summaries import summarise
 
+    asked = dict(partition=partition, account=account, qos=qos, time=time, mem=mem, cpus=cpus, gpus=gpus,
+                 constraint=constraint, setup=setup, sbatch=sbatch)  # fmt: skip
+    slurm = {key: value for key, value in asked.items() if value not in (None, [])}
+
     if summaries:
         ignored = [flag for flag, given in (("--jobs", jobs != 1), ("--dry-run", dry_run), ("--each", each),
-                   ("--launcher", launcher != "local"), ("--runs", bool(runs))) if given]  # fmt: skip
+                   ("--launcher", launcher != "local"), ("--runs", bool(runs)),
+                   *((f"--{key}", True) for key in slurm)) if given]  # fmt: skip
         if ignored:
             raise PoscliError(f"--summaries runs nothing, so {', '.join(ignored)} would be ignored: leave them out")
         for path in summarise(recipe, results, sizes):
             new_console().print(f"wrote {path}", highlight=False)
         return
     run(recipe, results, jobs=jobs, dry_run=dry_run, console=new_console(), each=each, launcher=launcher, only=runs,
-        sizes=sizes)  # fmt: skip
+        sizes=sizes, slurm=slurm)  # fmt: skip
 
 
 @app.command(

@@ -63,6 +63,7 @@ class Recipe:
     selection: ladder.Selection | None = None  # [select]
     select: list[Step] = field(default_factory=list)  # its runs, trained before the others
     sizes: str = ""  # the [sizes] set the rungs are taken from
+    slurm: dict = field(default_factory=dict)  # [slurm]: the jobs' sbatch settings (poscli.study.cluster.SlurmSettings)
 
     @property
     def steps(self) -> list[Step]:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 EVERY_ENCODING = "all"
 
 SECTIONS = {"name", "description", "defaults", "sizes", "select", "train", "extend", "eval", "compare", "claims",
-            "gates"}  # fmt: skip
+            "gates", "slurm"}  # fmt: skip
 # Options a recipe may not set: the runner sets them, or they would break the plan.
 EVAL_KEYS = {*EVAL_OPTIONS, "runs", "budgets"}  # every poscli eval option, and what the runner reads
 EXTEND_KEYS = {"runs", "name", "method_options"}
@@ -124,7 +124,7 @@ def load_recipe(path: str | Path, sizes: str | None = None) -> Recipe:
     description = data.get("description", "")
     return Recipe(
         path, data["name"], description, train_steps, extend_steps, eval_steps, compare, claims, gates, tables,
-        selection, select_steps, size_name,
+        selection, select_steps, size_name, parser.slurm(),
     )  # fmt: skip
 
 
@@ -139,6 +139,20 @@ class _RecipeParser:
         line = _line_of(self.text, key, section, index)
         place = f"{self.path}, line {line}" if line else str(self.path)
         raise RecipeError(f"{place}: {message}")
+
+    def slurm(self) -> dict:
+        """[slurm]: what each job asks Slurm for with --launcher slurm (poscli.study.cluster.SlurmSettings), checked."""
+        from poscli.study.cluster import SlurmSettings
+
+        table = self.data.get("slurm", {})
+        if not isinstance(table, dict):
+            self.fail('[slurm] is a table of sbatch settings, e.g. account = "lab"', "slurm")
+        try:
+            SlurmSettings.resolve(table, {})
+        except PoscliError as error:
+            key = next((k for k in table if f"--{k}" in str(error) or repr(k) in str(error)), "slurm")
+            self.fail(str(error).replace(f"--{key} ", f"{key} = ", 1), key, "slurm" if key != "slurm" else None)
+        return table
 
     def check_keys(self, entry: dict, allowed: set, section: str, index: int, command: str) -> None:
         for key in entry:

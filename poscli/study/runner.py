@@ -27,6 +27,7 @@ def run_recipe(
     launcher: str = "local",
     only: list[str] | None = None,
     sizes: str | None = None,
+    slurm: dict | None = None,
 ) -> Recipe:
     """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet. With ``each``,
     every trained run (and its snapshots) is evaluated by each [[eval]] that names it as soon as it
@@ -34,17 +35,22 @@ def run_recipe(
     every finished run, and a run whose rows are in every table needs no weights to count as done.
     ``launcher``: ``local`` (this process, or ``jobs`` processes), or cluster jobs through submitit
     (``slurm``, ``submitit-local``: ``poscli.study.cluster``). ``only``: run patterns, the part of
-    the study to run (``narrow``). ``sizes``: the [sizes] set (``load_recipe``). A [select]'s runs
-    train first; the main runs then train with the values they chose (``poscli.study.ladder``)."""
+    the study to run (``narrow``). ``sizes``: the [sizes] set (``load_recipe``). ``slurm``: the
+    Slurm settings given as flags, over the recipe's [slurm] (``poscli.study.cluster.SlurmSettings``).
+    A [select]'s runs train first; the main runs then train with the values they chose
+    (``poscli.study.ladder``)."""
     from rich.console import Console
 
     console = console or Console(stderr=True, soft_wrap=True)
     if jobs < 1:
         raise PoscliError(f"--jobs must be at least 1, got {jobs}")
-    from poscli.study.cluster import check_launcher
+    from poscli.study.cluster import SlurmSettings, check_launcher
 
     check_launcher(launcher)
+    if launcher == "local" and slurm:
+        raise PoscliError(f"--{next(iter(slurm))} sets a Slurm job's request: add --launcher slurm, or leave it out")
     whole = load_recipe(path, sizes)
+    settings = SlurmSettings.resolve(whole.slurm, slurm or {})
     recipe = narrow(whole, only) if only else whole
     check_selection(recipe, results)
     check_state(recipe, results, each)
@@ -73,7 +79,7 @@ def run_recipe(
         def plan(steps: int) -> None:  # --each splits an evaluation per run: count what will be reported
             progress.update(overall, total=steps, completed=0)
 
-        runner = _Runner(recipe, results, log_dir, report, launcher, plan)
+        runner = _Runner(recipe, results, log_dir, report, launcher, plan, settings)
         if recipe.selection is not None:
             _run_selection(recipe, selecting, runner, jobs, results)
             check_state(recipe, results, each)  # the main runs now know their chosen values
@@ -220,9 +226,11 @@ class _Runner:
     the failed steps and their logs if any fails; Ctrl-C stops the recipe (runs in progress save
     checkpoints) with the command that continues it."""
 
-    def __init__(self, recipe: Recipe, results, log_dir: Path, report, launcher: str = "local", plan=None):
+    def __init__(
+        self, recipe: Recipe, results, log_dir: Path, report, launcher: str = "local", plan=None, settings=None
+    ):
         self.recipe, self.results, self.log_dir, self.report = recipe, results, log_dir, report
-        self.launcher = launcher
+        self.launcher, self.settings = launcher, settings
         self.plan = plan or (lambda steps: None)  # how many steps will be reported from here on
 
     def phase(self, named: list[tuple[str, Step]], parallel: int, phase: str) -> None:
@@ -231,7 +239,7 @@ class _Runner:
                 from poscli.study.cluster import run_as_jobs
 
                 calls = [(name, step.call(self.results)) for name, step in named]
-                return run_as_jobs(calls, parallel, self.launcher, self.log_dir, self.report)
+                return run_as_jobs(calls, parallel, self.launcher, self.log_dir, self.report, self.settings)
             if parallel > 1:
                 return self.in_processes([(name, step.call(self.results)) for name, step in named], parallel)
             return [n for n, s in named if not self.here(n, s)]

@@ -1,0 +1,95 @@
+"""Slurm settings as flags and recipe keys (poscli.study.cluster.SlurmSettings): read in order
+(flag, recipe, environment, default), checked in one line before anything is submitted, and written
+by submitit's own sbatch writer as the #SBATCH lines a cluster user would type."""
+
+import pytest
+
+from poscli.errors import PoscliError
+from poscli.study.cluster import SlurmSettings, extra_parameters, minutes
+from tests.conftest import poscli_in_process as poscli
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("90", 90), ("1:30", 90), ("01:30:00", 90), ("1-00:00", 1440), ("2-12:00:00", 3600), ("0:00:30", 1), (None, 1440)],
+)
+def test_a_time_limit_reads_as_slurm_writes_it_in_whole_minutes_rounded_up(text, expected):
+    assert minutes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "abc", "1:75", "1:30:99", "-5", "1.5"])
+def test_a_time_limit_slurm_would_not_read_is_one_line(text):
+    with pytest.raises(PoscliError, match="give minutes"):
+        minutes(text)
+
+
+def test_flags_win_over_the_recipe_which_wins_over_the_environment(monkeypatch):
+    monkeypatch.setenv("POSCLI_SLURM_PARTITION", "from-env")
+    monkeypatch.setenv("POSCLI_SLURM_CPUS", "2")
+    monkeypatch.setenv("POSCLI_SLURM_GPUS", "1")
+    settings = SlurmSettings.resolve({"partition": "from-recipe", "account": "lab", "cpus": 8}, {"partition": "gpu"})
+    assert (settings.partition, settings.account, settings.cpus, settings.gpus) == ("gpu", "lab", 8, "1")
+    assert SlurmSettings.resolve({}, {}).partition == "from-env"
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"mem": "lots"}, "--mem 'lots': give a size"),
+        ({"cpus": 0}, "--cpus 0: give a whole number of at least 1"),
+        ({"gpus": "two"}, "--gpus 'two': give a whole number"),
+        ({"sbatch": ["mail-type"]}, "--sbatch 'mail-type': write an sbatch option as KEY=VALUE"),
+        ({"time": "forever"}, "--time 'forever'"),
+    ],
+)
+def test_a_bad_setting_is_one_line_before_anything_is_submitted(given, message):
+    with pytest.raises(PoscliError, match=message):
+        SlurmSettings.resolve({}, given)
+
+
+def test_the_settings_reach_the_sbatch_script_submitit_writes(tmp_path):
+    """The AutoExecutor parameters, renamed as submitit's AutoExecutor renames them for its Slurm
+    executor, give the sbatch script these #SBATCH lines and the setup line before the step."""
+    slurm = pytest.importorskip("submitit.slurm.slurm")
+    settings = SlurmSettings.resolve(
+        {"account": "lab", "setup": ["module load cuda/12.4"]},
+        {"partition": "gpu", "qos": "normal", "time": "1:30", "mem": "32G", "cpus": 8, "gpus": 1,
+         "constraint": "a100", "sbatch": ["mail-type=END"]},
+    )  # fmt: skip
+    parameters = settings.executor_parameters("slurm")
+    renamed = {"timeout_min": "time", "tasks_per_node": "ntasks_per_node"}
+    native = {renamed.get(key, key.removeprefix("slurm_")): value for key, value in parameters.items()}
+    script = slurm._make_sbatch_string(command="poscli step", folder=tmp_path, **native)
+    wanted = ["--partition=gpu", "--account=lab", "--qos=normal", "--time=90", "--mem=32G", "--cpus-per-task=8"]
+    wanted += ["--gpus-per-node=1", "--constraint=a100", "--mail-type=END", "--nodes=1", "--ntasks-per-node=1"]
+    for line in wanted:
+        assert f"#SBATCH {line}\n" in script, line
+    assert script.index("module load cuda/12.4") < script.index("poscli step")
+    assert extra_parameters(["mail-user=me@lab.org"]) == {"mail_user": "me@lab.org"}
+    local = SlurmSettings.resolve({}, {"time": "15"}).executor_parameters("submitit-local")
+    assert local == {"timeout_min": 15, "nodes": 1, "tasks_per_node": 1}  # a local job asks for no partition
+
+
+RECIPE = """name = "slurm-keys"
+[slurm]
+account = "lab"
+{line}
+[[train]]
+name = "r"
+pe = "rope"
+steps = 1
+"""
+
+
+def test_a_recipes_slurm_table_is_checked_at_dry_run_with_its_line(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(RECIPE.format(line='mem = "plenty"'))
+    done = poscli("run", str(recipe), "--dry-run", "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and "line 4: mem = 'plenty': give a size Slurm reads" in done.stderr, done.stderr
+    recipe.write_text(RECIPE.format(line='queue = "short"'))
+    done = poscli("run", str(recipe), "--dry-run", "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and "[slurm] has no key 'queue'" in done.stderr, done.stderr
+    recipe.write_text(RECIPE.format(line='time = "2:00:00"'))
+    assert poscli("run", str(recipe), "--dry-run", "--results", str(tmp_path / "results")).returncode == 0
+    local = poscli("run", str(recipe), "--dry-run", "--partition", "gpu", "--results", str(tmp_path / "results"))
+    assert local.returncode == 2 and "--partition sets a Slurm job's request: add --launcher slurm" in local.stderr
