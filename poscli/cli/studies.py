@@ -4,115 +4,46 @@ poscli, and what there is."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from poscli.cli.common import Results, app, complete_runs, new_console, typer_option
+from poscli.cli.common import Results, app, complete_runs, declared, new_console
 from poscli.errors import PoscliError
-from poscli.study.cluster import SlurmSettings
-from poscli.training.requests import declared_options
+from poscli.study.run_request import RunRequest
 
-SLURM = {name: typer_option(option) for name, option in declared_options(SlurmSettings).items()}
-
-
-@app.command(
-    "run", epilog="Examples: poscli run recipes/train-short-test-long.toml | poscli run recipes/smoke.toml --dry-run"
-)
-def run_recipe(
-    recipe: Annotated[
+RECIPE = inspect.Parameter(
+    "recipe",
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    annotation=Annotated[
         str,
         typer.Argument(
             metavar="RECIPE", help="A recipe file, e.g. recipes/train-short-test-long.toml (format: recipes/README.md)."
         ),
     ],
-    jobs: Annotated[
-        int,
-        typer.Option(
-            metavar="N", help="Runs to train or extend at once (each gets cores / jobs threads, or its own GPU)."
-        ),
-    ] = 1,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="List every step and whether it is done, to do or to resume; run nothing.")
-    ] = False,
-    each: Annotated[
-        bool,
-        typer.Option(
-            "--each",
-            help="Evaluate every run (and its snapshots) as soon as it is trained: a study stopped anywhere keeps "
-            "every finished run's rows, and needs no weights to go on. With --jobs N, N runs train at once, then "
-            "each is evaluated.",
-        ),
-    ] = False,
-    launcher: Annotated[
-        str,
-        typer.Option(
-            metavar="local|slurm|submitit-local",
-            help="local: this machine; slurm: each step a Slurm job through submitit (pip install 'poscli[slurm]'; "
-            "the job's request from the flags below, else the recipe's [slurm], else POSCLI_SLURM_PARTITION, _GPUS, "
-            "_CPUS, _TIMEOUT_MIN); submitit-local: the same jobs as local processes.",
-        ),
-    ] = "local",
-    partition: Annotated[str | None, SLURM["partition"]] = None,
-    account: Annotated[str | None, SLURM["account"]] = None,
-    qos: Annotated[str | None, SLURM["qos"]] = None,
-    time: Annotated[str | None, SLURM["time"]] = None,
-    mem: Annotated[str | None, SLURM["mem"]] = None,
-    cpus: Annotated[int | None, SLURM["cpus"]] = None,
-    gpus: Annotated[int | None, SLURM["gpus"]] = None,
-    constraint: Annotated[str | None, SLURM["constraint"]] = None,
-    setup: Annotated[list[str] | None, SLURM["setup"]] = None,
-    sbatch: Annotated[list[str] | None, SLURM["sbatch"]] = None,
-    runs: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--runs",
-            metavar="PATTERN",
-            help="Only the runs to train whose names match (a glob, repeatable), what is extended from them and "
-            "their evaluations: a long study in parts, e.g. --runs 'xt-*-s[01]' for two seeds a session. "
-            "Summaries and comparisons are the whole study's.",
-        ),
-    ] = None,
-    sizes: Annotated[
-        str | None,
-        typer.Option(
-            "--sizes",
-            metavar="SET",
-            help="The recipe's [sizes] set its size rungs take their shapes from (default: its first), e.g. --sizes "
-            "gpu for recipes/scale-ladder.toml's 10x ladder; give a --results folder of its own.",
-        ),
-    ] = None,
-    summaries: Annotated[
-        bool,
-        typer.Option(
-            "--summaries",
-            help="Train and evaluate nothing: rewrite the summaries over seeds, the published files (declared claims, "
-            "gates, screen) and the report from the tables as they are, e.g. after declaring a claim.",
-        ),
-    ] = False,
-    results: Results = None,
-):
+)
+
+
+@app.command(
+    "run", epilog="Examples: poscli run recipes/train-short-test-long.toml | poscli run recipes/smoke.toml --dry-run"
+)
+@declared(RunRequest, RECIPE)
+def run_recipe(recipe: str, request: RunRequest):
     """Run a whole study: train, extend, evaluate, summarise over seeds, compare with the papers, report.
     Steps already done are skipped and interrupted runs resumed, so running it again continues."""
     from poscli.study.runner import run_recipe as run
     from poscli.study.summaries import summarise
 
-    asked = dict(partition=partition, account=account, qos=qos, time=time, mem=mem, cpus=cpus, gpus=gpus,
-                 constraint=constraint, setup=setup, sbatch=sbatch)  # fmt: skip
-    slurm = {key: value for key, value in asked.items() if value not in (None, [])}
-
-    if summaries:
-        ignored = [flag for flag, given in (("--jobs", jobs != 1), ("--dry-run", dry_run), ("--each", each),
-                   ("--launcher", launcher != "local"), ("--runs", bool(runs)),
-                   *((f"--{key}", True) for key in slurm)) if given]  # fmt: skip
-        if ignored:
+    if request.summaries:
+        if ignored := request.ignored_by_summaries():
             raise PoscliError(f"--summaries runs nothing, so {', '.join(ignored)} would be ignored: leave them out")
-        for path in summarise(recipe, results, sizes):
+        for path in summarise(recipe, request.results, request.sizes):
             new_console().print(f"wrote {path}", highlight=False)
         return
-    run(recipe, results, jobs=jobs, dry_run=dry_run, console=new_console(), each=each, launcher=launcher, only=runs,
-        sizes=sizes, slurm=slurm)  # fmt: skip
+    run(recipe, request.results, jobs=request.jobs, dry_run=request.dry_run, console=new_console(), each=request.each,
+        launcher=request.launcher, only=request.runs, sizes=request.sizes, slurm=request.slurm())  # fmt: skip
 
 
 @app.command(
