@@ -66,12 +66,30 @@ def new_history(source: Path, destination: Path) -> list[str]:
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and line not in held]
 
 
+def merge_sweep(source: Path, destination: Path) -> None:
+    """[select]'s table: each group (scope) SOURCE has measured takes SOURCE's rows; every other group
+    keeps DESTINATION's (a worktree run in parts, --runs, writes only its own groups' rows)."""
+    import pandas as pd
+
+    theirs = pd.read_csv(source)
+    if destination.exists():
+        ours = pd.read_csv(destination)
+        measured = set(theirs.loc[theirs["heldout_loss"].notna(), "scope"])
+        fresh = theirs["scope"].isin(measured) | ~theirs["scope"].isin(set(ours["scope"]))
+        theirs = pd.concat([ours[~ours["scope"].isin(measured)], theirs[fresh]], ignore_index=True)
+    theirs.to_csv(destination, index=False)
+
+
 def bring(recipe_path: str, source: Path, destination: Path) -> list[Path]:
     recipe = load_recipe(recipe_path)
     copied = []
     (destination / "logs").mkdir(parents=True, exist_ok=True)
+    sweep = f"{recipe.selection.table}.csv" if recipe.selection is not None else None
     for path in table_files(recipe, source):
-        shutil.copyfile(path, destination / path.name)
+        if path.name == sweep:
+            merge_sweep(path, destination / path.name)  # its .md follows with --summaries
+        else:
+            shutil.copyfile(path, destination / path.name)
         copied.append(destination / path.name)
     for log in finished_logs(recipe, source):
         shutil.copyfile(log, destination / "logs" / log.name)

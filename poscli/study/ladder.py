@@ -270,6 +270,10 @@ def write_sweep(selection: Selection, scopes: dict, losses: dict, options_of: di
     frame = pd.DataFrame(records)
     folder = runs.results_dir(results)
     folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{selection.table}.csv"
+    if path.exists():  # a recipe run in parts (--runs) writes its own groups' rows and keeps the others'
+        kept = pd.read_csv(path)
+        frame = pd.concat([kept[~kept["scope"].isin(list(scopes))], frame], ignore_index=True)
     with atomic_write(folder / f"{selection.table}.csv") as handle:
         frame.to_csv(handle, index=False)
     with atomic_write(folder / f"{selection.table}.md") as handle:

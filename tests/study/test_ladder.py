@@ -191,6 +191,16 @@ def test_the_main_runs_train_with_the_value_the_sweep_chose_and_a_fresh_clone_ne
         shutil.rmtree(results / "runs" / run)
     planned = poscli("run", str(recipe), "--each", "--dry-run", "--results", str(results))
     assert "0 steps to do" in planned.stderr, planned.stderr[-2000:]
+    in_part = poscli("run", str(recipe), "--each", "--runs", "rope-a-*", "--results", str(results))
+    assert in_part.returncode == 0, in_part.stderr[-2000:]
+    kept = pd.read_csv(results / "ladder-lr.csv").dropna(subset=["heldout_loss"])
+    assert set(kept["run"]) == set(sweep["run"])  # a study run in parts writes its own groups' rows, keeps the rest
+    other = pd.DataFrame([{**sweep.iloc[0].to_dict(), "scope": "lr-elsewhere-*", "run": "lr-elsewhere-1"}])
+    brought_table = tmp_path / "in" / "ladder-lr.csv"
+    pd.concat([pd.read_csv(brought_table), other]).to_csv(brought_table, index=False)
+    again_in = subprocess.run([sys.executable, "tools/bring_study.py", str(recipe), str(results), str(tmp_path / "in")],
+                              capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert again_in.returncode == 0 and "lr-elsewhere-1" in set(pd.read_csv(brought_table)["run"])
     sweep.loc[sweep["scope"] == "lr-rope-b-*", "heldout_loss"] = math.nan  # rows of runs not run yet: a sweep
     sweep.to_csv(results / "ladder-lr.csv", index=False)  # under way, written before its runs ended
     again = poscli("run", str(recipe), "--summaries", "--results", str(results))
