@@ -22,15 +22,21 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo")
 SBIN = os.pathsep.join(("/usr/sbin", "/usr/bin", os.environ.get("PATH", "")))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports (each held open until all are found, so none repeats)."""
+    probes = [socket.socket() for _ in range(count)]
+    for probe in probes:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    ports = [probe.getsockname()[1] for probe in probes]
+    for probe in probes:
+        probe.close()
+    return ports
 
 
 def _config(folder: Path) -> str:
     host = socket.gethostname()
     memory = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
+    controller, node = _free_ports(2)
     return f"""ClusterName=poscli-test
 SlurmctldHost={host}
 SlurmUser=root
@@ -53,8 +59,8 @@ SlurmdSpoolDir={folder}/spool
 StateSaveLocation={folder}/state
 SlurmctldLogFile={folder}/slurmctld.log
 SlurmdLogFile={folder}/slurmd.log
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={controller}
+SlurmdPort={node}
 NodeName={host} CPUs={os.cpu_count()} RealMemory={memory} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
