@@ -43,7 +43,8 @@ def run_recipe(recipe: str, request: RunRequest):
             new_console().print(f"wrote {path}", highlight=False)
         return
     run(recipe, request.results, jobs=request.jobs, dry_run=request.dry_run, console=new_console(), each=request.each,
-        launcher=request.launcher, only=request.runs, sizes=request.sizes, slurm=request.slurm())  # fmt: skip
+        launcher=request.launcher, only=request.runs, sizes=request.sizes, slurm=request.slurm(),
+        status=request.status)  # fmt: skip
 
 
 @app.command(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from poscli.errors import PoscliError
+from poscli.study.status import record_job
 from poscli.training.requests import declared_options, option
 
 LAUNCHERS = ("local", "slurm", "submitit-local")  # local: this process, or --jobs N processes (poscli.study.sweep)
@@ -170,6 +171,7 @@ def run_as_jobs(
         for name, call in named[first : first + parallel]:
             with _safe_path():
                 submitted.append((name, chosen.submit(run_logged, call, log_dir / f"{name}.log"), time.perf_counter()))
+            record_job(log_dir, name, submitted[-1][1].job_id, launcher)
             report(f"started {name} (job {submitted[-1][1].job_id})")
         try:
             failed += [name for name, job, started in submitted if not _succeeded(name, job, started, log_dir, report)]

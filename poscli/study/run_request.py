@@ -27,6 +27,12 @@ class RunRequest:
     dry_run: bool = option(
         False, "List every step and whether it is done, to do or to resume; run nothing.", flags=("--dry-run",)
     )
+    status: bool = option(
+        False,
+        "Run nothing: each step's state from the results folder and, for steps submitted as Slurm jobs, the "
+        "queue: done, pending, running, failed (its log's last line), interrupted, to do.",
+        flags=("--status",),
+    )
     each: bool = option(
         False,
         "Evaluate every run (and its snapshots) as soon as it is trained: a study stopped anywhere keeps every "
@@ -79,6 +85,6 @@ class RunRequest:
 
     def ignored_by_summaries(self) -> list[str]:
         """The flags ``--summaries`` would ignore: it runs nothing."""
-        given = {"--jobs": self.jobs != 1, "--dry-run": self.dry_run, "--each": self.each,
+        given = {"--jobs": self.jobs != 1, "--dry-run": self.dry_run, "--status": self.status, "--each": self.each,
                  "--launcher": self.launcher != "local", "--runs": bool(self.runs)}  # fmt: skip
         return [flag for flag, set_ in given.items() if set_] + [f"--{key}" for key in self.slurm()]

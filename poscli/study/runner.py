@@ -28,6 +28,7 @@ def run_recipe(
     only: list[str] | None = None,
     sizes: str | None = None,
     slurm: dict | None = None,
+    status: bool = False,
 ) -> Recipe:
     """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet. With ``each``,
     every trained run (and its snapshots) is evaluated by each [[eval]] that names it as soon as it
@@ -38,19 +39,15 @@ def run_recipe(
     the study to run (``narrow``). ``sizes``: the [sizes] set (``load_recipe``). ``slurm``: the
     Slurm settings given as flags, over the recipe's [slurm] (``poscli.study.cluster.SlurmSettings``).
     A [select]'s runs train first; the main runs then train with the values they chose
-    (``poscli.study.ladder``)."""
+    (``poscli.study.ladder``). ``status``: print each step's state (done, pending, running, failed
+    with its log's last line, interrupted, to do) and run nothing."""
     from rich.console import Console
 
     console = console or Console(stderr=True, soft_wrap=True)
     if jobs < 1:
         raise PoscliError(f"--jobs must be at least 1, got {jobs}")
-    from poscli.study.cluster import SlurmSettings, check_launcher
-
-    check_launcher(launcher)
-    if launcher == "local" and slurm:
-        raise PoscliError(f"--{next(iter(slurm))} sets a Slurm job's request: add --launcher slurm, or leave it out")
     whole = load_recipe(path, sizes)
-    settings = SlurmSettings.resolve(whole.slurm, slurm or {})
+    settings = _job_settings(launcher, slurm or {}, whole)
     recipe = narrow(whole, only) if only else whole
     check_selection(recipe, results)
     check_state(recipe, results, each)
@@ -59,6 +56,9 @@ def run_recipe(
     console.print(_headline(recipe, whole, only, len(todo) + len(selecting)), highlight=False)
     if dry_run:
         _print_plan(recipe, whole, console)
+        return recipe
+    if status:
+        _print_status(recipe, results, console)
         return recipe
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -108,6 +108,25 @@ def _print_plan(recipe: Recipe, whole: Recipe, console) -> None:
         if step.status != "done":
             console.print(f"          poscli {shlex.join(step.argv)}", highlight=False, markup=False)  # to paste
     _print_claims(whole, console)
+
+
+def _job_settings(launcher: str, slurm: dict, whole: Recipe):
+    """The launcher checked, and each job's Slurm settings: the flags given over the recipe's [slurm]."""
+    from poscli.study.cluster import SlurmSettings, check_launcher
+
+    check_launcher(launcher)
+    if launcher == "local" and slurm:
+        raise PoscliError(f"--{next(iter(slurm))} sets a Slurm job's request: add --launcher slurm, or leave it out")
+    return SlurmSettings.resolve(whole.slurm, slurm)
+
+
+def _print_status(recipe: Recipe, results, console) -> None:
+    """--status: each step's state from the results folder and the scheduler (poscli.study.status)."""
+    from poscli.study.status import step_states
+
+    named = [(f"select-{s.name}", s) for s in recipe.select] + [(f"{s.kind}-{s.name}", s) for s in recipe.steps]
+    for name, state, detail in step_states(named, runs.results_dir(results) / "logs"):
+        console.print(f"  {state:11} {name}  {detail}", highlight=False, markup=False)
 
 
 def _print_claims(recipe: Recipe, console) -> None:

@@ -93,3 +93,20 @@ def test_a_recipes_slurm_table_is_checked_at_dry_run_with_its_line(tmp_path):
     assert poscli("run", str(recipe), "--dry-run", "--results", str(tmp_path / "results")).returncode == 0
     local = poscli("run", str(recipe), "--dry-run", "--partition", "gpu", "--results", str(tmp_path / "results"))
     assert local.returncode == 2 and "--partition sets a Slurm job's request: add --launcher slurm" in local.stderr
+
+
+def test_status_reads_each_steps_state_from_the_results_folder_and_its_log(tmp_path):
+    """--status without a queue: done as the results folder says, failed with the log's last line,
+    interrupted where the run resumes, to do otherwise (a job no longer queued is not running)."""
+    from poscli.study.plan import Step
+    from poscli.study.status import record_job, step_states
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "train-b.log").write_text("run b: ...\nRuntimeError: CUDA out of memory\n\n")
+    record_job(logs, "train-c", "999999", "slurm")  # long gone from any queue
+    named = [("train-a", Step("train", "a", status="done", detail="trained")), ("train-b", Step("train", "b")),
+             ("train-c", Step("train", "c", status="resume")), ("eval-t", Step("eval", "t"))]  # fmt: skip
+    rows = step_states(named, logs)
+    assert [state for _, state, _ in rows] == ["done", "failed", "interrupted", "to do"]
+    assert rows[1][2] == "RuntimeError: CUDA out of memory"

@@ -5,6 +5,7 @@ skipped with a one-line reason, except where ``CI`` is set, where a missing Slur
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from poscli.study.status import record_job
 from tests.conftest import cli_workspace
 from tests.study.test_recipes import TWO_RUNS, write
 
@@ -127,3 +129,12 @@ def test_a_recipe_runs_as_slurm_jobs_with_its_settings_to_its_report(slurm, tmp_
     assert json.loads((results / "runs" / "j-rope" / "config.json").read_text())["status"] == "finished"
     again = poscli("run", str(recipe), "--results", str(results), *asked)
     assert again.returncode == 0 and "started" not in again.stderr, again.stderr[-2000:]
+    listed = poscli("run", str(recipe), "--results", str(results), "--status")
+    assert listed.returncode == 0 and "done        train-j-rope" in listed.stderr, listed.stderr[-2000:]
+    sleeper = subprocess.run(["sbatch", "--parsable", "--wrap", "sleep 120"], capture_output=True, text=True,
+                             env=slurm, check=True).stdout.strip().split(";")[0]  # fmt: skip
+    (results / "jobs.csv").unlink()  # the evaluation is to do again; say it was submitted as that job
+    record_job(results / "logs", "eval-jobs", sleeper, "slurm")
+    queued = poscli("run", str(recipe), "--results", str(results), "--status")
+    subprocess.run(["scancel", sleeper], env=slurm)
+    assert re.search(rf"(pending|running)\s+eval-jobs  job {sleeper}", queued.stderr), queued.stderr[-2000:]
