@@ -117,7 +117,7 @@ class ExtensionMethod:
     def read_options(cls, given: dict[str, Any]) -> dict[str, Any]:
         """``given`` read as each option's type; an option the method does not take is a one-line error."""
         declared = declared_options(cls)
-        with_defaults(cls.name, declared, given)
+        check_known(cls.name, declared, given)
         return {name: declared[name].read(cls.name, name, value) for name, value in given.items()}
 
     @classmethod
@@ -173,9 +173,9 @@ class ExtensionMethod:
         return min(target, FINETUNE_LENGTH_MULTIPLE * original_length)
 
 
-def with_defaults(method: str, known: dict, options: dict[str, Any]) -> dict[str, Any]:
-    """``known`` (option -> default) updated by ``options``; an option not in ``known`` is a one-line
-    error naming the flags the method takes (and the one meant, where a name is close)."""
+def check_known(method: str, known: dict, options: dict[str, Any]) -> None:
+    """An option of ``options`` not in ``known`` (the method's options by name) is a one-line error
+    naming the flags the method takes (and the one meant, where a name is close)."""
     unknown = sorted(set(options) - set(known))
     if unknown:
         flags = ", ".join("--" + name.replace("_", "-") for name in unknown)
@@ -183,7 +183,6 @@ def with_defaults(method: str, known: dict, options: dict[str, Any]) -> dict[str
         close = difflib.get_close_matches(unknown[0], list(known), n=1)
         meant = f" (did you mean --{close[0].replace('_', '-')}?)" if close else ""
         raise PoscliError(f"--method {method} does not take {flags}{meant}; it takes {takes}")
-    return {**known, **options}
 
 
 class FrequencyMethod(ExtensionMethod):
