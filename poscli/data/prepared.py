@@ -44,7 +44,6 @@ CHUNK_BYTES = 1 << 20  # a text file longer than this is cut at line ends into d
 def source_documents(spec: str, rows=None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
     """The documents of a corpus, one at a time, from its source (``poscli.data.sources``): a long
     text file cut at line ends into documents of about ``chunk_bytes``; ``rows``: a ``RowOptions``."""
-
     yield from sources.resolve(spec, rows).documents(chunk_bytes)
 
 
@@ -140,7 +139,6 @@ class PreparedCorpus:
 
     def load_tokenizer(self):
         """The tokenizer the corpus was prepared with."""
-
         if self.meta["tokenizer"] == "bytes":
             return ByteTokenizer()
         loaded = load_file(self.folder)
@@ -170,7 +168,6 @@ def check_request(out: Path, fraction: float) -> None:
 def choose_tokenizer(spec: str, source: str, rows, fraction: float, sample_bytes: int):
     """The tokenizer ``spec`` names (bytes, bpe:N, a tokenizer.json); a BPE is trained on the first
     ``sample_bytes`` characters of training text (held-out documents, by their hash, skipped)."""
-
     kind, size = tokenizers.parse_spec(spec)
     if kind == "bytes":
         return tokenizers.ByteTokenizer()

@@ -255,7 +255,6 @@ def run_parts(name: str, results):
     """A run's folder, config, tokenizer and training config; for ``hf:NAME`` (a pretrained
     transformers model) no folder, its config and tokenizer, and the default training config
     (whose corpus and held-out fraction it is evaluated on unless --data)."""
-
     if pretrained.is_pretrained(name):
         return None, pretrained.pretrained_config(name), pretrained.pretrained_tokenizer(name), TrainConfig()
     folder = runs.find_run(name, results)
@@ -267,7 +266,6 @@ def run_parts(name: str, results):
 def load_any(name: str, results, device: str, tokenizer=None):
     """A run's model (``runs.load_model``), or an ``hf:`` model's (``poscli.model.pretrained``; ``tokenizer``:
     its tokenizer, when the caller read it already), and its config."""
-
     if pretrained.is_pretrained(name):
         return pretrained.load_pretrained(name, device, tokenizer)
     return runs.load_model(runs.find_run(name, results), device)
@@ -343,7 +341,6 @@ def evaluate_runs(
     longer than a run's train length, the truncation null (mode ``truncated-C``, C = ``null_context``):
     the same targets and cold starts with the context cut to the train length.
     """
-
     if stride is not None and stride < 1:
         raise PoscliError(f"--stride must be at least 1, got {stride}")
     device = select_device(device)
@@ -436,7 +433,6 @@ def _reference_rows(collected: _Rows, eval_sets: dict, plans: list[_Plan], homes
     asked of it, fitted on the bytes of the train split of the set's runs' corpus: on a byte-level
     set over its tokens, on a set in another tokenizer (a BPE run, an hf: model) over the same text's
     bytes (``_byte_losses``)."""
-
     for key, eval_set in eval_sets.items():
         tokenizer = corpora.tokenizers[key.fingerprint]
         train = _reference_train(corpora, homes[key], tokenizer.spec == "bytes")

@@ -15,7 +15,6 @@ SEEDS_SUFFIX = "-seeds"  # TABLE-seeds.csv / .md / .png: mean and spread over se
 
 def table_mode(stride) -> str:
     """A perplexity table's mode for a stride as a recipe writes it (``"1k"``, or None)."""
-
     return mode_name(None if stride is None else parse_length(str(stride), "--stride"))
 
 
@@ -129,7 +128,6 @@ def _cell_record(group: str, part, cell, train_length: int, length: int) -> dict
 def _span_samples(spans, cell, length: int):
     """The two-level bootstrap of one cell from its runs' span losses: (resamples, runs, each run's
     mean loss), or None when a run's spans are missing."""
-
     mine = spans[spans["run"].isin(list(cell["run"])) & (spans["length"] == length)]
     matrix = mine.pivot_table(index="run", columns="span", values="loss", aggfunc="sum")
     if len(matrix) != len(cell) or matrix.isna().any().any():
@@ -142,7 +140,6 @@ def _span_samples(spans, cell, length: int):
 
 def _add_ratios(records: list[dict], samples: dict, base_length: int) -> None:
     """Each length's mean over the base length's, with the paired interval of the resampled ratio."""
-
     base = next(r["mean"] for r in records if r["length"] == base_length)
     for record in records:
         length = record["length"]
@@ -153,7 +150,6 @@ def _add_ratios(records: list[dict], samples: dict, base_length: int) -> None:
 
 
 def seed_markdown(summary) -> str:
-
     scored = summary[summary["tokens"] > 0]
     first = scored.iloc[0] if len(scored) else None
     sample = (

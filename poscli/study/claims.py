@@ -315,7 +315,6 @@ def is_paired(claim: Claim, info: dict) -> bool:
 def decide(claim: Claim, info: dict, values) -> Verdict:
     """The claim's verdict from ``values(claim, length) -> (compare's, against's)``: two dicts seed
     key -> value over learned runs (None where the two were not scored on the same spans)."""
-
     metric = "perplexity" if info["kind"] == "perplexity" else "accuracy"
     verdict = Verdict(claim, metric, parameters=info.get("parameters", {}).get(claim.compare, math.nan))
     paired = is_paired(claim.at(claim.sizes[0]) if claim.sizes else claim, info)

@@ -88,7 +88,6 @@ class Fitness:
     def __init__(
         self, folder: Path, target: int, windows: int, seed: int, device: torch.device, score: str = "perplexity"
     ):
-
         config = runs.read_config(folder)
         model = config["model"]
         if methods.get("longrope").applies_to(encodings.get(model["pe"])) is not None:
@@ -114,7 +113,6 @@ class Fitness:
 
     @torch.inference_mode()
     def __call__(self, long_factor: np.ndarray) -> float:
-
         rescaled = {
             "method": "longrope",
             "factor": self.target / self.original_length,
@@ -134,7 +132,6 @@ class Fitness:
 def training_windows(folder: Path, config: dict, target: int, windows: int, seed: int, device) -> torch.Tensor:
     """``windows`` windows of ``target + 1`` tokens drawn (seeded) from the run's *training* split, so a
     search never sees the held-out text the evaluation scores. -> (windows, target + 1) int64."""
-
     train = TrainConfig.from_dict(config["train"])
     corpus = load_corpus(train.data, train.heldout_fraction, CorpusOptions.of(train)).tokenized(
         run_tokenizer(train.tokenizer, folder)
@@ -188,7 +185,6 @@ def split_loss(model, batch: torch.Tensor, scored_from: list[int]) -> float:
 def search_factors(settings: SearchSettings, out: Path, results=None, device: str = "auto", progress=None) -> dict:
     """Run (or resume) the search; writes ``out`` (the factors JSON) and ``out``.search.json (the
     state and trajectory) after every generation. Returns the state."""
-
     settings.check()
     folder = runs.find_run(settings.run, results)
     state_path = out.with_name(out.name + ".search.json")

@@ -139,7 +139,6 @@ def task_accuracy(task: AlgorithmicTask, sizes, model, device, trials: int = 50,
     """Exact match pooled over ``sizes`` (``trials`` instances each, the evaluation's, at the
     evaluation's positions: ``scheme``, the run's training position scheme), with its Wilson
     interval: what a run that trained on the task records as ``task_accuracy``."""
-
     exact = np.concatenate(
         [task.exact_match(model, task.examples(size, trials), size, device, scheme=scheme)[0] for size in sizes]
     )

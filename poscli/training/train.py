@@ -129,7 +129,6 @@ def training_step(
 def resolve_tokenizer(train_config: TrainConfig, corpus, parent: Path | None = None):
     """A new run's tokenizer: its parent's (an extension), a prepared corpus' own, bytes, a BPE
     trained now on the corpus' training documents (``bpe:N``), or a tokenizer.json (a path)."""
-
     if parent is not None:
         return tokenizers.run_tokenizer(train_config.tokenizer, parent)
     if isinstance(corpus, PreparedCorpus):

@@ -84,7 +84,6 @@ class Scorer:
     """A candidate's score (lower is better) on the run's tuning split at the target length."""
 
     def __init__(self, folder: Path, settings: TuneSettings, device: torch.device):
-
         self.config = runs.read_config(folder)
         self.method = applicable_method(self.config, settings.method, settings.target)
         self.parent = ModelConfig.from_dict(self.config["model"])
@@ -100,7 +99,6 @@ class Scorer:
 
     @torch.inference_mode()
     def __call__(self, options: dict[str, float]) -> float:
-
         weights = dict(self.weights)
         checked = self.method.check_options(options)
         factor = self.target / self.parent.train_length
@@ -114,7 +112,6 @@ class Scorer:
 def tune(settings: TuneSettings, out: Path, results=None, device: str = "auto", progress=None) -> dict:
     """Run (or resume) the tuning; writes ``out`` (the chosen options) and ``out``.tune.json (the
     state and trajectory) after every candidate. Returns the state."""
-
     settings.check()
     folder = runs.find_run(settings.run, results)
     scorer = Scorer(folder, settings, select_device(device))

@@ -39,7 +39,6 @@ class DCAPlan(Remap):
     def attend(self, rotate_q, rotate_k, v, positions, consecutive: bool, max_block: int):
         """rotate_q(positions) / rotate_k(positions): the encoding's rotation of this layer's queries
         / keys at per-token positions (T,). -> (B, H, T, hd)."""
-
         if not consecutive or (len(positions) and int(positions[0]) % self.window):
             raise PoscliError("--method dca needs the positions 0, 1, 2, ... of a plain forward pass")
         intra, successive, inter = (rotate_q(p) for p in self.query_positions(positions))

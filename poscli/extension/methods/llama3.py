@@ -28,7 +28,6 @@ class Llama3(FrequencyMethod):
 
     @classmethod
     def frequencies(cls, head_dim, base, factor, original_length, seq_len, low_freq_factor=1.0, high_freq_factor=4.0):
-
         inv_freq = default_inv_freq(head_dim, base)
         wavelength = 2 * math.pi / inv_freq  # (d/2,)
         low_freq_wavelength = original_length / low_freq_factor

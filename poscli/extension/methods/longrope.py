@@ -41,7 +41,6 @@ class LongRoPE(FrequencyMethod):
         """inv_freq_i = 1 / (lambda_i * b^(2i/d)) with lambda the long factors when the length run
         exceeds L and the short ones otherwise (all 1, the trained frequencies, when not given), as
         transformers' ``_compute_longrope_parameters``; ``attention_factor`` > 0 replaces the default."""
-
         half = head_dim // 2
         if len(long_factor) != half:
             raise PoscliError(

@@ -60,7 +60,6 @@ class MsPoEPlan(Remap):
     def attend(self, rotate_q, rotate_k, v, positions, consecutive: bool, max_block: int):
         """Each head's rotation at its own compressed positions, then plain causal attention (the
         fused kernel: memory bounded at any length). -> (B, H, T, hd)."""
-
         assigned = self.assignment(rotate_q, rotate_k, positions, v.shape[1])  # (B or 1, H)
         q = k = None
         for i, ratio in enumerate(self.ratios(v.shape[1]).tolist()):

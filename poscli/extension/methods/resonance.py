@@ -32,5 +32,4 @@ class Resonance(FrequencyMethod):
 
     @classmethod
     def frequencies(cls, head_dim, base, factor, original_length, seq_len):
-
         return resonant(default_inv_freq(head_dim, base)), 1.0
