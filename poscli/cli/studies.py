@@ -44,7 +44,7 @@ def run_recipe(recipe: str, request: RunRequest):
         return
     run(recipe, request.results, jobs=request.jobs, dry_run=request.dry_run, console=new_console(), each=request.each,
         launcher=request.launcher, only=request.runs, sizes=request.sizes, slurm=request.slurm(),
-        status=request.status)  # fmt: skip
+        status=request.status, detach=request.detach)  # fmt: skip
 
 
 @app.command(

@@ -1,15 +1,14 @@
-"""``poscli run RECIPE --launcher slurm``: a recipe's steps as cluster jobs through submitit (an
-optional extra: ``pip install 'poscli[slurm]'``), each step a job that calls
-``poscli.study.steps.run_logged`` as a local step does, its output in ``RESULTS/logs/NAME.log`` and
-submitit's own files in ``RESULTS/logs/submitit``. The recipe's rules are unchanged: a finished run
-is skipped, an interrupted one resumes from its checkpoint, ``--jobs N`` jobs run at once (a phase's
-steps are submitted N at a time). ``--launcher submitit-local`` runs the same jobs as local
-processes (submitit's LocalExecutor): the offline test of this path.
+"""Slurm settings for ``poscli run --launcher slurm`` (:class:`SlurmSettings`), and submitit's
+executors (an optional extra: ``pip install 'poscli[slurm]'``). On Slurm the whole study is
+submitted at once as job arrays with dependencies (``poscli.study.submit``); ``--launcher
+submitit-local`` runs the same step function as local processes through submitit's LocalExecutor,
+a phase at a time, ``--jobs N`` at once (:func:`run_as_jobs`): the offline test of that path. Each
+step's output goes to ``RESULTS/logs/NAME.log``, submitit's own files to ``RESULTS/logs/submitit``.
 
-Slurm settings (:class:`SlurmSettings`) come from ``poscli run``'s flags (``--partition``,
-``--account``, ``--time``, ...), else the recipe's ``[slurm]`` table, else the environment
-(``POSCLI_SLURM_PARTITION``, ``POSCLI_SLURM_GPUS``, ``POSCLI_SLURM_CPUS``,
-``POSCLI_SLURM_TIMEOUT_MIN``), else their defaults; all are checked before anything is submitted.
+Slurm settings come from ``poscli run``'s flags (``--partition``, ``--account``, ``--time``, ...),
+else the recipe's ``[slurm]`` table, else the environment (``POSCLI_SLURM_PARTITION``,
+``POSCLI_SLURM_GPUS``, ``POSCLI_SLURM_CPUS``, ``POSCLI_SLURM_TIMEOUT_MIN``), else their defaults;
+all are checked before anything is submitted.
 """
 
 from __future__ import annotations
@@ -93,6 +92,11 @@ class SlurmSettings:
                 raise PoscliError(
                     f"--{name} {value!r}: give a whole number{' of at least 1' if name == 'cpus' else ''}"
                 )
+        if self.gpus is not None and int(self.gpus) > 1:
+            raise PoscliError(
+                f"--gpus {self.gpus}: a recipe step is one process on one GPU; give --gpus 1 and run more steps at "
+                "once with --jobs N (or train one run on several GPUs with torchrun: docs/guide.md)"
+            )
         if self.mem is not None and not re.fullmatch(r"\d+[KMGT]?", str(self.mem)):
             raise PoscliError(f"--mem {self.mem!r}: give a size Slurm reads, e.g. 32G or 16000M")
         extra_parameters(self.sbatch)
@@ -165,11 +169,11 @@ def run_as_jobs(
     from poscli.study.steps import run_logged
 
     chosen, failed = executor(launcher, log_dir, settings), []
-    _quiet_accounting_warnings(report)
+    quiet_accounting_warnings(report)
     for first in range(0, len(named), parallel):
         submitted = []
         for name, call in named[first : first + parallel]:
-            with _safe_path():
+            with safe_path():
                 submitted.append((name, chosen.submit(run_logged, call, log_dir / f"{name}.log"), time.perf_counter()))
             record_job(log_dir, name, submitted[-1][1].job_id, launcher)
             report(f"started {name} (job {submitted[-1][1].job_id})")
@@ -199,7 +203,7 @@ class _AccountingOff(logging.Filter):
         return False
 
 
-def _quiet_accounting_warnings(report) -> None:
+def quiet_accounting_warnings(report) -> None:
     """Once per process: every phase of a study reports through its own ``report``."""
     logger = logging.getLogger("submitit")
     found = [f for f in logger.filters if isinstance(f, _AccountingOff)]
@@ -210,7 +214,7 @@ def _quiet_accounting_warnings(report) -> None:
 
 
 @contextlib.contextmanager
-def _safe_path():
+def safe_path():
     """PYTHONSAFEPATH=1 while a job is submitted (its environment is this one): the job's Python, as
     ``python -P`` does for local steps, does not import from the folder it starts in."""
     saved = os.environ.get("PYTHONSAFEPATH")

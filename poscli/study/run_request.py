@@ -33,6 +33,12 @@ class RunRequest:
         "queue: done, pending, running, failed (its log's last line), interrupted, to do.",
         flags=("--status",),
     )
+    detach: bool = option(
+        False,
+        "With --launcher slurm: submit the whole study and exit, printing the job ids; its jobs finish it, report "
+        "included. Follow it with --status; running the recipe again submits only what is neither done nor queued.",
+        flags=("--detach",),
+    )
     each: bool = option(
         False,
         "Evaluate every run (and its snapshots) as soon as it is trained: a study stopped anywhere keeps every "
@@ -42,9 +48,10 @@ class RunRequest:
     )
     launcher: str = option(
         "local",
-        "local: this machine; slurm: each step a Slurm job through submitit (pip install 'poscli[slurm]'; the job's "
-        "request from the flags below, else the recipe's [slurm], else POSCLI_SLURM_PARTITION, _GPUS, _CPUS, "
-        "_TIMEOUT_MIN); submitit-local: the same jobs as local processes.",
+        "local: this machine; slurm: the whole study submitted at once through submitit (pip install "
+        "'poscli[slurm]'), a job array per phase (--jobs N at once) waiting for its inputs, each job's request from "
+        "the flags below, else the recipe's [slurm], else POSCLI_SLURM_PARTITION, _GPUS, _CPUS, _TIMEOUT_MIN; "
+        "submitit-local: the steps as local processes through submitit.",
         metavar="local|slurm|submitit-local",
     )
     partition: str | None = slurm_field("partition")
@@ -85,6 +92,6 @@ class RunRequest:
 
     def ignored_by_summaries(self) -> list[str]:
         """The flags ``--summaries`` would ignore: it runs nothing."""
-        given = {"--jobs": self.jobs != 1, "--dry-run": self.dry_run, "--status": self.status, "--each": self.each,
-                 "--launcher": self.launcher != "local", "--runs": bool(self.runs)}  # fmt: skip
+        given = {"--jobs": self.jobs != 1, "--dry-run": self.dry_run, "--status": self.status, "--detach": self.detach,
+                 "--each": self.each, "--launcher": self.launcher != "local", "--runs": bool(self.runs)}  # fmt: skip
         return [flag for flag, set_ in given.items() if set_] + [f"--{key}" for key in self.slurm()]

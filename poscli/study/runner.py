@@ -4,10 +4,12 @@ the report. Ctrl-C stops it with the command that continues it."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import shlex
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from poscli.errors import EnvironmentFailure, PoscliError
 from poscli.model import runs
@@ -29,6 +31,8 @@ def run_recipe(
     sizes: str | None = None,
     slurm: dict | None = None,
     status: bool = False,
+    detach: bool = False,
+    rounds: int = 3,
 ) -> Recipe:
     """Run (or, with ``dry_run``, list) every step of a recipe that is not done yet. With ``each``,
     every trained run (and its snapshots) is evaluated by each [[eval]] that names it as soon as it
@@ -40,7 +44,9 @@ def run_recipe(
     Slurm settings given as flags, over the recipe's [slurm] (``poscli.study.cluster.SlurmSettings``).
     A [select]'s runs train first; the main runs then train with the values they chose
     (``poscli.study.ladder``). ``status``: print each step's state (done, pending, running, failed
-    with its log's last line, interrupted, to do) and run nothing."""
+    with its log's last line, interrupted, to do) and run nothing. On Slurm the whole study is
+    submitted at once (``poscli.study.submit``); ``detach``: submit it and return, the study goes on
+    from its jobs (``rounds``: how many more times they may submit it)."""
     from rich.console import Console
 
     console = console or Console(stderr=True, soft_wrap=True)
@@ -48,6 +54,8 @@ def run_recipe(
         raise PoscliError(f"--jobs must be at least 1, got {jobs}")
     whole = load_recipe(path, sizes)
     settings = _job_settings(launcher, slurm or {}, whole)
+    if detach and launcher != "slurm":
+        raise PoscliError("--detach submits the study as Slurm jobs and leaves them to it: add --launcher slurm")
     recipe = narrow(whole, only) if only else whole
     check_selection(recipe, results)
     check_state(recipe, results, each)
@@ -60,9 +68,21 @@ def run_recipe(
     if status:
         _print_status(recipe, results, console)
         return recipe
+    if launcher == "slurm":
+        _run_on_slurm(recipe, whole, results, console, jobs, each, settings, detach, rounds, (only, sizes))
+        return recipe
 
+    _run_here(recipe, whole, results, console, jobs, each, launcher, settings)
+    return recipe
+
+
+def _run_here(recipe: Recipe, whole: Recipe, results, console, jobs: int, each: bool, launcher: str, settings) -> None:
+    """The steps left, on this machine (``jobs`` at a time, ``each``), or as submitit-local jobs, with
+    a progress bar; then the whole study's summaries and the report."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    todo = [s for s in recipe.steps if s.status != "done"]
+    selecting = [s for s in recipe.select if s.status != "done"]
     log_dir = runs.results_dir(results) / "logs"
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
@@ -96,7 +116,6 @@ def run_recipe(
 
         report_path = write_report(results)
     console.print(f"recipe {recipe.name} done; report: {report_path}")
-    return recipe
 
 
 def _print_plan(recipe: Recipe, whole: Recipe, console) -> None:
@@ -120,13 +139,38 @@ def _job_settings(launcher: str, slurm: dict, whole: Recipe):
     return SlurmSettings.resolve(whole.slurm, slurm)
 
 
+def _run_on_slurm(recipe, whole, results, console, jobs, each, settings, detach, rounds, part) -> None:
+    """The study as Slurm jobs, submitted at once (``poscli.study.submit``)."""
+    from poscli.study.submit import Submission, run_on_slurm
+
+    def report(line: str) -> None:
+        console.print("  " + line, highlight=False, markup=False)
+
+    submission = Submission(recipe, whole, results, settings, jobs, each, report)
+    only, sizes = part
+    given = {key: value for key, value in dataclasses.asdict(settings).items() if value not in (None, [])}
+    folder = None if results is None else str(results)
+    carry_on = CarryOn(str(recipe.path), folder, jobs, each, only, sizes, given, rounds - 1)
+    report_path = run_on_slurm(submission, detach, carry_on, rounds)
+    if report_path is None:
+        console.print(f"submitted; this process can leave. Follow the study with: poscli run {recipe.path} --status"
+                      f"{'' if results is None else f' --results {results}'}", highlight=False)  # fmt: skip
+    else:
+        console.print(f"recipe {recipe.name} done; report: {report_path}")
+
+
 def _print_status(recipe: Recipe, results, console) -> None:
     """--status: each step's state from the results folder and the scheduler (poscli.study.status)."""
-    from poscli.study.status import step_states
+    from poscli.study.status import CARRY_ON, queued_carry_on, step_states
 
     named = [(f"select-{s.name}", s) for s in recipe.select] + [(f"{s.kind}-{s.name}", s) for s in recipe.steps]
-    for name, state, detail in step_states(named, runs.results_dir(results) / "logs"):
+    log_dir = runs.results_dir(results) / "logs"
+    for name, state, detail in step_states(named, log_dir):
         console.print(f"  {state:11} {name}  {detail}", highlight=False, markup=False)
+    if carry_on := queued_carry_on(log_dir):
+        job, state = carry_on
+        console.print(f"  {state:11} {CARRY_ON}  job {job}: the summaries and the report, after the steps",
+                      highlight=False, markup=False)  # fmt: skip
 
 
 def _print_claims(recipe: Recipe, console) -> None:
@@ -331,6 +375,32 @@ class _Runner:
             commands, parallel, self.log_dir, report=report or self.report, module="poscli.study.steps", follow=follow
         )
         return [o.job.name for o in outcomes if not o.ok]
+
+
+@dataclass(frozen=True)
+class CarryOn:
+    """The last job of a detached study (``poscli run --detach``), run after every job before it: the
+    recipe run again, detached, from the results folder. What the jobs before made is done; what is
+    left (a [select]'s main runs, which needed its choice) is submitted with a CarryOn of its own;
+    with nothing left, it writes the summaries and the report."""
+
+    recipe: str
+    results: str | None
+    jobs: int
+    each: bool
+    only: list[str] | None
+    sizes: str | None
+    slurm: dict[str, Any] = field(default_factory=dict)  # the Slurm settings given, as flags
+    rounds: int = 2  # how many more times the study may be submitted (``poscli.study.submit.run_on_slurm``)
+
+    def __call__(self) -> int:
+        import os
+
+        for name in [name for name in os.environ if name.startswith(("SLURM_", "SBATCH_")) and name != "SLURM_CONF"]:
+            os.environ.pop(name)  # this job's own settings must not leak into the jobs it submits
+        run_recipe(self.recipe, self.results, jobs=self.jobs, each=self.each, launcher="slurm", only=self.only,
+                   sizes=self.sizes, slurm=self.slurm, detach=True, rounds=self.rounds)  # fmt: skip
+        return 0
 
 
 def narrow(recipe: Recipe, patterns: list[str]) -> Recipe:

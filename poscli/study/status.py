@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from poscli.study.plan import Step
 
 JOBS_FILE = "jobs.jsonl"
+CARRY_ON = "carry-on"  # the job of a detached study that runs after its steps (poscli.study.jobs.CarryOn)
 
 
 def record_job(log_dir: Path, log_name: str, job_id: str, launcher: str) -> None:
@@ -42,12 +43,15 @@ def submitted_jobs(log_dir: Path) -> dict[str, str]:
     return jobs
 
 
-def queue_states(job_ids: list[str]) -> dict[str, str]:
-    """Slurm's state of each job still in its queue (job id -> e.g. PENDING, RUNNING); {} without squeue."""
+def queue_states(job_ids: list[str]) -> dict[str, str] | None:
+    """Slurm's state of each job still in its queue (job id, ARRAY_TASK for an array's task -> e.g.
+    PENDING, RUNNING); {} without squeue; None when squeue failed (the controller did not answer)."""
     squeue = shutil.which("squeue")
     if squeue is None or not job_ids:
         return {}
-    done = subprocess.run([squeue, "-h", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True, text=True)
+    done = subprocess.run([squeue, "-h", "-r", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True, text=True)
+    if done.returncode != 0 and "Invalid job id" not in done.stderr:  # ids it has forgotten are not a failure
+        return None
     pairs = (line.split() for line in done.stdout.splitlines())
     return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
 
@@ -60,7 +64,7 @@ def last_line(log: Path) -> str:
 def step_states(named: list[tuple[str, Step]], log_dir: Path) -> list[tuple[str, str, str]]:
     """(step, state, detail) for each (log name, Step) of ``named``, its status read from the results folder."""
     jobs = submitted_jobs(log_dir)
-    queued = queue_states(sorted({jobs[name] for name, _ in named if name in jobs}))
+    queued = queue_states(sorted({jobs[name] for name, _ in named if name in jobs})) or {}
     rows = []
     for name, step in named:
         job, log = jobs.get(name), log_dir / f"{name}.log"
@@ -76,3 +80,10 @@ def step_states(named: list[tuple[str, Step]], log_dir: Path) -> list[tuple[str,
         else:
             rows.append((name, "to do", ""))
     return rows
+
+
+def queued_carry_on(log_dir: Path) -> tuple[str, str] | None:
+    """The job of a detached study that runs after its steps, if it is in the queue: (job id, state)."""
+    job = submitted_jobs(log_dir).get(CARRY_ON)
+    state = (queue_states([job]) or {}).get(job) if job else None
+    return (job, state.lower()) if job and state else None

@@ -110,3 +110,106 @@ def test_status_reads_each_steps_state_from_the_results_folder_and_its_log(tmp_p
     rows = step_states(named, logs)
     assert [state for _, state, _ in rows] == ["done", "failed", "interrupted", "to do"]
     assert rows[1][2] == "RuntimeError: CUDA out of memory"
+
+
+ARRAYS = """name = "arrays"
+[defaults]
+steps = 1
+train_length = 32
+[[train]]
+name = "a-{pe}"
+pe = ["rope", "sinusoidal"]
+[[extend]]
+runs = "a-rope"
+name = "{run}+pi"
+method = "pi"
+target = 64
+steps = 0
+[[extend]]
+runs = "a-*"
+name = "{run}+sinks"
+method = "sinks"
+target = 128
+steps = 0
+[[eval]]
+runs = ["a-*"]
+table = "t"
+lengths = "32"
+"""
+
+
+def test_a_study_is_submitted_as_one_array_per_phase_each_waiting_for_what_makes_its_inputs(tmp_path):
+    """Training, then the extensions, then the evaluations; an evaluation needs the runs it names,
+    an extension its parent; with
+    --each, an evaluation per run. The [select] runs, while any is to do, are submitted alone."""
+    from poscli.study.recipes import load_recipe
+    from poscli.study.submit import Submission, inputs, phases
+
+    (tmp_path / "r.toml").write_text(ARRAYS)
+    recipe = load_recipe(tmp_path / "r.toml")
+    submission = Submission(recipe, recipe, None, SlurmSettings(), 2, False, lambda line: None)
+    planned = phases(submission, [])
+    assert [(phase, [name for name, _ in named]) for phase, named in planned] == [
+        ("train", ["train-a-rope", "train-a-sinusoidal"]),
+        ("extend", ["extend-a-rope+pi", "extend-a-rope+sinks", "extend-a-sinusoidal+sinks"]),
+        ("eval", ["eval-t"]),
+    ]
+    assert [inputs(step) for _, step in planned[1][1]] == [["a-rope"], ["a-rope"], ["a-sinusoidal"]]
+    made = ["a-rope", "a-rope+pi", "a-rope+sinks", "a-sinusoidal", "a-sinusoidal+sinks"]
+    assert sorted(inputs(planned[2][1][0][1])) == made
+    each = phases(Submission(recipe, recipe, None, SlurmSettings(), 2, True, lambda line: None), [])
+    assert [name for name, _ in each[-1][1]] == [f"eval-t-{run}" for run in recipe.evals[0].runs]
+    assert all(step.runs == [name.removeprefix("eval-t-")] for name, step in each[-1][1])
+    selecting = [recipe.train[0]]
+    assert [phase for phase, _ in phases(submission, selecting)] == ["select"]
+
+
+def test_a_requeued_job_resumes_its_run_and_does_not_train_a_finished_one_again(tmp_path):
+    """A requeued training or extension job (SLURM_RESTART_COUNT > 0) resumes the run its folder
+    holds, skips one that finished before the job was stopped, and starts one it never wrote."""
+    import json
+
+    from poscli.study.jobs import requeued_call
+
+    call = {"kind": "train", "name": "r", "positional": [], "options": {}, "results": str(tmp_path), "resume": False}
+    assert requeued_call(call) == call  # no run folder yet
+    folder = tmp_path / "runs" / "r"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"status": "interrupted", "steps_done": 225}))
+    assert requeued_call(call) == call | {"resume": True}
+    (folder / "config.json").write_text(json.dumps({"status": "finished", "steps_done": 600}))
+    assert requeued_call(call) is None
+    evaluation = call | {"kind": "eval", "name": "table"}
+    assert requeued_call(evaluation) == evaluation  # an evaluation simply runs again
+
+
+def test_a_job_that_left_the_queue_is_read_from_submitits_result_file(tmp_path):
+    """Finished with its step's exit code, failed with its step's line, a traceback's last line for a
+    job that raised; killed when it ran without a result; never ran when it has no output at all."""
+    submitit = pytest.importorskip("submitit")
+    from submitit.core.utils import cloudpickle_dump
+
+    from poscli.study.submit import outcome
+
+    logs = tmp_path / "logs"
+    for job, result in (("7_0", ("success", (0, ""))), ("7_1", ("success", (2, "--pe 'ropee': did you mean rope?"))),
+                        ("8", ("error", "Traceback ...\nRuntimeError: CUDA out of memory"))):  # fmt: skip
+        paths = submitit.SlurmJob(folder=str(logs / "submitit"), job_id=job).paths
+        paths.folder.mkdir(parents=True, exist_ok=True)
+        cloudpickle_dump(result, paths.result_pickle)
+    killed = submitit.SlurmJob(folder=str(logs / "submitit"), job_id="9").paths
+    killed.stdout.write_text("started\n")
+    assert outcome("7_0", logs) == (0, "")
+    assert outcome("7_1", logs) == (2, "--pe 'ropee': did you mean rope?")
+    assert outcome("8", logs) == (1, "RuntimeError: CUDA out of memory")
+    assert outcome("9", logs)[1].startswith("the job ended without a result (killed")
+    assert outcome("10", logs)[1].startswith("never ran: a job it waits for failed")
+
+
+def test_detach_without_slurm_and_several_gpus_per_step_are_refused_in_one_line(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(RECIPE.format(line=""))
+    done = poscli("run", str(recipe), "--detach", "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and "--detach submits the study as Slurm jobs" in done.stderr, done.stderr
+    with pytest.raises(PoscliError, match="--gpus 2: a recipe step is one process on one GPU"):
+        SlurmSettings.resolve({}, {"gpus": 2})
