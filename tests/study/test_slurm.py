@@ -210,6 +210,9 @@ def test_a_detached_study_finishes_with_no_driver_and_a_requeued_run_ends_with_t
     for line in ("submitted train: 2 jobs (array", "submitted eval: 1 job", "after them: it writes the summaries"):
         assert line in detached.stderr, detached.stderr[-2000:]
     assert f"poscli run {recipe} --status" in detached.stderr
+    again = poscli("run", recipe, "--results", str(results), "--detach", *asked)  # while the jobs are queued
+    assert again.returncode == 0 and "steps already in the queue are not submitted again" in again.stderr
+    assert "submitted train" not in again.stderr and "submitted eval" not in again.stderr, again.stderr[-2000:]
     job = submitted_jobs(results / "logs")["train-q-requeued"]
     _until(lambda: _steps_logged(results, "q-requeued") >= 100, 120, "q-requeued to train 100 steps")
     listed = poscli("run", recipe, "--results", str(results), "--status")
