@@ -401,7 +401,7 @@ def eval_child(pe: str, plan: Plan) -> list[dict]:
                 {
                     "encoding": pe,
                     "length": length,
-                    "seconds": round(median, 3),
+                    "seconds": float(f"{median:.4g}"),  # 4 significant digits: a quick row's 0.3 ms is not 0
                     "spread": round(spread, 3),
                     "peak_rss_gib": round(peak, 3),
                     "baseline_rss_gib": round(baseline, 3),

@@ -263,7 +263,10 @@ class TrainConfig(FlatConfig):
     # the model at smaller training budgets, for verdicts against the budget. "": none.
     snapshots: str = ""
     eval_tokens: int = 65536  # held-out tokens scored at the train length at the end of training
-    eval_every: int = 0  # steps between held-out losses during training (0: only at the end)
+    # the validation curve (poscli.training.metrics.HeldoutCurve): steps between its points (None: about
+    # 20 points, at most a tenth of the training time; 0: none), and its lengths ([]: the train length and 4x)
+    eval_every: int | None = None
+    eval_lengths: list[int] | None = None
 
     @classmethod
     def migrate(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -296,8 +299,10 @@ class TrainConfig(FlatConfig):
         self.snapshot_steps()
         if self.checkpoint_every < 1:
             raise PoscliError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
-        if self.eval_every < 0:
-            raise PoscliError(f"--eval-every must be 0 (only at the end) or a number of steps, got {self.eval_every}")
+        if self.eval_every is not None and self.eval_every < 0:
+            raise PoscliError(f"--eval-every must be 0 (no curve) or a number of steps, got {self.eval_every}")
+        if any(length < 1 for length in self.eval_lengths or []):
+            raise PoscliError(f"--eval-lengths must be positive lengths, got {self.eval_lengths}")
         if self.dtype not in DTYPES:
             raise PoscliError(f"--dtype {self.dtype!r} is not supported; choose {' or '.join(DTYPES)}")
         if self.answer_loss < 0:

@@ -49,13 +49,19 @@ def convergence_line(name: str, steps: list[int], losses: list[float]) -> str:
 
 
 def write_curves(curves: dict[str, dict], path: Path) -> list[Path]:
-    """PATH (a .csv): every run's validation curve, one row a point; and PATH with .md: where each
-    stopped improving (``convergence_line``). Nothing where no run has a curve."""
+    """PATH (a .csv): every run's validation curve, one row a point at one length; and PATH with .md:
+    where each stopped improving at its train length (``convergence_line``). Nothing where no run
+    has a curve."""
     import pandas as pd
 
-    rows = [{"run": name, "step": step, "tokens": tokens, "heldout_loss": loss}
+    rows = [{"run": name, "length": curve["length"], "step": step, "tokens": tokens, "heldout_loss": loss}
             for name, curve in curves.items()
             for step, tokens, loss in zip(curve["heldout_steps"], *curve["heldout_curve"])]  # fmt: skip
+    steps_of = {name: dict(zip(curve["heldout_curve"][0], curve["heldout_steps"])) for name, curve in curves.items()}
+    rows += [{"run": name, "length": length, "step": steps_of[name].get(tokens), "tokens": tokens, "heldout_loss": loss}
+             for name, curve in curves.items()
+             for length, (tokens_seen, losses) in (curve.get("heldout_longer") or {}).items()
+             for tokens, loss in zip(tokens_seen, losses)]  # fmt: skip
     if not rows:
         return []
     pd.DataFrame(rows).to_csv(path, index=False)

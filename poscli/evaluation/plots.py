@@ -18,7 +18,7 @@ from poscli.core.io import atomic_write  # noqa: E402
 def _save(figure, path: Path) -> Path:
     figure.tight_layout()
     with atomic_write(path, "wb") as handle:
-        figure.savefig(handle, format="png", dpi=120)
+        figure.savefig(handle, format="png", dpi=120, bbox_inches="tight")  # legends placed outside the axes too
     plt.close(figure)
     return path
 
@@ -345,7 +345,8 @@ def file_part(run: str) -> str:
 
 def plot_loss(curves: dict[str, dict], path: Path, facet: bool = False) -> Path:
     """Training curves: each run's training loss (the batch's, at every logged step) against tokens
-    seen, and its held-out loss at the train length after the last step with its 95% interval;
+    seen, solid; its validation curve at the train length (dashed) and at longer lengths (dotted),
+    in the run's colour; its held-out loss after the last step with its 95% interval;
     runs overlaid on one axis, or (``facet``) one panel each. ``curves``: run name -> {"tokens",
     "loss" (arrays), "heldout": (tokens, loss, low, high) or None, "length": train length}."""
     names = list(curves)
@@ -361,21 +362,25 @@ def plot_loss(curves: dict[str, dict], path: Path, facet: bool = False) -> Path:
         validation = curve.get("heldout_curve") or ([], [])
         faint = {"alpha": 0.35, "marker": ""} if validation[0] else {}  # the batches' noise behind the curve
         (line,) = axes.plot(
-            curve["tokens"], curve["loss"], linewidth=1, label=f"{name} (train, length {curve['length']})", **faint
+            curve["tokens"], curve["loss"], linewidth=1, label=f"{name} train (length {curve['length']})", **faint
         )
+        color = line.get_color()
         if validation[0]:
-            axes.plot(*validation, linestyle="-", marker=".", color=line.get_color(), linewidth=2.2, zorder=3,
-                      label=f"{name} held-out (--eval-every)")  # fmt: skip
+            axes.plot(*validation, linestyle="--", marker="o", markersize=3, color=color, linewidth=1.8, zorder=3,
+                      label=f"{name} held-out, length {curve['length']}")  # fmt: skip
+        for (length, longer), style in zip((curve.get("heldout_longer") or {}).items(), (":", "-.", (0, (1, 3)))):
+            axes.plot(*longer, linestyle=style, marker="s", markersize=3, color=color, linewidth=1.8, zorder=3,
+                      label=f"{name} held-out, length {length}")  # fmt: skip
         if curve["heldout"] is not None:
             tokens, loss, low, high = curve["heldout"]
-            axes.errorbar([tokens], [loss], yerr=[[loss - low], [high - loss]], marker="o", color=line.get_color(),
-                          capsize=3, label=f"{name} held-out")  # fmt: skip
+            axes.errorbar([tokens], [loss], yerr=[[loss - low], [high - loss]], marker="D", color=color,
+                          capsize=3, linestyle="", label=f"{name} held-out at the end, 95% interval")  # fmt: skip
     for axes in grid.flat[: len(names) if facet else 1]:
         axes.set_xlabel("tokens seen")
         axes.set_ylabel("loss (nats/token)")
         axes.grid(True, alpha=0.3)
-        axes.legend(fontsize=7)
+        axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     for axes in grid.flat[len(names) if facet else 1 :]:
         axes.set_visible(False)
-    figure.suptitle("training loss (logged batches), held-out loss at the train length", fontsize=10)
+    figure.suptitle("training loss (solid, the logged batches) and held-out loss (dashed and dotted)", fontsize=10)
     return _save(figure, path)

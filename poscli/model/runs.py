@@ -218,8 +218,8 @@ def training_curve(run: Path) -> dict:
     """What ``poscli plot loss`` draws of a run: tokens seen (step x batch size x train length) and
     the logged training loss at each logged step, the held-out loss at the train length after the
     last step with its 95% interval (None before the run finished), the validation curve
-    (``--eval-every``: tokens and held-out loss at each of its steps; empty without it) and the
-    train length."""
+    (``--eval-every``: tokens and held-out loss at each of its steps at the train length, and at its
+    longer lengths; empty without it) and the train length."""
     import math
 
     config = read_config(run)
@@ -232,6 +232,7 @@ def training_curve(run: Path) -> dict:
         "heldout_curve": ([record["step"] * tokens_per_step for record in points],
                           [record["heldout_loss"] for record in points]),
         "heldout_steps": [record["step"] for record in points],
+        "heldout_longer": _longer_curves(logged, tokens_per_step, int(config["model"]["train_length"])),
         "tokens": [record["step"] * tokens_per_step for record in records],
         "loss": [record["loss"] for record in records],
         "heldout": None
@@ -240,6 +241,18 @@ def training_curve(run: Path) -> dict:
               math.log(heldout["ci_high"])),
         "length": int(config["model"]["train_length"]),
     }  # fmt: skip
+
+
+def _longer_curves(logged: list[dict], tokens_per_step: int, train_length: int) -> dict[int, tuple[list, list]]:
+    """The validation curve at its lengths other than the train length: length -> (tokens, losses)."""
+    curves: dict[int, tuple[list, list]] = {}
+    for record in logged:
+        for length, loss in (record.get("heldout") or {}).items():
+            if int(length) != train_length:
+                tokens, losses = curves.setdefault(int(length), ([], []))
+                tokens.append(record["step"] * tokens_per_step)
+                losses.append(loss)
+    return dict(sorted(curves.items()))
 
 
 def write_config(run: Path, config: dict) -> None:

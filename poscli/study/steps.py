@@ -126,7 +126,7 @@ def extend_run(run: str, request: ExtendRequest, console=None):
     from poscli.training.extend import extend
 
     settings = ("factor", "steps", "finetune_length", "name", "lr", "batch_size", "seed", "device", "replace", "pose",
-                "cream", "mixed_short", "eval_every")  # fmt: skip
+                "cream", "mixed_short", "eval_every", "eval_lengths")  # fmt: skip
     return extend(
         run, method, target, options=options, results=results, console=console, show_progress=not quiet,
         **{key: getattr(request, key) for key in settings},

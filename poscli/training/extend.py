@@ -45,7 +45,8 @@ def extend(
     pose: bool = False,
     cream: bool = False,
     mixed_short: float | None = None,
-    eval_every: int = 0,
+    eval_every: int | None = None,
+    eval_lengths: list[int] | None = None,
 ):
     """Extend ``run`` to ``target`` tokens with ``method`` (a name of ``poscli.extension.methods`` or
     package.module:Class); returns the new run's TrainResult."""
@@ -60,7 +61,6 @@ def extend(
     finetune_length = _finetune_length(chosen, finetune_length, target, original_length, scheme)
     tokens_per_step = parent["train"]["batch_size"] * original_length
     batch_size = batch_size or max(1, tokens_per_step // finetune_length)
-
     weights = runs.load_weights(parent_folder)
     parent_config = ModelConfig.from_dict(parent["model"])
     try:
@@ -74,7 +74,7 @@ def extend(
     model_config = ModelConfig.from_dict({**parent_config.to_dict(), **changes})
     mixed = _mixed_windows(mixed_short, steps, original_length)
     train_config = _finetune_config(parent["train"], steps, lr, batch_size, seed, device, scheme, target, mixed)
-    train_config.eval_every = eval_every
+    train_config.eval_every, train_config.eval_lengths = eval_every, eval_lengths
     label = chosen.label(runs.run_label(parent), factor, steps, finetune_length, changes)
     if scheme:
         label += f" ({'PoSE' if pose else 'CREAM'} to {format_length(target)})"

@@ -13,6 +13,7 @@ from rich.progress import Progress
 from poscli.config import TrainConfig
 from poscli.core.io import atomic_write
 from poscli.data.corpus import Corpus
+from poscli.errors import PoscliError
 from poscli.evaluation.evalset import build_eval_set
 from poscli.evaluation.evaluate import perplexity
 from poscli.model import runs
@@ -62,35 +63,97 @@ class RunLog:
             self.task, completed=step, loss=f"{loss.item():.3f}", speed=f"{speed:,.0f}", left=f"{max(0, left):.0f}s"
         )
 
-    def heldout(self, step: int, loss: float) -> None:
-        """A point of the validation curve: {"step", "heldout_loss"} in metrics.jsonl and the logger's heldout/loss."""
-        self.metrics.write(json.dumps({"step": step, "heldout_loss": round(loss, 5)}) + "\n")
+    def heldout(self, step: int, losses: dict[int, float], train_length: int) -> None:
+        """A point of the validation curve: {"step", "heldout_loss" (at the train length), "heldout" (every
+        length's)} in metrics.jsonl; the logger's heldout/loss (the train length) and heldout/loss_at_L."""
+        record: dict = {"step": step, "heldout": {str(length): round(loss, 5) for length, loss in losses.items()}}
+        if train_length in losses:
+            record["heldout_loss"] = round(losses[train_length], 5)
+        self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()
-        self.logger.scalars({"heldout/loss": loss}, step * self.tokens_per_step)
+        scalars = {"heldout/loss" if length == train_length else f"heldout/loss_at_{length}": loss
+                   for length, loss in losses.items()}  # fmt: skip
+        self.logger.scalars(scalars, step * self.tokens_per_step)
+
+
+CURVE_POINTS, CURVE_SHARE, CURVE_TOKENS = 20, 0.10, 16384  # the default curve: points, share of the time, sample
+
+
+def curve_every(train_config: TrainConfig, train_length: int, tokens: int, lengths: list[int]) -> int:
+    """Steps between the validation curve's points: ``--eval-every`` where given, else about
+    CURVE_POINTS points, fewer where they would cost more than CURVE_SHARE of the training time (an
+    evaluation scores ``tokens`` at each length forward only, measured at about half the cost of
+    training on as many tokens: 12.3% of a 600-step RoPE run's time for 20 points at 256 and 1k on
+    2 cores, docs/guide.md); 0 (no curve) where fewer than 2 points fit."""
+    if train_config.eval_every is not None:
+        return train_config.eval_every
+    steps = train_config.steps
+    cost = len(lengths) * tokens / (2 * train_config.batch_size * train_length)  # in training steps
+    points = min(CURVE_POINTS, int(CURVE_SHARE * steps / max(cost, 1e-9)))
+    return 0 if points < 2 else -(-steps // points)
+
+
+def heldout_scores(model, eval_set, length: int, device) -> dict:
+    """``poscli.evaluation.evaluate.perplexity``'s scores of ``eval_set`` at ``length``, in eval mode,
+    the model back in its mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        return perplexity(model, eval_set, length, device)
+    finally:
+        model.train(was_training)
+
+
+def heldout_set(corpus: Corpus, length: int, tokens: int, tokenizer):
+    """The held-out windows of ``length`` holding about ``tokens`` targets (the same every time)."""
+    token_bytes = None if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.token_bytes()
+    return build_eval_set(corpus, length, tokens, token_bytes=token_bytes)
 
 
 class HeldoutCurve:
-    """``--eval-every``: the held-out loss at the train length on the same windows every time (the
-    ones scored after the last step), the model back in training mode after."""
+    """The validation curve (``--eval-every``, ``--eval-lengths``): the held-out loss at each of its
+    lengths (default: the train length and 4x; those the encoding cannot represent left out) on the
+    same held-out sample every time, min(--eval-tokens, CURVE_TOKENS) targets per length, every
+    ``every`` steps and at the last; what it cost, in seconds."""
 
-    def __init__(self, corpus: Corpus, config: dict, device, tokenizer):
-        self.corpus, self.config, self.device, self.tokenizer = corpus, config, device, tokenizer
-        self.eval_set = None
+    def __init__(self, corpus: Corpus | None, config: dict, device, tokenizer, max_length: int | None = None):
+        train_config = TrainConfig.from_dict(config["train"])
+        self.train_length = int(config["model"]["train_length"])
+        self.corpus, self.device, self.tokenizer = corpus, device, tokenizer
+        self.tokens = min(train_config.eval_tokens, CURVE_TOKENS)
+        wanted = train_config.eval_lengths or [self.train_length, 4 * self.train_length]
+        self.lengths = [length for length in dict.fromkeys(wanted) if max_length is None or length <= max_length]
+        self.every = curve_every(train_config, self.train_length, self.tokens, self.lengths) if corpus else 0
+        self.sets: dict[int, object] = {}
+        self.seconds, self.points, self.last_step = 0.0, 0, -1
 
-    def __call__(self, model) -> float:
-        return float(self.scores(model)["loss"])
+    def schedule(self) -> str:
+        """The run's line saying when the curve is scored."""
+        lengths = ", ".join(map(str, self.lengths))
+        return (f"validation curve: the held-out loss every {self.every} steps at lengths {lengths}, {self.tokens:,} "
+                "held-out tokens each (--eval-every N sets its spacing; 0: none)")  # fmt: skip
 
-    def scores(self, model) -> dict:
-        """``poscli.evaluation.evaluate.perplexity``'s scores of the held-out windows."""
-        length = self.config["model"]["train_length"]
-        if self.eval_set is None:
-            tokens = TrainConfig.from_dict(self.config["train"]).eval_tokens
-            tokenizer = self.tokenizer
-            token_bytes = None if tokenizer is None or tokenizer.spec == "bytes" else tokenizer.token_bytes()
-            self.eval_set = build_eval_set(self.corpus, length, tokens, token_bytes=token_bytes)
-        was_training = model.training
-        model.eval()
-        try:
-            return perplexity(model, self.eval_set, length, self.device)
-        finally:
-            model.train(was_training)
+    def due(self, step: int, last: int) -> bool:
+        return bool(self.every) and (step % self.every == 0 or step == last) and step != self.last_step
+
+    def __call__(self, model, step: int) -> dict[int, float]:
+        """The held-out loss at each length (a length whose held-out text is too short is dropped)."""
+        started = time.perf_counter()
+        losses = {}
+        for length in list(self.lengths):
+            if length not in self.sets:
+                try:
+                    self.sets[length] = heldout_set(self.corpus, length, self.tokens, self.tokenizer)
+                except PoscliError:  # too little held-out text for this length: the curve goes on without it
+                    self.lengths.remove(length)
+                    continue
+            losses[length] = float(heldout_scores(model, self.sets[length], length, self.device)["loss"])
+        self.seconds += time.perf_counter() - started
+        self.points, self.last_step = self.points + 1, step
+        return losses
+
+    def summary(self, train_seconds: float) -> dict:
+        """What config.json records of the curve: its schedule, sample and cost."""
+        share = self.seconds / train_seconds if train_seconds > 0 else 0.0
+        return {"every": self.every, "lengths": self.lengths, "tokens": self.tokens, "points": self.points,
+                "seconds": round(self.seconds, 2), "share_of_training": round(share, 4)}  # fmt: skip

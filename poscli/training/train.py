@@ -7,7 +7,6 @@ the train corpus.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -38,7 +37,7 @@ from poscli.training.batches import check_corpus_fits, micro_batches, next_batch
 from poscli.training.distributed import Group, check_batch, data_parallel_loss, group_from_environment
 from poscli.training.distributed import start as start_group
 from poscli.training.memory import training_memory
-from poscli.training.metrics import HeldoutCurve, RunLog
+from poscli.training.metrics import HeldoutCurve, RunLog, heldout_scores, heldout_set
 from poscli.training.optim import make_optimizer, set_learning_rate
 from poscli.training.stopping import StopRequest, TrainingInterrupted, stopping_now
 from poscli.training.tasks import TaskMix, TaskTraining, task_accuracy, training_mix
@@ -55,6 +54,7 @@ class TrainResult:
     heldout_bpb: float | None = None  # bits per UTF-8 byte of the scored text (None: loss / ln 2, byte tokens)
     task_accuracy: dict | None = None  # a task run or mix: exact match at its training sizes (tasks.task_accuracy)
     heldout_tokens: int = 0  # the held-out tokens scored (TrainConfig.eval_tokens of them, at most)
+    curve: dict | None = None  # the validation curve's schedule and cost (HeldoutCurve.summary)
 
     def summary(self) -> str:
         """One line for the console: steps, time, and the held-out perplexity at the train length
@@ -74,6 +74,11 @@ class TrainResult:
                 f"exact match on {a['task']} at its training sizes: {a['exact']:.3f} [{a['ci_low']:.3f}, "
                 f"{a['ci_high']:.3f}] ({a['instances']} instances)"
             )
+        if self.curve:
+            c = self.curve
+            lengths = ", ".join(str(length) for length in c["lengths"])
+            parts.append(f"validation curve: {c['points']} points at lengths {lengths} ({c['tokens']:,} held-out "
+                         f"tokens each), {c['share_of_training']:.1%} of the training time")  # fmt: skip
         return f"finished {self.steps} steps in {self.seconds / 60:.1f} min; " + "; ".join(parts)
 
 
@@ -366,7 +371,10 @@ def _steps(
         runs.write_config(run, {**config, "status": status, "steps_done": step})
 
     metrics = open(run / runs.METRICS_FILE if main else os.devnull, "a", encoding="utf-8")  # noqa: SIM115
-    heldout_curve = HeldoutCurve(corpus, config, device, tokenizer)
+    text = not isinstance(TaskTraining.plan(train_config, model_config), TaskTraining)  # a task run has no text
+    curve = HeldoutCurve(corpus if text else None, config, device, tokenizer, model.encoding.max_length)
+    if main and curve.every:
+        console.print(curve.schedule())
     model.train()
     try:
         with progress, StopRequest() as stop:
@@ -392,13 +400,14 @@ def _steps(
                 _check_finite(loss, step, run, config, main, train_config.lr)
                 step += 1
                 log.step(step, loss, lr, budget_seconds)
-                every = train_config.eval_every
-                if main and every and step % every == 0 and step < train_config.steps:  # the end scores its own
-                    log.heldout(step, heldout_curve(model))
+                if main and curve.due(step, train_config.steps):
+                    log.heldout(step, curve(model, step), model_config.train_length)
                 if step in snapshot_steps and main:
                     runs.save_snapshot(run, model, config, step)
                 if step % train_config.checkpoint_every == 0:
                     checkpoint()
+            if main and curve.every and curve.last_step != step and step > start_step:  # stopped early (--minutes)
+                log.heldout(step, curve(model, step), model_config.train_length)
     except KeyboardInterrupt:  # a second Ctrl-C mid-step: the last checkpoint is the state to resume from
         raise TrainingInterrupted.mid_step(step, config["name"]) from None
     finally:
@@ -408,12 +417,11 @@ def _steps(
     if not main:
         return None
     checkpoint("evaluating")
+    if curve.points:
+        config["curve"] = curve.summary(seconds)
     result = _finish(run, config, model, corpus, device, tokenizer, (start_step, step), seconds, elapsed_before)
-    if not math.isnan(result.heldout_loss):
+    if not math.isnan(result.heldout_loss) and not curve.points:  # else the curve's points are the logger's
         logger.scalars({"heldout/loss": result.heldout_loss}, step * tokens_per_step)
-        if train_config.eval_every:  # the curve's last point: the final held-out loss, on the same windows
-            with open(run / runs.METRICS_FILE, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"step": step, "heldout_loss": round(result.heldout_loss, 5)}) + "\n")
     return result
 
 
@@ -455,11 +463,13 @@ def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, s
         heldout_bpb=heldout["bpb"],
         task_accuracy=config.get("task_accuracy"),
         heldout_tokens=int(heldout.get("tokens") or 0),
+        curve=config.get("curve"),
     )
 
 
 def _heldout(model, corpus: Corpus, config: dict, device, tokenizer) -> dict:
     """Perplexity at the train length on the corpus' held-out text (``eval_tokens`` of it)."""
-    heldout = HeldoutCurve(corpus, config, device, tokenizer).scores(model)
+    length, tokens = config["model"]["train_length"], TrainConfig.from_dict(config["train"]).eval_tokens
+    heldout = heldout_scores(model, heldout_set(corpus, length, tokens, tokenizer), length, device)
     keys = ("loss", "ppl", "ci_low", "ci_high", "bpb", "windows", "spans", "documents", "tokens")
     return {key: heldout[key] for key in keys}

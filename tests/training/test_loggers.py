@@ -7,6 +7,7 @@ import math
 import sys
 import types
 
+import pandas as pd
 import pytest
 
 from poscli.model import runs
@@ -99,23 +100,67 @@ def test_a_torn_last_line_of_the_metrics_is_left_out(tmp_path):
     assert [r["step"] for r in runs.read_metrics(tmp_path)] == [10]
 
 
-def test_eval_every_draws_the_validation_curve_without_changing_the_training(corpus, tmp_path):
-    """--eval-every N: the held-out loss at every N steps and at the end (the run's own final held-out
-    loss, on the same windows); the run's weights are those of the same run trained without it."""
+def test_eval_every_draws_the_validation_curve_at_two_lengths_without_changing_the_training(corpus, tmp_path):
+    """--eval-every N: the held-out loss at the train length and at 4x every N steps and at the end,
+    in metrics.jsonl and TensorBoard (at the train length, on the run's own final held-out windows
+    where the held-out text is smaller than either sample, as here); the weights are those of the same run trained
+    without it; plot loss draws and tabulates both lengths."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     results = tmp_path / "results"
-    curved = train(corpus, results, "--name", "curved", "--eval-every", "5")
-    plain = train(corpus, results, "--name", "plain")
-    points = [record for record in runs.read_metrics(curved) if "heldout_loss" in record]
+    curved = train(corpus, results, "--name", "curved", "--eval-every", "5", "--logger", "tensorboard")
+    plain = train(corpus, results, "--name", "plain", "--eval-every", "0")
+    points = [record for record in runs.read_metrics(curved) if "heldout" in record]
     assert [point["step"] for point in points] == [5, 10, 15, 20]
+    assert all(set(point["heldout"]) == {"32", "128"} for point in points)  # TINY trains at 32
     final = json.loads((curved / "config.json").read_text())["heldout"]["loss"]
     assert points[-1]["heldout_loss"] == pytest.approx(final, abs=1e-5)
     assert points[0]["heldout_loss"] > points[-1]["heldout_loss"]  # it learns
     assert (curved / runs.WEIGHTS_FILE).read_bytes() == (plain / runs.WEIGHTS_FILE).read_bytes()
+    events = EventAccumulator(str(curved / "tensorboard"))
+    events.Reload()
+    for tag, length in (("heldout/loss", "32"), ("heldout/loss_at_128", "128")):
+        logged = events.Scalars(tag)
+        assert [e.step for e in logged] == [point["step"] * 4 * 32 for point in points]
+        assert [e.value for e in logged] == pytest.approx([point["heldout"][length] for point in points], rel=1e-5)
+    recorded = json.loads((curved / "config.json").read_text())["curve"]
+    assert recorded["points"] == 4 and recorded["lengths"] == [32, 128] and 0 < recorded["share_of_training"] < 1
+    assert not [record for record in runs.read_metrics(plain) if "heldout" in record]
     done = poscli("plot", "loss", "curved", "--results", str(results), "--out", str(tmp_path / "curve.png"))
     assert done.returncode == 0, done.stderr
-    assert len((tmp_path / "curve.csv").read_text().splitlines()) == 1 + 4
+    table = pd.read_csv(tmp_path / "curve.csv")
+    assert sorted(table["length"].unique()) == [32, 128] and len(table) == 8
     assert "curved: " in done.stdout and "last fifth (16-20) gained" in done.stdout
     assert "- curved: " in (tmp_path / "curve.md").read_text()
+
+
+def test_the_default_curve_has_about_twenty_points_and_costs_at_most_a_tenth_of_the_training():
+    """Without --eval-every: CURVE_POINTS points where they cost under CURVE_SHARE of the training (an
+    evaluation as half the cost of training on as many tokens), fewer where they would cost
+    more, none where fewer than two fit; --eval-every wins."""
+    from poscli.config import TrainConfig
+    from poscli.training.metrics import CURVE_POINTS, CURVE_SHARE, curve_every
+
+    def cost(config, every, tokens, lengths):  # share of training steps the curve's evaluations cost
+        points = -(-config.steps // every)
+        return points * len(lengths) * tokens / (2 * config.batch_size * 128) / config.steps
+
+    long_run = TrainConfig(steps=2500, batch_size=16)
+    every = curve_every(long_run, 128, 16384, [128, 512])
+    assert -(-2500 // every) <= CURVE_POINTS and 2500 // every >= CURVE_POINTS - 1
+    assert cost(long_run, every, 16384, [128, 512]) <= CURVE_SHARE
+    short_run = TrainConfig(steps=600, batch_size=16)
+    every = curve_every(short_run, 128, 16384, [128, 512])
+    assert 2 <= 600 // every < CURVE_POINTS and cost(short_run, every, 16384, [128, 512]) <= CURVE_SHARE * 1.05
+    assert curve_every(TrainConfig(steps=60, batch_size=4), 128, 16384, [128, 512]) == 0
+    assert curve_every(TrainConfig(steps=60, batch_size=4, eval_every=7), 128, 16384, [128, 512]) == 7
+
+
+def test_a_curve_length_the_encoding_cannot_represent_is_left_out(corpus, tmp_path):
+    """Learned absolute positions have train-length rows: the curve keeps the train length only."""
+    run = train(corpus, tmp_path / "results", "--name", "learned", "--pe", "learned", "--eval-every", "10")
+    points = [record for record in runs.read_metrics(run) if "heldout" in record]
+    assert [point["step"] for point in points] == [10, 20] and all(set(p["heldout"]) == {"32"} for p in points)
 
 
 def test_convergence_is_read_off_the_curve_where_its_last_fifth_gains_under_one_percent():

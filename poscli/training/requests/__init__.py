@@ -84,12 +84,19 @@ SHARED: dict[str, dict[str, Any]] = {
         runner=True,
     ),
     "eval_every": _spec(
-        0,
+        None,
         (
-            "Every N steps, the held-out loss at the train length (on --eval-tokens of held-out text) into "
-            "metrics.jsonl and the logger: the validation curve (0: once, after the last step)."
+            "The validation curve: every N steps, the held-out loss at --eval-lengths (the same held-out sample each "
+            "time) into metrics.jsonl and the logger. Default: about 20 points, at most a tenth of the training "
+            "time; 0: none."
         ),
         metavar="N",
+    ),
+    "eval_lengths": _spec(
+        None,
+        "The validation curve's lengths, e.g. 128,1k (default: the train length and 4x).",
+        metavar="LENGTH,...",
+        parse="lengths",
     ),
 }
 

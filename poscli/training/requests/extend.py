@@ -116,7 +116,8 @@ class ExtendRequest:
         "Random seed for the fine-tuning batches.",
         metavar="N",
     )
-    eval_every: int = shared("eval_every")
+    eval_every: int | None = shared("eval_every")
+    eval_lengths: list[int] | None = shared("eval_lengths")
     device: str = shared("device")
     name: str | None = option(
         None,

@@ -242,7 +242,8 @@ class TrainRequest:
         runner=True,
     )
     replace: bool = shared("replace")
-    eval_every: int = shared("eval_every")
+    eval_every: int | None = shared("eval_every")
+    eval_lengths: list[int] | None = shared("eval_lengths")
     checkpoint_every: int = option(
         200,
         "Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).",
