@@ -10,9 +10,10 @@ transformers architecture has is a one-line answer. The folder holds ``config.js
 byte-level tokenizer whose ids are the bytes), so ``AutoModelForCausalLM.from_pretrained`` and
 ``AutoTokenizer.from_pretrained`` load it, and ``generate`` and lm-evaluation-harness work on it.
 
-The config is written with the keys both transformers 4.x and 5.x read (``rope_scaling``,
-``rotary_emb_base``, ``rotary_pct``). When transformers is installed, ``check_export`` loads the
-folder and compares its logits with poscli's.
+The config is written as transformers 5 writes it for the same architecture (``rope_parameters``,
+``dtype``; not transformers 4's legacy ``rotary_emb_base``, ``rotary_pct``, ``rope_scaling`` and
+``torch_dtype``, which transformers 5 only maps over). When transformers is installed,
+``check_export`` loads the folder and compares its logits with poscli's.
 
 Shape legend: C width, H heads, hd head dimension, V vocabulary.
 """
@@ -61,14 +62,18 @@ def _neox_config(model, layout: dict) -> dict:
         "attention_dropout": 0.0,
         "hidden_dropout": 0.0,
         "max_position_embeddings": layout["max_position_embeddings"],
-        "rotary_emb_base": layout["rope_theta"],
-        "rotary_pct": layout["partial_rotary_factor"],
+        "rope_parameters": rope_parameters(layout),
     }
-    if layout["rope_scaling"] is not None:
-        config["rope_scaling"] = layout["rope_scaling"]
-        if layout["rope_scaling"]["rope_type"] == "longrope":  # transformers 4.x reads it here (Phi-3's place)
-            config["original_max_position_embeddings"] = layout["rope_scaling"]["original_max_position_embeddings"]
     return config
+
+
+def rope_parameters(layout: dict) -> dict:
+    """transformers 5's ``rope_parameters``: the rope type, its theta, the rotated share of a head and
+    the extension's own parameters (what transformers 4 spread over rope_scaling, rotary_emb_base
+    and rotary_pct)."""
+    scaling = dict(layout["rope_scaling"] or {"rope_type": "default"})
+    return {"rope_type": scaling.pop("rope_type"), "rope_theta": layout["rope_theta"],
+            "partial_rotary_factor": layout["partial_rotary_factor"], **scaling}  # fmt: skip
 
 
 def _neox_weights(state: dict, model, layout: dict) -> dict:
@@ -222,7 +227,7 @@ def export(run: Path, folder: Path, replace: bool = False) -> dict:
         "model_type": architecture.model_type,
         "vocab_size": model_config.vocab_size,
         "tie_word_embeddings": True,
-        "torch_dtype": "float32",
+        "dtype": "float32",
         "bos_token_id": special,
         "eos_token_id": special,
         "pad_token_id": special,
@@ -301,7 +306,7 @@ def check_export(run: Path, folder: Path, seed: int = 0) -> dict:
         import transformers
     except ImportError:
         raise PoscliError(
-            "checking an export needs transformers: pip install 'transformers>=4.45' (or pip install -e '.[export]')"
+            "checking an export needs transformers 5: pip install 'transformers>=5' (or pip install -e '.[export]')"
         ) from None
     model, config = runs.load_model(run)
     layout = layout_of(model, config["name"])

@@ -94,6 +94,41 @@ def test_extended_rope_runs_match_past_the_train_length(tmp_path, method):
     assert logits_differ(run, tmp_path / "hf", [24, 128]) < TOLERANCE
 
 
+def export_kinds() -> dict[str, ModelConfig]:
+    """Every kind of run poscli exports: RoPE in each layout, each extension method, learned positions."""
+    kinds = {"rope": tiny_config("rope"), "rope-interleaved-half": tiny_config(
+        "rope", {"layout": "interleaved", "rotary_fraction": 0.5}), "learned": tiny_config("learned", position_rows=64)}
+    for method, given in EXTENSIONS.items():
+        options = methods.get(method.removesuffix("-tuned")).check_options(given)
+        scaling = {"method": method.removesuffix("-tuned"), "factor": 4.0, "original_length": 32, "options": options}
+        kinds[method] = tiny_config("rope", rope_scaling=scaling)
+    return kinds  # fmt: skip
+
+
+LEGACY_KEYS = {"rotary_emb_base", "rotary_pct", "rope_scaling", "torch_dtype", "original_max_position_embeddings"}
+
+
+@pytest.mark.parametrize("kind", sorted(export_kinds()))
+def test_an_export_is_written_in_transformers_5s_form_and_loads_without_a_warning(tmp_path, kind, caplog):
+    """config.json holds what transformers' own config class writes for it (``to_dict()`` after
+    loading): rope_parameters and dtype, none of transformers 4's legacy keys; loading the config
+    and the model raises no Python warning (as errors) and logs no transformers warning."""
+    import logging
+    import warnings
+
+    run = make_run(tmp_path, export_kinds()[kind])
+    written = export(run, tmp_path / "hf")
+    assert not LEGACY_KEYS & set(written), LEGACY_KEYS & set(written)
+    caplog.set_level(logging.WARNING, logger="transformers")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        own = transformers.AutoConfig.from_pretrained(str(tmp_path / "hf")).to_dict()
+        transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    on_disk = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert {key: own[key] for key in on_disk if key != "poscli"} == {k: v for k, v in on_disk.items() if k != "poscli"}
+
+
 def test_learned_runs_export_as_gpt2_with_every_table_row(tmp_path):
     run = make_run(tmp_path, tiny_config("learned", position_rows=64))
     written = export(run, tmp_path / "hf")
