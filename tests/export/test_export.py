@@ -96,8 +96,11 @@ def test_extended_rope_runs_match_past_the_train_length(tmp_path, method):
 
 def export_kinds() -> dict[str, ModelConfig]:
     """Every kind of run poscli exports: RoPE in each layout, each extension method, learned positions."""
-    kinds = {"rope": tiny_config("rope"), "rope-interleaved-half": tiny_config(
-        "rope", {"layout": "interleaved", "rotary_fraction": 0.5}), "learned": tiny_config("learned", position_rows=64)}
+    kinds = {
+        "rope": tiny_config("rope"),
+        "rope-interleaved-half": tiny_config("rope", {"layout": "interleaved", "rotary_fraction": 0.5}),
+        "learned": tiny_config("learned", position_rows=64),
+    }
     for method, given in EXTENSIONS.items():
         options = methods.get(method.removesuffix("-tuned")).check_options(given)
         scaling = {"method": method.removesuffix("-tuned"), "factor": 4.0, "original_length": 32, "options": options}
