@@ -313,6 +313,10 @@ class TrainConfig(FlatConfig):
             raise PoscliError("--pose, --cream and --random-positions each choose the training positions; use one")
         if self.task_loss not in TASK_LOSSES:
             raise PoscliError(f"--task-loss {self.task_loss!r} is not one of {', '.join(TASK_LOSSES)}")
+        task_mixed = bool(self.mix) and not str(self.mix).startswith("passkey")
+        if not self.task and not task_mixed and (self.task_sizes or self.task_loss != "answer"):
+            flag = "--sizes" if self.task_sizes else "--task-loss"
+            raise PoscliError(f"{flag} sets how a task is trained: add --task NAME (or --mix NAME:F), or leave it out")
         if not 0 <= self.mixed_short < 1:
             raise PoscliError(f"--mixed-short must be a fraction of the steps in [0, 1), got {self.mixed_short:g}")
         if self.mixed_short and (self.mixed_length < 1 or self.pose or self.cream or self.random_positions):

@@ -20,6 +20,7 @@ Tq query positions, Tk key positions. ``positions`` are integer token positions,
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -218,16 +219,28 @@ def _convert(value: Any, field: dataclasses.Field, encoding: str) -> Any:
         else {"int": int, "float": float, "str": str, "bool": bool}.get(str(field.type), str)
     )
     if not isinstance(value, str) or kind is str:
-        return float(value) if kind is float and isinstance(value, int) and not isinstance(value, bool) else value
-    try:
-        if kind is bool:
-            return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}[value.lower()]
-        return kind(value)
-    except (KeyError, ValueError):
-        raise PoscliError(
-            f"--pe-option {field.name}={value}: {encoding}'s {field.name} is a {kind.__name__}, e.g. "
-            f"{field.name}={field.default}"
-        ) from None
+        converted = float(value) if kind is float and isinstance(value, int) and not isinstance(value, bool) else value
+    else:
+        try:
+            if kind is bool:
+                converted = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}[
+                    value.lower()
+                ]
+            else:
+                converted = kind(value)
+        except (KeyError, ValueError):
+            raise PoscliError(
+                f"--pe-option {field.name}={value}: {encoding}'s {field.name} is {_a(kind.__name__)}, e.g. "
+                f"{field.name}={field.default}"
+            ) from None
+    if isinstance(converted, float) and not math.isfinite(converted):  # float("nan") and float("inf") parse
+        raise PoscliError(f"--pe-option {field.name}={value}: give a finite number, e.g. {field.name}={field.default}")
+    return converted
+
+
+def _a(noun: str) -> str:
+    """The noun with its article: a float, an int."""
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
 
 def recorded_remap(record: dict | None) -> Remap | None:

@@ -32,6 +32,7 @@ PROMPT_END, ANSWER_END = "=", "."
 COLUMNS = ["run", "label", "pe", "parameters", "seed", "task", "trained_sizes", "size", "in_distribution", "tokens",
            "trials", "exact", "accuracy", "ci_low", "ci_high", "token_accuracy", "note"]  # fmt: skip
 SIZES = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+MAX_SIZE = 65536  # the largest instance size: longer than any length poscli scores on a CPU
 LETTERS = "abcdefghij"  # the alphabet of the string tasks (copy, reverse, duplicate, sort)
 
 
@@ -45,9 +46,12 @@ def parse_sizes(text: str, flag: str = "--sizes") -> list[int]:
     text = str(text)
     span = SIZES.match(text)
     try:
-        sizes = list(range(int(span[1]), int(span[2]) + 1)) if span else [int(part) for part in text.split(",")]
+        bounds = [int(span[1]), int(span[2])] if span else [int(part) for part in text.split(",")]
     except ValueError:
-        sizes = []
+        bounds = []
+    if bounds and max(bounds) > MAX_SIZE:  # checked before a range is built: 1-9999999999 would fill the memory
+        raise PoscliError(f"{flag} {text!r}: sizes go up to {MAX_SIZE} (an instance of N symbols needs over N tokens)")
+    sizes = list(range(bounds[0], bounds[1] + 1)) if span and bounds else bounds
     if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
         raise PoscliError(f"{flag} {text!r}: give a range of positive sizes such as 1-16, or a list such as 1,2,4,8")
     return sorted(sizes)

@@ -48,13 +48,40 @@ def run_lines(results: str | os.PathLike | None = None) -> list[str]:
         return [f"no runs in {runs_dir(results)}; train one with: poscli train --pe rope"]
     lines = []
     for name in names:
-        config = read_config(runs_dir(results) / name)
-        held = config.get("heldout", {})
+        config, broken = listed_config(runs_dir(results) / name)
+        if config is None:
+            lines.append(f"{name}\t?\tbroken: {broken}")
+            continue
+        held = config.get("heldout") or {}
         ppl = f"ppl {held['ppl']:.3f} @ {held['length']}" if held else ""
         lines.append(
             f"{name}\t{config['model']['pe']}\t{config.get('status', '?')}\t{config.get('steps_done', 0)} steps\t{ppl}"
         )
     return lines
+
+
+def _readable(run: Path) -> Path:
+    """A run folder whose config.json holds a run (its model and training), or a one-line error."""
+    config, broken = listed_config(run)
+    if config is None:
+        raise PoscliError(broken)
+    if not isinstance(config.get("train"), dict):
+        raise PoscliError(
+            f"{run / CONFIG_FILE} has no train settings: not a run poscli wrote (fix or delete the folder)"
+        )
+    return run
+
+
+def listed_config(run: Path) -> tuple[dict | None, str]:
+    """A run folder's config for a listing (``poscli runs``, the report): (config, ""), or (None, why
+    it cannot be read), so one broken folder does not stop the listing of the others."""
+    try:
+        config = read_config(run)
+    except PoscliError as error:
+        return None, f"{error} (fix or delete the folder)"
+    if not isinstance(config.get("model"), dict) or "pe" not in config["model"]:
+        return None, f"{run / CONFIG_FILE} has no model.pe: not a run poscli wrote (fix or delete the folder)"
+    return config, ""
 
 
 def check_table_name(table: str) -> str:
@@ -94,7 +121,7 @@ def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Pat
         return find_snapshot(name_or_path, results)
     direct = Path(name_or_path)
     if (direct / CONFIG_FILE).is_file():
-        return direct
+        return _readable(direct)
     if direct.is_file() or (direct.is_dir() and any(direct.glob("*.pt")) and not (direct / WEIGHTS_FILE).exists()):
         if direct.suffix in PICKLE_SUFFIXES or direct.is_dir():
             raise PoscliError(
@@ -105,7 +132,7 @@ def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Pat
         raise PoscliError(f"{name_or_path} is a file; give a run folder (with config.json) or a run name")
     folder = runs_dir(results) / name_or_path
     if (folder / CONFIG_FILE).is_file():
-        return folder
+        return _readable(folder)
     available = existing_runs(results)
     hint = (
         f"runs in {runs_dir(results)}: {', '.join(available)}"

@@ -81,7 +81,10 @@ def _runs_section(folder: Path) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name in names:
-        config = runs.read_config(runs.runs_dir(folder) / name)
+        config, broken = runs.listed_config(runs.runs_dir(folder) / name)
+        if config is None:
+            lines.append(f"| {name} | broken: {broken} | | | | | | |")
+            continue
         held = config.get("heldout") or {}
         held_text = f"{held['ppl']:.3f} @ {held['length']}" if held else ""
         lines.append(

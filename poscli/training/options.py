@@ -8,6 +8,7 @@ library never imports its CLI.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, TypeVar
 
 from poscli.config import AttentionOptions, ModelConfig, TrainConfig
@@ -149,10 +150,14 @@ def parsed_value(option: Option, value: Any) -> Any:
         return value if isinstance(value, list) else [str(value)]
     if option.kind is bool and not isinstance(value, bool):
         raise PoscliError(f"{flag} takes true or false, got {value!r}")
+    kinds = {int: "a whole number, e.g. 4", float: "a number, e.g. 0.5", str: "a text in quotes"}
     try:
-        return option.kind(value)
+        converted = option.kind(value)
     except (TypeError, ValueError):
-        raise PoscliError(f"{flag} {value!r} is not a {option.kind.__name__}") from None
+        raise PoscliError(f"{flag} {value!r}: give {kinds.get(option.kind, option.kind.__name__)}") from None
+    if isinstance(converted, float) and not math.isfinite(converted):
+        raise PoscliError(f"{flag} {value!r}: give a finite number")
+    return converted
 
 
 def train_defaults() -> dict[str, Any]:

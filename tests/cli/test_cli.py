@@ -224,7 +224,12 @@ ERRORS = [
     (["train", "--heads", "3"], "not divisible by 3 heads"),
     (["train", "-O", "layout=diagonal"], "layout must be halves or interleaved"),
     (["train", "--pe", "shaw", "-O", "clip=0"], "clip must be at least 1"),
-    (["train", "--pe", "shaw", "-O", "clip=many"], "shaw's clip is a int"),
+    (["train", "--pe", "shaw", "-O", "clip=many"], "shaw's clip is an int"),
+    (["train", "--pe", "fox", "-O", "gate_bias=nan"], "--pe-option gate_bias=nan: give a finite number"),
+    (["train", "-O", "base=inf"], "--pe-option base=inf: give a finite number"),
+    (["train", "--sizes", "1-8"], "--sizes sets how a task is trained: add --task NAME"),
+    (["train", "--task-loss", "all"], "--task-loss sets how a task is trained: add --task NAME"),
+    (["train", "--task", "copy", "--sizes", "1-9999999999"], "sizes go up to 65536"),
     (["train", "--pe", "alibi", "-O", "slope=1"], "--pe alibi has no option 'slope'"),
     (["train", "-O", "base"], "write KEY=VALUE"),
     (["train", "--mix", "passkey:2"], "F in (0, 1]"),
@@ -260,6 +265,7 @@ ERRORS = [
 USAGE_ERRORS = [
     (["eval", "alibi", "--lengths", "1x"], "is not a list of lengths"),
     (["eval", "alibi", "--lengths", "0"], "is not a list of lengths"),
+    (["train", "--eval-lengths", "0"], "is not a list of lengths"),
     (["eval", "alibi", "--protocol", "books"], "'books' is not one of 'stream', 'documents'"),
     (["train", "--steps", "abc"], "Invalid value for '--steps'"),
     (["train", "--lr", "abc"], "Invalid value for '--lr'"),
@@ -284,6 +290,25 @@ def test_usage_errors_are_clicks_own_exit_2_no_traceback_no_files(trained, args,
     assert done.stderr.startswith("Usage: poscli") and f"Try 'poscli {args[0]}" in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("Error: ") and message in done.stderr
     assert "Traceback" not in done.stderr and snapshot(results) == before
+
+
+def test_a_broken_run_folder_is_named_in_listings_and_refused_in_one_line_by_commands(tmp_path):
+    """A folder under runs/ whose config.json is not a run poscli wrote (no model.pe, or not JSON):
+    poscli runs and the report list it as broken beside the others; eval and extend refuse it in one
+    line."""
+    results = tmp_path / "results"
+    for name, text in (("no-pe", '{"name": "no-pe", "model": {}}'), ("not-json", "not json")):
+        (results / "runs" / name).mkdir(parents=True)
+        (results / "runs" / name / "config.json").write_text(text)
+    listed = poscli("runs", "--results", str(results))
+    assert listed.returncode == 0, listed.stderr
+    assert "no-pe\t?\tbroken: " in listed.stdout and "has no model.pe" in listed.stdout
+    assert "not-json\t?\tbroken: cannot read" in listed.stdout
+    reported = poscli("report", "--results", str(results))
+    assert reported.returncode == 0 and "| no-pe | broken: " in (results / "REPORT.md").read_text()
+    for args in (["eval", "no-pe"], ["extend", "no-pe", "--method", "pi", "--target", "1k"]):
+        done = poscli(*args, "--results", str(results))
+        assert done.returncode == 2 and "has no model.pe" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_version_and_a_group_without_its_command_answer_plainly():
