@@ -241,8 +241,18 @@ def prepare(
 
     ``progress(documents_done, bytes_done)`` is called after each batch."""
     out = Path(out)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _prepare_into(documents, out, tokenizer, fraction, source, progress)
+    except BaseException:  # nothing left behind: not even the folder, where this call made it
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
 
+
+def _prepare_into(documents, out: Path, tokenizer, fraction: float, source: str, progress) -> PreparedCorpus:
+    """``prepare``'s work, in the folder ``out`` that exists: the split files, then the metadata."""
     dtype = token_dtype(tokenizer.vocab_size)
     partial = {name: out / f"{name}.bin.partial" for name in ("train", "heldout")}
     try:

@@ -255,12 +255,15 @@ def tune_run(run: str, method: str, target: int, results, device: str, console, 
     """``poscli tune``: the method's options for ``run`` at ``target``; returns the options file."""
     from poscli.model.runs import find_run, results_dir
 
-    folder = find_run(run, results)  # a missing run fails before torch is imported
-    from poscli.training.tune import TuneSettings, best_of, tune
-
     values = {
         key: list(value) if isinstance(value, tuple) else [value] for key, value in method_options(grid or []).items()
     }
+    for key, tried in values.items():  # every value read as the method declares it, not only the first
+        for value in tried:
+            user_method_options(method, [f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"])
+    folder = find_run(run, results)  # a missing run fails before torch is imported
+    from poscli.training.tune import TuneSettings, best_of, tune
+
     out = out or results_dir(results) / "tuning" / f"{folder.name}-{method}-{target}.json"
     console = console or make_console()
     with progress_bar(console, quiet) as progress:

@@ -93,7 +93,8 @@ def test_a_big_text_file_is_cut_at_line_ends_into_documents_that_join_back(tmp_p
 
 
 def test_a_source_that_fails_midway_leaves_no_partial_files_and_a_killed_prepares_are_cleared(tmp_path):
-    """A corpus that cannot be read (here: an error after the first batch) leaves no *.partial files;
+    """A corpus that cannot be read (here: an error after the first batch) leaves no *.partial files,
+    and no folder where the prepare made it;
     a folder holding only what a killed prepare left (*.partial) is taken, not refused."""
     from poscli.data.prepared import check_request
 
@@ -103,7 +104,11 @@ def test_a_source_that_fails_midway_leaves_no_partial_files_and_a_killed_prepare
 
     with pytest.raises(PoscliError, match="cannot read the rest"):
         prepare(failing(), tmp_path / "out", ByteTokenizer(), 0.1, "failing")
-    assert not list((tmp_path / "out").glob("*.partial"))
+    assert not (tmp_path / "out").exists(), "the folder this prepare made is gone with its partial files"
+    (tmp_path / "kept").mkdir()  # a folder the user made is left, empty
+    with pytest.raises(PoscliError, match="cannot read the rest"):
+        prepare(failing(), tmp_path / "kept", ByteTokenizer(), 0.1, "failing")
+    assert (tmp_path / "kept").is_dir() and not list((tmp_path / "kept").iterdir())
     (tmp_path / "killed").mkdir()
     (tmp_path / "killed" / "train.bin.partial").write_bytes(b"half")
     check_request(tmp_path / "killed", 0.1)
