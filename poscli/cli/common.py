@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from poscli.errors import PoscliError
 from poscli.training.requests import Option, declared_options
@@ -138,6 +139,21 @@ def _choice_type(option: Option) -> Any:
     return Enum(option.name.title().replace("_", ""), members, type=str)  # type: ignore[misc]
 
 
+class GroupedHelp(TyperCommand):
+    """A command whose --help lists its options under their groups (a request's PANELS, e.g. train's
+    Model, Data, Optimisation), in plain text as the rest of poscli's help is."""
+
+    def format_options(self, ctx, formatter) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for parameter in self.get_params(ctx):
+            record = parameter.get_help_record(ctx)
+            if record is not None:
+                groups.setdefault(getattr(parameter, "rich_help_panel", None) or "Other options", []).append(record)
+        for name, records in groups.items():
+            with formatter.section(name):
+                formatter.write_dl(records)
+
+
 def typer_option(option: Option) -> Any:
     """The typer.Option (flags, help, parser, completion) of an option declared in poscli.training.requests."""
     flag = "--" + option.name.replace("_", "-")
@@ -153,6 +169,7 @@ def typer_option(option: Option) -> Any:
         parser=PARSERS.get(option.parse or ""),
         autocompletion=COMPLETIONS.get(option.complete or ""),
         envvar=option.envvar,
+        rich_help_panel=option.panel,
     )
 
 

@@ -12,6 +12,7 @@ from poscli.cli.common import (
     CONTEXT,
     RUN,
     TRAINED_RUN,
+    GroupedHelp,
     app,
     declared,
     given_on_command_line,
@@ -27,8 +28,9 @@ from poscli.training.requests.train import TrainRequest
 
 
 @app.command(
+    cls=GroupedHelp,
     epilog="Examples: poscli train --pe alibi | poscli train --pe rope --pe-option base=500000 --train-length 512 "
-    "| poscli train --pe alibi,rope --seeds 0,1,2 --jobs 2 | poscli train --resume rope"
+    "| poscli train --pe alibi,rope --seeds 0,1,2 --jobs 2 | poscli train --resume rope",
 )
 @declared(TrainRequest, CONTEXT)
 def train(ctx: typer.Context, request: TrainRequest):

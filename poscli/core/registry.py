@@ -65,6 +65,14 @@ def import_user_module(module_name: str, asked_by: str):
         sys.path[:] = saved
 
 
+def did_you_mean(word: str, known: list[str]) -> str:
+    """`` (did you mean NAME?)`` for the closest of ``known`` to a misspelt ``word``, else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 class Registry(Generic[T]):
     """The members of one axis.
 
@@ -139,8 +147,9 @@ class Registry(Generic[T]):
         one-line error. Imports nothing."""
         if not self.is_member(name):
             raise PoscliError(
-                f"unknown {self.axis} {name!r}; choose one of: {', '.join(self.names())} (e.g. {self.flag} "
-                f"{self.example}), or give your own as {self.flag} package.module:ClassName"
+                f"unknown {self.axis} {name!r}{did_you_mean(name, self.names())}; choose one of: "
+                f"{', '.join(self.names())} (e.g. {self.flag} {self.example}), or give your own as {self.flag} "
+                "package.module:ClassName"
             )
         return name
 

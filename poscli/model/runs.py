@@ -134,12 +134,14 @@ def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Pat
     if (folder / CONFIG_FILE).is_file():
         return _readable(folder)
     available = existing_runs(results)
+    from poscli.core.registry import did_you_mean
+
     hint = (
         f"runs in {runs_dir(results)}: {', '.join(available)}"
         if available
         else f"there are no runs in {runs_dir(results)} yet; train one with: poscli train --pe rope"
     )
-    raise PoscliError(f"no run named {name_or_path!r}; {hint}")
+    raise PoscliError(f"no run named {name_or_path!r}{did_you_mean(name_or_path, available)}; {hint}")
 
 
 def snapshot_steps(run: Path) -> list[int]:

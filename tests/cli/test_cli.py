@@ -1,5 +1,6 @@
 """The CLI end to end, and every documented error: one line, exit code 2, no traceback, no files."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -204,6 +205,13 @@ ERRORS = [
         "choose one of: " + ", ".join(sorted(encodings.builtin_names())),  # a new encoding file joins
     ),
     (["eval", "missing-run"], "no run named 'missing-run'; runs in"),
+    (["eval", "alibbi"], "no run named 'alibbi' (did you mean alibi?); runs in"),
+    (["train", "--pe", "alibii"], "unknown encoding 'alibii' (did you mean alibi?); choose one of"),
+    (
+        ["extend", "learned", "--method", "yran", "--target", "4k"],
+        "unknown extension method 'yran' (did you mean yarn?)",
+    ),
+    (["eval", "alibi", "--task", "passky"], "unknown evaluation task 'passky' (did you mean passkey?)"),
     (["eval", "alibi", "--lengths", "1m"], "lengths up to"),
     (["eval", "alibi", "--lengths", "1m", "--protocol", "documents"], "the longest has"),
     (["eval", "alibi", "--lengths", "32,64", "--stride", "48"], "--stride 48 is longer than the length 32"),
@@ -675,3 +683,18 @@ def test_a_run_trained_on_a_relative_path_is_evaluated_from_any_folder(trained, 
         cwd=elsewhere,
     )
     assert evaluated.returncode == 0, evaluated.stderr
+
+
+def test_train_help_groups_every_option_under_one_heading():
+    """train --help: Model, Data, Tasks and passkeys, Optimisation, Positions, Output and running; an
+    option added to TrainRequest without a group would fall into none, so each is in exactly one."""
+    from poscli.training.requests.train import TrainRequest
+
+    grouped = [name for names in TrainRequest.PANELS.values() for name in names]
+    assert sorted(grouped) == sorted(field.name for field in dataclasses.fields(TrainRequest))
+    done = poscli("train", "--help")
+    assert done.returncode == 0
+    headings = [line[:-1] for line in done.stdout.splitlines() if line and not line[0].isspace() and line.endswith(":")]
+    assert set(TrainRequest.PANELS) <= set(headings), headings
+    model = done.stdout.split("Model:")[1].split("Positions:")[0]
+    assert "--pe NAME" in model and "--layers N" in model and "--lr" not in model

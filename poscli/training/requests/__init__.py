@@ -45,6 +45,7 @@ class Option:
     envvar: str | None = None
     field: str | None = None
     runner: bool = False
+    panel: str | None = None  # its group in --help (a request's PANELS)
 
 
 def option(default: Any, help: str, **how: Any) -> Any:
@@ -112,6 +113,7 @@ def declared_options(request: type) -> dict[str, Option]:
     the field's type (``list[str]``: a repeatable flag), optional where None is allowed although the
     default is not None."""
     hints = typing.get_type_hints(request)
+    panel_of = {name: panel for panel, names in getattr(request, "PANELS", {}).items() for name in names}
     options = {}
     for each in dataclasses.fields(request):
         kinds = [kind for kind in typing.get_args(hints[each.name]) or (hints[each.name],) if kind is not type(None)]
@@ -121,6 +123,6 @@ def declared_options(request: type) -> dict[str, Option]:
         how = {key: value for key, value in each.metadata.items() if key != "help"}
         options[each.name] = Option(
             each.name, each.default, each.metadata["help"], kind=kind,
-            optional=allows_none and each.default is not None, **how,
+            optional=allows_none and each.default is not None, panel=panel_of.get(each.name), **how,
         )  # fmt: skip
     return options

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from poscli.training.requests import option, shared
 
@@ -10,6 +11,20 @@ from poscli.training.requests import option, shared
 @dataclass(frozen=True)
 class TrainRequest:
     """``poscli train``'s options: what a run is (the config fields) and how it is run (runner options)."""
+
+    # train --help's groups: every option in one (tests/cli/test_cli.py checks that none is left out)
+    PANELS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "Model": ("pe", "pe_option", "attention_option", "size", "layers", "heads", "width", "init_std"),
+        "Data": ("data", "tokenizer", "split", "data_split", "heldout_split", "text_column", "join_rows", "streaming",
+                 "max_data_bytes"),
+        "Tasks and passkeys": ("mix", "task", "sizes", "task_loss", "passkey_template", "passkey_keys",
+                               "passkey_lengths", "answer_loss"),
+        "Optimisation": ("batch_size", "accumulate", "steps", "minutes", "optimizer", "lr", "warmup", "seed", "dtype"),
+        "Positions": ("train_length", "random_positions"),
+        "Output and running": ("device", "compile", "name", "replace", "eval_every", "eval_lengths",
+                               "checkpoint_every", "logger", "snapshots", "resume", "nproc", "seeds", "jobs", "results",
+                               "quiet"),
+    }  # fmt: skip
 
     pe: str = option(
         "rope",
