@@ -91,6 +91,12 @@ def _complete_tasks(incomplete: str) -> list[str]:
     return [name for name in tasks.names() if name.startswith(incomplete)]
 
 
+def _complete_methods(incomplete: str) -> list[str]:
+    from poscli.extension import methods
+
+    return [name for name in methods.names() if name.startswith(incomplete)]
+
+
 def complete_runs(incomplete: str) -> list[str]:
     from poscli.model.runs import existing_runs
 
@@ -103,6 +109,7 @@ COMPLETIONS = {
     "runs": complete_runs,
     "devices": _complete_devices,
     "tasks": _complete_tasks,
+    "methods": _complete_methods,
 }
 
 

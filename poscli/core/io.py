@@ -51,12 +51,15 @@ def _sync_folder(folder: Path) -> None:
 
 @contextlib.contextmanager
 def locked(path: str | os.PathLike):
-    """Hold an exclusive lock on ``path + '.lock'`` for a read-merge-write, so several ``poscli eval``
-    processes writing the same table take turns and none loses another's rows (filelock: the same
-    on POSIX and Windows)."""
+    """Hold an exclusive lock for a read-merge-write of ``path``, so several ``poscli eval`` processes
+    writing the same table take turns and none loses another's rows (filelock: the same on POSIX and
+    Windows). The lock file is ``.locks/NAME.lock`` beside it, out of sight of the results: filelock
+    leaves it in place, since deleting a lock file another process waits on would race."""
     from filelock import FileLock
 
-    with FileLock(f"{path}.lock"):
+    path = Path(path)
+    (path.parent / ".locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(path.parent / ".locks" / f"{path.name}.lock"):
         yield
 
 

@@ -698,3 +698,20 @@ def test_train_help_groups_every_option_under_one_heading():
     assert set(TrainRequest.PANELS) <= set(headings), headings
     model = done.stdout.split("Model:")[1].split("Positions:")[0]
     assert "--pe NAME" in model and "--layers N" in model and "--lr" not in model
+
+
+@pytest.mark.parametrize(
+    "words, expected",
+    [("poscli extend r --method ya", {"yarn", "yarn-beta"}), ("poscli train --pe al", {"alibi"}),
+     ("poscli eval r --task pass", {"passkey"})],
+)  # fmt: skip
+def test_the_shell_completes_encodings_methods_and_tasks(words, expected):
+    """Typer's bash completion (what `poscli --install-completion` installs) offers the registry's names."""
+    env = {
+        **os.environ,
+        "_POSCLI_COMPLETE": "complete_bash",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split()) - 1),
+    }
+    done = subprocess.run([sys.executable, "-m", "poscli"], capture_output=True, text=True, env=env)
+    assert set(done.stdout.split()) == expected, (done.stdout, done.stderr)

@@ -173,7 +173,8 @@ def test_pickle_checkpoints_are_refused_without_being_opened(tmp_path):
 
 @pytest.mark.slow
 def test_concurrent_writers_lose_no_rows(tmp_path):
-    """Four processes merge rows into the same table at once; every row survives."""
+    """Four processes merge rows into the same table at once; every row survives, and no lock file
+    is left beside the table."""
     script = (
         "import sys\n"
         "from poscli.evaluation.perplexity_tables import write_tables\n"
@@ -191,6 +192,7 @@ def test_concurrent_writers_lose_no_rows(tmp_path):
 
     table = pd.read_csv(tmp_path / "shared.csv")
     assert sorted(set(table["run"])) == sorted(f"run{i}" for i in range(4)) and len(table) == 8
+    assert not list(tmp_path.glob("*.lock")), "the lock files stay out of the results (.locks/)"
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ class ExtendRequest:
             "package.module:Class."
         ),
         metavar="METHOD",
+        complete="methods",
     )
     target: int | None = option(
         None,
