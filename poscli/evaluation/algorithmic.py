@@ -201,7 +201,7 @@ class AlgorithmicTask(Task):
                           part["ci_high"] - part["accuracy"]], marker="o", capsize=3, label=run)  # fmt: skip
         axis.set(xlabel="instance size", ylabel="exact match (95% Wilson)", ylim=(-0.05, 1.05),
                  title=", ".join(sorted(set(data["task"]))))  # fmt: skip
-        axis.legend(fontsize=7)
+        axis.legend(fontsize=8)
         path = Path(folder) / f"{table}.png"
         figure.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(figure)

@@ -311,8 +311,8 @@ def heatmaps(summary, folder: Path, table: str) -> list[Path]:
         grid = part.pivot_table(index="group", columns="size", values="accuracy", aggfunc="first")  # (groups, sizes)
         figure, axis = plt.subplots(figsize=(1.2 + 0.28 * grid.shape[1], 0.9 + 0.35 * grid.shape[0]))
         image = axis.imshow(grid.to_numpy(float), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        axis.set_xticks(range(grid.shape[1]), [str(s) for s in grid.columns], fontsize=6)
-        axis.set_yticks(range(grid.shape[0]), short_labels(list(grid.index)), fontsize=7)
+        axis.set_xticks(range(grid.shape[1]), [str(s) for s in grid.columns], fontsize=8)
+        axis.set_yticks(range(grid.shape[0]), short_labels(list(grid.index)), fontsize=8)
         largest = int(part["largest"].iloc[0])
         edge = list(grid.columns).index(largest) + 0.5 if largest in grid.columns else None
         if edge is not None:

@@ -65,6 +65,42 @@ LINE_STYLES = ("-", "--", ":", "-.")
 REFERENCE_STYLE = {"linestyle": "--", "color": "black", "marker": "o"}  # the 3-gram row in every figure
 
 
+MAX_LINES = 8  # at most this many lines on one axes, the 3-gram row included: more become panels
+# Each encoding's colour and marker, the same in every figure: the five of Press et al. first (Okabe
+# & Ito's seven colours, then the same colours with another marker); an encoding of the user's own grey.
+ENCODING_ORDER = ("none", "sinusoidal", "rope", "alibi", "t5", "learned", "xpos", "fire", "kerple", "shaw", "cope",
+                  "fox", "stick-breaking", "pope", "dpb", "scaled-sinusoidal", "hybrid")  # fmt: skip
+HEATMAP = "viridis"  # perceptually uniform and colour-blind-safe (never a red-green map)
+
+
+def encoding_style(pe: str) -> dict:
+    """The colour and marker of ``pe``'s lines in every figure (the 3-gram row: black, dashed)."""
+    if pe == "reference":
+        return dict(REFERENCE_STYLE)
+    if pe not in ENCODING_ORDER:
+        return {"color": "#7f7f7f", "marker": "x"}
+    index = ENCODING_ORDER.index(pe)
+    return {"color": OKABE_ITO[index % 7], "marker": "osD^"[index // 7 % 4]}
+
+
+def line_styles(encodings: list[str]) -> list[dict]:
+    """Styles for lines of these encodings, in order: each encoding's colour and marker, and a line
+    style numbering the lines of one encoding on the axes (its seeds' group, its extensions)."""
+    seen: dict[str, int] = {}
+    styles = []
+    for pe in encodings:
+        style = encoding_style(pe)
+        if pe != "reference":
+            style["linestyle"] = LINE_STYLES[seen.get(pe, 0) % len(LINE_STYLES)]
+            seen[pe] = seen.get(pe, 0) + 1
+        styles.append(style)
+    return styles
+
+
+def _encoding_of(part) -> str:
+    return str(part["pe"].iloc[0]) if "pe" in part.columns and len(part) else ""
+
+
 def _distinct_colors(axes, count: int) -> None:
     """A colour-blind-safe cycle: Okabe & Ito's colours (black last, which the 3-gram row takes
     anyway), then the same seven again with another line style and marker, so 28 lines stay apart."""
@@ -90,7 +126,7 @@ def short_labels(names) -> dict[str, str]:
     return {name: re.sub(r"-s\*(?=$|\+|@)", "", "-".join(w[shared:])) or name for name, w in zip(names, words)}
 
 
-FACET_ABOVE = 12  # a figure of more lines than this gets panels of at most this many (plus the 3-gram)
+FACET_ABOVE = MAX_LINES - 1  # a figure of more lines than this gets panels of at most this many (plus the 3-gram)
 
 
 def facets(rows, line_keys: list[str]) -> list[tuple[str, object]]:
@@ -123,12 +159,33 @@ def facets(rows, line_keys: list[str]) -> list[tuple[str, object]]:
     return panels
 
 
+def packed_panels(rows) -> list[tuple[str, object]]:
+    """A summary's groups in ENCODING_ORDER, FACET_ABOVE to a panel, the 3-gram row in each:
+    [(panel title: its encodings, rows)]; one untitled panel when all fit."""
+    import pandas as pd
+
+    reference = rows[rows["pe"] == "reference"]
+    runs = rows[rows["pe"] != "reference"]
+    order = {pe: index for index, pe in enumerate(ENCODING_ORDER)}
+    groups = sorted(runs["group"].unique(), key=lambda group: (order.get(
+        str(runs.loc[runs["group"] == group, "pe"].iloc[0]), len(order)), str(group)))  # fmt: skip
+    if len(groups) <= FACET_ABOVE:
+        return [("", rows)]
+    panels = []
+    for start in range(0, len(groups), FACET_ABOVE):
+        chosen = groups[start : start + FACET_ABOVE]
+        part = runs[runs["group"].isin(chosen)]
+        title = ", ".join(dict.fromkeys(str(pe) for pe in part.set_index("group").loc[chosen, "pe"]))
+        panels.append((title, pd.concat([reference, part])))
+    return panels
+
+
 def _faceted(panels, draw, title: str, path: Path) -> Path:
     """A grid of up to three panels a row, ``draw(axes, rows)`` on each, the figure's title above."""
     columns = min(3, len(panels))
     grid_rows = -(-len(panels) // columns)
     figure, grid = plt.subplots(
-        grid_rows, columns, figsize=(6 * columns, 4.5 * grid_rows), squeeze=False, sharey=True, layout="constrained"
+        grid_rows, columns, figsize=(8.5 * columns, 4.5 * grid_rows), squeeze=False, sharey=True, layout="constrained"
     )
     for axes, (name, rows) in zip(grid.flat, panels):
         draw(axes, rows)
@@ -136,12 +193,12 @@ def _faceted(panels, draw, title: str, path: Path) -> Path:
         _length_axis(axes)
         axes.set_title(name)
         axes.grid(True, which="both", alpha=0.3)
-        axes.legend(fontsize=6)
+        axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     for axes in grid.flat[len(panels) :]:
         axes.set_visible(False)
     figure.suptitle(title)
     with atomic_write(path, "wb") as handle:
-        figure.savefig(handle, format="png", dpi=100)
+        figure.savefig(handle, format="png", dpi=100, bbox_inches="tight")
     plt.close(figure)
     return path
 
@@ -172,12 +229,10 @@ def plot_perplexity(table, path: Path, title: str) -> Path:
 def _perplexity_lines(axes, rows) -> None:
     """One line per (label, mode) of ``rows`` with its interval band; the 3-gram row black and dashed."""
     modes = rows["mode"].unique()
-    _distinct_colors(axes, rows.groupby(["label", "mode"]).ngroups)
-    for (label, mode), part in rows.groupby(["label", "mode"], sort=False):
+    lines = list(rows.groupby(["label", "mode"], sort=False))
+    for ((label, mode), part), style in zip(lines, line_styles([_encoding_of(part) for _, part in lines])):
         part = part.sort_values("length")
         name = label if len(modes) == 1 else f"{label} ({mode})"
-        reference = (part["pe"] == "reference").all()
-        style = REFERENCE_STYLE if reference else {}
         line = axes.plot(part["length"], part["ppl"], label=name, **style)[0]
         if "ci_low" in part.columns:
             axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.12)
@@ -185,29 +240,34 @@ def _perplexity_lines(axes, rows) -> None:
 
 def plot_seed_summary(summary, path: Path, title: str) -> Path:
     """Mean perplexity over seeds versus length, one line per group of runs, the band its 95%
-    interval over seeds and evaluation sample (``poscli.evaluation.seeds.seed_summary``)."""
-    figure, axes = plt.subplots(figsize=(11, 5))
-    rows = summary[summary["seeds"] > 0]
-    _distinct_colors(axes, rows["group"].nunique())
+    interval over seeds and evaluation sample (``poscli.evaluation.seeds.seed_summary``), each
+    encoding in its own colour; with more than FACET_ABOVE groups, panels of FACET_ABOVE in
+    ENCODING_ORDER (Press et al.'s five first) with the 3-gram in each. Budget snapshots (GROUP@STEP)
+    are the budgets figure's (``plot_budgets``)."""
+    from poscli.model.runs import SNAPSHOT_MARK
+
+    rows = summary[(summary["seeds"] > 0) & ~summary["group"].astype(str).str.contains(SNAPSHOT_MARK, regex=False)]
     short = short_labels(rows.loc[rows["pe"] != "reference", "group"].unique())
-    for group, part in rows.groupby("group", sort=False):
-        part = part.sort_values("length")
-        reference = (part["pe"] == "reference").all()
-        seeds = int(part["seeds"].max())
-        label = group if reference else f"{short[group]} ({seeds} seed{'s' * (seeds != 1)})"
-        style = REFERENCE_STYLE if reference else {}
-        line = axes.plot(part["length"], part["mean"], label=label, **style)[0]
-        axes.fill_between(part["length"], part["ci_low"], part["ci_high"], color=line.get_color(), alpha=0.15)
-    _plain_log_y(axes)
-    return _finish_length_plot(
-        figure,
-        axes,
-        summary,
-        "evaluation length (tokens)",
-        "perplexity (mean over seeds; band: 95% interval)",
-        title,
-        path,
-    )
+    panels = packed_panels(rows)
+    xlabel, ylabel = "evaluation length (tokens)", "perplexity (mean over seeds; band: 95% interval)"
+
+    def draw(axes, part) -> None:
+        groups = list(part.groupby("group", sort=False))
+        for (group, lines), style in zip(groups, line_styles([_encoding_of(lines) for _, lines in groups])):
+            lines = lines.sort_values("length")
+            seeds = int(lines["seeds"].max())
+            reference = (lines["pe"] == "reference").all()
+            label = group if reference else f"{short[group]} ({seeds} seed{'s' * (seeds != 1)})"
+            line = axes.plot(lines["length"], lines["mean"], label=label, **style)[0]
+            axes.fill_between(lines["length"], lines["ci_low"], lines["ci_high"], color=line.get_color(), alpha=0.15)
+        _plain_log_y(axes)
+        axes.set(xlabel=xlabel, ylabel=ylabel)
+
+    if len(panels) == 1:
+        figure, axes = plt.subplots(figsize=(11, 5))
+        draw(axes, rows)
+        return _finish_length_plot(figure, axes, summary, xlabel, ylabel, title, path)
+    return _faceted(panels, draw, title, path)
 
 
 def plot_budgets(summary, path: Path, title: str, multiples=(16, 64)) -> Path | None:
@@ -261,12 +321,11 @@ def plot_loss_by_position(table, path: Path, title: str) -> Path:
 
 def _loss_lines(axes, table) -> None:
     """One line per label at its longest length; the 3-gram row black and dashed, as in the other figures."""
-    _distinct_colors(axes, table["label"].nunique())
-    for label, part in table.groupby("label", sort=False):
+    lines = list(table.groupby("label", sort=False))
+    for (label, part), style in zip(lines, line_styles([_encoding_of(part) for _, part in lines])):
         longest = part[part["length"] == part["length"].max()].sort_values("position_start")
         centre = (longest["position_start"] + longest["position_end"]) / 2
-        reference = "pe" in part.columns and (part["pe"] == "reference").all()
-        style = {**(REFERENCE_STYLE if reference else {}), "marker": "."}
+        style = {**style, "marker": "."}
         line_label = f"{label} (length {longest['length'].iloc[0]})"
         axes.plot(centre, longest["loss"], markersize=4, label=line_label, **style)
 
@@ -274,14 +333,15 @@ def _loss_lines(axes, table) -> None:
 def _heatmap(axes, table, title: str, font: int = 8):
     """One run's passkey accuracy per (length, depth) cell on ``axes``: length on x, depth on y."""
     pivot = table.pivot_table(index="depth", columns="length", values="accuracy").sort_index(ascending=False)
-    image = axes.imshow(pivot.values, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    image = axes.imshow(pivot.values, vmin=0, vmax=1, cmap=HEATMAP, aspect="auto")
     axes.set_xticks(range(len(pivot.columns)), [str(c) for c in pivot.columns])
     axes.set_yticks(range(len(pivot.index)), [f"{d:g}%" for d in pivot.index])
-    for (y, x), value in np.ndenumerate(pivot.values):
-        axes.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=font)
+    for (y, x), value in np.ndenumerate(pivot.values):  # dark text on viridis' light end, white on its dark
+        axes.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=font,
+                  color="black" if value > 0.6 else "white")  # fmt: skip
     axes.set_xlabel("context length (tokens)")
     axes.set_ylabel("key depth")
-    axes.set_title(title, fontsize=10 if font >= 8 else 8)
+    axes.set_title(title, fontsize=10)
     return image, pivot.shape
 
 
@@ -299,10 +359,10 @@ def plot_passkey_facets(parts: list[tuple[str, object]], path: Path, title: str)
     title, the run's rows)), four to a row, one colour scale."""
     columns = min(4, len(parts))
     rows = -(-len(parts) // columns)
-    figure, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False, layout="constrained")
+    figure, grid = plt.subplots(rows, columns, figsize=(5 * columns, 3.8 * rows), squeeze=False, layout="constrained")
     image = None
     for axes, (name, part) in zip(grid.flat, parts):
-        image, _ = _heatmap(axes, part, name, font=6)
+        image, _ = _heatmap(axes, part, name)
     for axes in grid.flat[len(parts) :]:
         axes.set_visible(False)
     figure.suptitle(title)

@@ -120,3 +120,77 @@ def test_facets_hold_at_most_facet_above_lines_each_keep_a_family_whole_and_the_
         assert all(len(part[methods == m]["label"].unique()) == 5 for m in methods.unique())
     assert [title for title, _ in panels][-1] == "none" and panels[0][0] == f"rope (1/{len(panels) - 1})"
     assert facets(rows[rows["label"].str.startswith("xt-none")], ["label", "mode"])[0][0] == ""  # 5 lines: one panel
+
+
+def drawn_figures(monkeypatch) -> list:
+    """Every figure saved while the test runs (Figure.savefig recorded, then done as usual)."""
+    from matplotlib.figure import Figure
+
+    saved, original = [], Figure.savefig
+
+    def recording(self, *args, **kwargs):
+        saved.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+    return saved
+
+
+def check_figure_rules(figure) -> None:
+    """At most MAX_LINES lines on an axes (legend entries: the train-length marker and interval bands
+    excepted), no red-green colour map, no text under 8 points, every encoding line in its colour."""
+    from matplotlib.lines import Line2D
+
+    from poscli.evaluation.plots import MAX_LINES
+
+    for axes in figure.axes:
+        lines = [line for line in axes.get_lines() if not line.get_label().startswith("_")
+                 and line.get_label() != "train length"]  # fmt: skip
+        assert len(lines) <= MAX_LINES, (axes.get_title(), [line.get_label() for line in lines])
+        for image in axes.get_images():
+            assert image.get_cmap().name in ("viridis", "cividis"), image.get_cmap().name
+        texts = [*axes.texts, axes.title, axes.xaxis.label, axes.yaxis.label, *axes.get_xticklabels(),
+                 *axes.get_yticklabels()]  # fmt: skip
+        if axes.get_legend() is not None:
+            texts += axes.get_legend().get_texts()
+        small = [
+            (text.get_text(), text.get_fontsize()) for text in texts if text.get_text() and text.get_fontsize() < 8
+        ]
+        assert not small, small
+        assert all(isinstance(line, Line2D) for line in lines)
+
+
+@pytest.mark.parametrize("table", ["tstl-stdlib", "tstl", "passkey-extension"])
+def test_the_committed_tables_draw_figures_by_the_rules(tmp_path, monkeypatch, table):
+    """The README's figure (tstl-stdlib's summary over seeds: 18 groups) and the others drawn from the
+    committed tables keep the rules: at most 8 lines an axes (panels otherwise), a colour-blind-safe
+    map for heatmaps, no text under 8 points, and an encoding's colour the same in every panel."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    import shutil
+
+    from poscli.evaluation import tasks
+    from poscli.evaluation.plots import encoding_style, plot_seed_summary
+
+    reference = Path(__file__).resolve().parents[2] / "results/reference"
+    rows = pd.read_csv(reference / f"{table}.csv")
+    if (reference / f"{table}_by_position.csv").exists():  # the loss-by-position figure too
+        shutil.copy(reference / f"{table}_by_position.csv", tmp_path)
+    saved = drawn_figures(monkeypatch)
+    task = tasks.get("passkey" if table.startswith("passkey") else "perplexity")
+    task.plots(rows, tmp_path, table)
+    if not table.startswith("passkey"):
+        plot_seed_summary(pd.read_csv(reference / f"{table}-seeds.csv"), tmp_path / "seeds.png", table)
+    assert saved
+    for figure in saved:
+        check_figure_rules(figure)
+    if not table.startswith("passkey"):
+        colours = {}
+        for axes in saved[-1].axes:
+            for line in axes.get_lines():
+                pe = next((pe for pe in ("alibi", "rope", "sinusoidal", "t5") if line.get_label().startswith(pe)), None)
+                if pe is not None:
+                    colours.setdefault(pe, set()).add(line.get_color())
+        assert colours and all(found == {encoding_style(pe)["color"]} for pe, found in colours.items()), colours

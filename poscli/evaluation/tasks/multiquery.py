@@ -170,10 +170,10 @@ class MultiQuery(Task):
             recall = part.pivot_table(index="depth", columns="length", values="accuracy").sort_index(ascending=False)
             count = part.pivot_table(index="depth", columns="length", values="trials").reindex_like(recall)
             figure, axis = plt.subplots(figsize=(1.4 + 1.1 * recall.shape[1], 1.2 + 0.45 * recall.shape[0]))
-            image = axis.imshow(recall.to_numpy(float), vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+            image = axis.imshow(recall.to_numpy(float), vmin=0, vmax=1, cmap="viridis", aspect="auto")
             for (y, x), value in np.ndenumerate(recall.to_numpy(float)):
                 label = "n/a" if value != value else f"{value:.2f}"
-                axis.text(x, y, f"{label}\nn={int(count.iloc[y, x])}", ha="center", va="center", fontsize=6)
+                axis.text(x, y, f"{label}\nn={int(count.iloc[y, x])}", ha="center", va="center", fontsize=8)
             axis.set_xticks(range(recall.shape[1]), [str(c) for c in recall.columns])
             axis.set_yticks(range(recall.shape[0]), [f"{d:g}%" for d in recall.index])
             effective = run_effective_lengths(part.assign(run=run))[run]

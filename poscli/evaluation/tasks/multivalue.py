@@ -168,7 +168,7 @@ class MultiValue(Task):
             axes[1].plot(part["length"], part["recall"], marker="o", label=run)
         for axis, title in zip(axes, ("exact match (95% Wilson)", "recall (share of values)")):
             axis.set(xscale="log", xlabel="length (tokens)", title=title, ylim=(-0.05, 1.05))
-        axes[0].legend(fontsize=7)
+        axes[0].legend(fontsize=8)
         path = Path(folder) / f"{table}.png"
         figure.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(figure)
