@@ -247,6 +247,8 @@ def plot_seed_summary(summary, path: Path, title: str) -> Path:
     from poscli.model.runs import SNAPSHOT_MARK
 
     rows = summary[(summary["seeds"] > 0) & ~summary["group"].astype(str).str.contains(SNAPSHOT_MARK, regex=False)]
+    rows = rows.copy()
+    rows.attrs = {}  # a summary carries its bootstrap draws there, which pandas cannot compare when it joins panels
     short = short_labels(rows.loc[rows["pe"] != "reference", "group"].unique())
     panels = packed_panels(rows)
     xlabel, ylabel = "evaluation length (tokens)", "perplexity (mean over seeds; band: 95% interval)"
