@@ -165,11 +165,10 @@ def test_the_committed_tables_draw_figures_by_the_rules(tmp_path, monkeypatch, t
     """The README's figure (tstl-stdlib's summary over seeds: 18 groups) and the others drawn from the
     committed tables keep the rules: at most 8 lines an axes (panels otherwise), a colour-blind-safe
     map for heatmaps, no text under 8 points, and an encoding's colour the same in every panel."""
+    import shutil
     from pathlib import Path
 
     import pandas as pd
-
-    import shutil
 
     from poscli.evaluation import tasks
     from poscli.evaluation.plots import encoding_style, plot_seed_summary
