@@ -9,7 +9,9 @@ The hub is not reached offline; a name that is not a local folder then fails in 
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from pathlib import Path
 
 from poscli.errors import PoscliError
@@ -43,14 +45,49 @@ def transformers_module():
 
 
 def loading(name: str, what: str, load):
-    """``load()``, with a one-line answer where the model cannot be had (offline, or no such folder)."""
+    """``load(**hub_settings)``, with a one-line answer where the model cannot be had: a local folder
+    without the files, or a hub name neither cached nor reachable (then asked of the cache alone, at
+    once, instead of after the hub client's retries)."""
+    source = source_of(name)
+    local = Path(source).is_dir()
+    offline = not local and not hub_reachable()
     try:
-        return load()
+        return load(**({"local_files_only": True} if offline else {}))
     except (OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise PoscliError(
-            f"{name}: cannot load its {what} ({first}); give a local folder (hf:PATH), or be online for a hub name"
-        ) from None
+        if local:
+            hint = f"the folder {source} has no {what} transformers reads"
+            if what == "tokenizer":
+                hint += " (tokenizer.json, or tokenizer_config.json with its vocabulary files): copy the model's there"
+            raise PoscliError(f"{name}: {hint} ({first})") from None
+        if offline:
+            raise PoscliError(
+                f"{name}: not in this machine's Hugging Face cache, and the hub ({hub_host()}) cannot be reached; "
+                "give a local folder (hf:PATH), or run once online to cache it"
+            ) from None
+        raise PoscliError(f"{name}: cannot load its {what} ({first}); give a local folder (hf:PATH)") from None
+
+
+def hub_host() -> str:
+    """The hub's host: HF_ENDPOINT's (a mirror), else huggingface.co."""
+    from urllib.parse import urlparse
+
+    return urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+
+
+@functools.cache
+def hub_reachable(seconds: float = 3.0) -> bool:
+    """Whether the hub answers a connection within ``seconds`` (asked once a process); HF_HUB_OFFLINE=1
+    says no without asking."""
+    import socket
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        socket.create_connection((hub_host(), 443), timeout=seconds).close()
+        return True
+    except OSError:
+        return False
 
 
 def pretrained_config(name: str) -> dict:
@@ -59,7 +96,7 @@ def pretrained_config(name: str) -> dict:
     rescaled RoPE, else ``max_position_embeddings``)."""
     transformers = transformers_module()
     source = source_of(name)
-    config = loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source))
+    config = loading(name, "config", lambda **hub: transformers.AutoConfig.from_pretrained(source, **hub))
     scaling = getattr(config, "rope_scaling", None) or {}
     length = (
         scaling.get("original_max_position_embeddings")
@@ -89,9 +126,16 @@ def pretrained_tokenizer(name: str):
         loaded = load_file(Path(source))
     else:
         transformers = transformers_module()
-        fast = loading(name, "tokenizer", lambda: transformers.AutoTokenizer.from_pretrained(source, use_fast=True))
+        fast = loading(
+            name, "tokenizer", lambda **hub: transformers.AutoTokenizer.from_pretrained(source, use_fast=True, **hub)
+        )
         if not hasattr(fast, "backend_tokenizer"):
             raise PoscliError(f"{name} has no fast tokenizer; poscli reads text through a tokenizer.json")
+        if fast.backend_tokenizer.get_vocab_size(with_added_tokens=False) == 0:  # transformers 5 builds an empty one
+            raise PoscliError(
+                f"{name}: {source} has no tokenizer files (tokenizer.json, or tokenizer_config.json with the "
+                "vocabulary and merges); copy the model's tokenizer files there"
+            )
         loaded = HFTokenizer(fast.backend_tokenizer, name)
     loaded.spec = name
     return loaded
@@ -135,7 +179,9 @@ def load_pretrained(name: str, device: str = "cpu", tokenizer=None):
     if config.get("remap") or config.get("query_scaling"):  # poscli's attention, through transformers' interface
         transformers.AttentionInterface.register(ATTENTION_NAME, remapped_attention_function)
         settings["attn_implementation"] = ATTENTION_NAME
-    model = loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, **settings))
+    model = loading(
+        name, "weights", lambda **hub: transformers.AutoModelForCausalLM.from_pretrained(source, **settings, **hub)
+    )
     bos = start_token(tokenizer if tokenizer is not None else pretrained_tokenizer(name))
     return PretrainedLM(model, bos).to(device).eval(), config
 
@@ -152,7 +198,7 @@ def inference_memory(name: str, length: int, windows: int, loss_slice: int) -> d
     loss of a slice of ``loss_slice`` logits. An estimate of the peak, not a bound."""
     transformers = transformers_module()
     source = source_of(name)
-    config = loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source))
+    config = loading(name, "config", lambda **hub: transformers.AutoConfig.from_pretrained(source, **hub))
     config = getattr(config, "text_config", None) or config
     size = DTYPE_BYTES.get(str(getattr(config, "dtype", None) or "float32").removeprefix("torch."), 4)
     width = config.hidden_size

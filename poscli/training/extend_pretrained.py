@@ -43,7 +43,7 @@ def extend_pretrained(name: str, method: str, target: int, out: Path, options: d
             + ("; DroPE recalibrates by training, which hf: extension does not do" if method == "drope" else "")
         )
     source = source_of(name)
-    config = loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
+    config = loading(name, "config", lambda **hub: transformers.AutoConfig.from_pretrained(source, **hub)).to_dict()
     rotary_dim, base, original = rope_of(config)
     if target <= original:
         raise PoscliError(f"--target {target} is not longer than the model's length {original}")
@@ -103,7 +103,9 @@ def _copy_model(name: str, source: str, out: Path, config: dict) -> None:
     import shutil
 
     transformers = transformers_module()
-    model = loading(name, "weights", lambda: transformers.AutoModelForCausalLM.from_pretrained(source, dtype="auto"))
+    model = loading(
+        name, "weights", lambda **hub: transformers.AutoModelForCausalLM.from_pretrained(source, dtype="auto", **hub)
+    )
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     if Path(source).is_dir():
@@ -120,7 +122,7 @@ def _remapped_copy(name: str, chosen, target: int, out: Path, options: dict) -> 
     transformers' AttentionInterface."""
     transformers = transformers_module()
     source = source_of(name)
-    config = loading(name, "config", lambda: transformers.AutoConfig.from_pretrained(source)).to_dict()
+    config = loading(name, "config", lambda **hub: transformers.AutoConfig.from_pretrained(source, **hub)).to_dict()
     _, _, original = rope_of(config)
     if target <= original:
         raise PoscliError(f"--target {target} is not longer than the model's length {original}")

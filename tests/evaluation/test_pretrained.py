@@ -46,8 +46,8 @@ def test_an_exported_run_evaluated_as_hf_gives_the_runs_own_perplexity(exported)
 
 
 def test_a_hub_name_offline_and_a_missing_folder_fail_in_one_line(tmp_path):
-    """Offline (HF_HUB_OFFLINE=1, as a machine without network behaves, without waiting on timeouts)
-    a hub name is one line; so is a folder that does not exist."""
+    """Offline (HF_HUB_OFFLINE=1, as a machine without network behaves) a hub name is one line saying
+    it is neither cached nor reachable; so is a folder that does not exist."""
     import os
     import subprocess
     import sys
@@ -60,7 +60,35 @@ def test_a_hub_name_offline_and_a_missing_folder_fail_in_one_line(tmp_path):
     missing = poscli("eval", f"hf:{tmp_path / 'missing'}", "--lengths", "32", "--results", str(tmp_path))
     for done in (hub, missing):
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-        assert "cannot load its config" in done.stderr and "give a local folder (hf:PATH)" in done.stderr
+        assert "give a local folder (hf:PATH)" in done.stderr
+    assert "not in this machine's Hugging Face cache, and the hub (huggingface.co) cannot be reached" in hub.stderr
+    assert "no such folder" in missing.stderr
+
+
+def test_an_unreachable_hub_is_asked_of_the_cache_alone_and_a_folder_without_a_tokenizer_says_so(tmp_path, monkeypatch):
+    """Where the hub cannot be reached, transformers is asked for the cached files only
+    (local_files_only: no retries); a model folder with a config but no tokenizer files is refused
+    by name, where transformers 5 would build an empty tokenizer that reads every text as nothing."""
+    import transformers
+
+    from poscli.errors import PoscliError
+    from poscli.model import pretrained
+
+    asked = []
+
+    def from_pretrained(source, **settings):
+        asked.append(settings)
+        raise OSError("not cached")
+
+    monkeypatch.setattr(pretrained, "hub_reachable", lambda: False)
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", from_pretrained)
+    with pytest.raises(PoscliError, match="not in this machine's Hugging Face cache"):
+        pretrained.pretrained_config("hf:some-org/some-model")
+    assert asked == [{"local_files_only": True}]
+    monkeypatch.undo()
+    transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2).save_pretrained(tmp_path / "no-tokenizer")
+    with pytest.raises(PoscliError, match="has no tokenizer files"):
+        pretrained.pretrained_tokenizer(f"hf:{tmp_path / 'no-tokenizer'}")
 
 
 def test_hf_models_refuse_other_tasks_for_now(tmp_path):
