@@ -267,6 +267,7 @@ class TrainConfig(FlatConfig):
     # 20 points, at most a tenth of the training time; 0: none), and its lengths ([]: the train length and 4x)
     eval_every: int | None = None
     eval_lengths: list[int] | None = None
+    keep_optimizer: bool = False  # keep checkpoint.safetensors (optimizer state, 3x the weights) once finished
 
     @classmethod
     def migrate(cls, values: dict[str, Any]) -> dict[str, Any]:

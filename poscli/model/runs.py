@@ -1,6 +1,7 @@
 """Run folders: ``RESULTS/runs/NAME/`` with ``config.json``, ``metrics.jsonl``,
 ``model.safetensors`` (the weights, for evaluation) and ``checkpoint.safetensors`` (everything a
-resumed run needs: weights, optimizer moments, the batch sampler's random state, the step).
+resumed run needs: weights, optimizer moments, the batch sampler's random state, the step; removed
+once the run has finished, unless ``--keep-optimizer``).
 
 Tensors are stored with safetensors and everything else as JSON, so loading a run never
 unpickles anything and a checkpoint from someone else cannot run code. Every file is written to

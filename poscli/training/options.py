@@ -70,7 +70,7 @@ TRAIN_OPTIONS: dict[str, tuple[str, Any]] = {
     if not option.runner
 }
 # Options that change how a run is run, not what it is: they never make a run "different".
-RUN_ONLY = {"device", "checkpoint_every", "accumulate", "compile", "eval_every", "eval_lengths"}
+RUN_ONLY = {"device", "checkpoint_every", "accumulate", "compile", "eval_every", "eval_lengths", "keep_optimizer"}
 # Options the runner of a sweep or recipe sets itself.
 RUNNER_OPTIONS = {name for name, option in (TRAIN_DECLARED | EXTEND_DECLARED).items() if option.runner}
 LENGTH_OPTIONS = {"train_length": "--train-length", "random_positions": "--random-positions"}

@@ -22,7 +22,16 @@ from poscli.training.optim import make_optimizer
 from poscli.training.train import TrainResult, run_device, train_loop
 
 # Options that may differ when a run is resumed: where it runs and how often it reports, not what it computes.
-RESUMABLE_CHANGES = {"device", "log_every", "checkpoint_every", "accumulate", "compile", "eval_every", "eval_lengths"}
+RESUMABLE_CHANGES = {
+    "device",
+    "log_every",
+    "checkpoint_every",
+    "accumulate",
+    "compile",
+    "eval_every",
+    "eval_lengths",
+    "keep_optimizer",
+}
 
 
 def resume(

@@ -422,6 +422,8 @@ def _steps(
     result = _finish(run, config, model, corpus, device, tokenizer, (start_step, step), seconds, elapsed_before)
     if not math.isnan(result.heldout_loss) and not curve.points:  # else the curve's points are the logger's
         logger.scalars({"heldout/loss": result.heldout_loss}, step * tokens_per_step)
+    if not train_config.keep_optimizer:  # finished: nothing resumes it, and the weights are model.safetensors
+        (run / runs.CHECKPOINT_FILE).unlink(missing_ok=True)
     return result
 
 

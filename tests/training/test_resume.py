@@ -157,11 +157,23 @@ def test_a_truncated_checkpoint_is_a_clear_error_naming_the_file(corpus_and_refe
     shutil.copytree(results / "runs" / "reference", run)
     config = json.loads((run / "config.json").read_text())
     (run / "config.json").write_text(json.dumps({**config, "status": "interrupted"}))
-    checkpoint = run / "checkpoint.safetensors"
-    checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
+    checkpoint = run / "checkpoint.safetensors"  # a finished run keeps none: a truncated one written here
+    checkpoint.write_bytes((run / "model.safetensors").read_bytes()[:1000])
     done = poscli("train", "--resume", "damaged", "--results", str(tmp_path))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert str(checkpoint) in done.stderr and "truncated or corrupt" in done.stderr
+
+
+def test_a_finished_run_keeps_its_weights_not_its_optimizer_state_unless_asked(corpus_and_reference, tmp_path):
+    """checkpoint.safetensors (weights, optimizer moments, sampler state) is for resuming; once a run
+    has finished nothing resumes it, so it goes, unless --keep-optimizer keeps it."""
+    corpus, results = corpus_and_reference
+    assert not (results / "runs" / "reference" / "checkpoint.safetensors").exists()
+    assert (results / "runs" / "reference" / "model.safetensors").exists()
+    done = poscli("train", "--pe", "rope", "--data", str(corpus), "--results", str(tmp_path), "--name", "kept",
+                  *TINY, "--steps", "3", "--keep-optimizer")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "runs" / "kept" / "checkpoint.safetensors").exists()
 
 
 def test_pickle_checkpoints_are_refused_without_being_opened(tmp_path):

@@ -21,7 +21,7 @@ class TrainRequest:
                                "passkey_lengths", "answer_loss"),
         "Optimisation": ("batch_size", "accumulate", "steps", "minutes", "optimizer", "lr", "warmup", "seed", "dtype"),
         "Positions": ("train_length", "random_positions"),
-        "Output and running": ("device", "compile", "name", "replace", "eval_every", "eval_lengths",
+        "Output and running": ("device", "compile", "name", "replace", "eval_every", "eval_lengths", "keep_optimizer",
                                "checkpoint_every", "logger", "snapshots", "resume", "nproc", "seeds", "jobs", "results",
                                "quiet"),
     }  # fmt: skip
@@ -259,6 +259,12 @@ class TrainRequest:
     replace: bool = shared("replace")
     eval_every: int | None = shared("eval_every")
     eval_lengths: list[int] | None = shared("eval_lengths")
+    keep_optimizer: bool = option(
+        False,
+        "Keep the optimizer's state (checkpoint.safetensors, about 3x the weights) once the run has finished; by "
+        "default a finished run keeps its weights only.",
+        flags=("--keep-optimizer",),
+    )
     checkpoint_every: int = option(
         200,
         "Steps between checkpoints (also written at the start, on Ctrl-C/SIGTERM and at the end).",
