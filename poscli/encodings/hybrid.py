@@ -97,7 +97,8 @@ class Hybrid(PositionalEncoding):
     def __init__(self, config):
         super().__init__(config)
         specs = parse_schedule(self.options.layers)
-        if len(specs) > config.n_layer:  # repeated over the layers: a longer schedule would lose its tail
+        given = self.options.layers != HybridOptions.layers  # the default is cut to a smaller model's layers
+        if given and len(specs) > config.n_layer:  # repeated over the layers: a longer schedule would lose its tail
             raise PoscliError(
                 f"-O layers: the schedule has {len(specs)} entries for a model of {config.n_layer} layers; give at "
                 f"most {config.n_layer} (it repeats over the layers) or more --layers"

@@ -422,8 +422,6 @@ def _steps(
     result = _finish(run, config, model, corpus, device, tokenizer, (start_step, step), seconds, elapsed_before)
     if not math.isnan(result.heldout_loss) and not curve.points:  # else the curve's points are the logger's
         logger.scalars({"heldout/loss": result.heldout_loss}, step * tokens_per_step)
-    if not train_config.keep_optimizer:  # finished: nothing resumes it, and the weights are model.safetensors
-        (run / runs.CHECKPOINT_FILE).unlink(missing_ok=True)
     return result
 
 
@@ -455,6 +453,8 @@ def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, s
     if device.type == "cuda":
         config["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     runs.write_config(run, config)
+    if not train_config.keep_optimizer:  # finished: nothing resumes it, and the weights are model.safetensors
+        (run / runs.CHECKPOINT_FILE).unlink(missing_ok=True)
     return TrainResult(
         run=run,
         steps=step,

@@ -263,7 +263,6 @@ class TrainRequest:
         False,
         "Keep the optimizer's state (checkpoint.safetensors, about 3x the weights) once the run has finished; by "
         "default a finished run keeps its weights only.",
-        flags=("--keep-optimizer",),
     )
     checkpoint_every: int = option(
         200,
