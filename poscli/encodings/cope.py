@@ -12,6 +12,8 @@ from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError
 
+MAX_POSITIONS = 2**20  # an embedding row per contextual position: 1M rows is already past any length scored
+
 
 @dataclass(frozen=True)
 class CopeOptions:
@@ -23,8 +25,11 @@ class CopeOptions:
     max_positions: int = 64
 
     def __post_init__(self) -> None:
-        if self.max_positions < 2:
-            raise PoscliError(f"--pe-option max_positions must be at least 2, got {self.max_positions}")
+        if not 2 <= self.max_positions <= MAX_POSITIONS:
+            raise PoscliError(
+                f"--pe-option max_positions must be from 2 to {MAX_POSITIONS} (a contextual position never exceeds the "
+                f"sequence length; the default is 64), got {self.max_positions}"
+            )
 
 
 @register("cope")

@@ -238,6 +238,7 @@ ERRORS = [
     (["train", "--sizes", "1-8"], "--sizes sets how a task is trained: add --task NAME"),
     (["train", "--task-loss", "all"], "--task-loss sets how a task is trained: add --task NAME"),
     (["train", "--task", "copy", "--sizes", "1-9999999999"], "sizes go up to 65536"),
+    (["train", "--pe", "cope", "-O", "max_positions=1000000000000"], "max_positions must be from 2 to 1048576"),
     (["train", "--pe", "hybrid", "--layers", "2", "-O", "layers=rope@8;rope@8;none"], "the schedule has 3 entries"),
     (["tune", "rope", "--method", "self-extend", "--target", "1k", "--grid", "window=64,0"], "--window 0: --method"),
     (["tune", "rope", "--method", "yarn", "--target", "1k", "--grid", "beta_fast=32,nan"], "give a finite number"),
