@@ -72,53 +72,68 @@ def by_size_markdown(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _size_axes(axis, metric: str, rungs: list[float], length) -> None:
+    """One panel's axes: parameters on a log axis at the rungs, the no-effect line, the length as its title."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    axis.axhline(1.0 if metric == "perplexity" else 0.0, color="black", linewidth=0.8, linestyle="--")
+    axis.set_xscale("log")
+    axis.set_xlim(rungs[0] / 1.6, rungs[-1] * 1.6)
+    axis.xaxis.set_major_locator(FixedLocator(rungs))
+    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1e6:.2f}M"))
+    axis.xaxis.set_minor_formatter(NullFormatter())
+    if metric == "perplexity":
+        axis.set_yscale("log")
+        axis.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.yaxis.set_minor_formatter(NullFormatter())
+    axis.set_title(f"at {length}")
+    axis.set_xlabel("parameters")
+    axis.grid(alpha=0.3, which="major")
+
+
 def plot_by_size(rows: list[dict], path: Path) -> Path | None:
     """Each claim's ratio (or difference) with its 95% interval against parameters (log axis), one
-    line per claim (the same colour and marker in every panel), one panel per length."""
+    line per claim (the same Okabe-Ito colour and marker in every panel), one panel per length, and
+    rows of panels of at most MAX_LINES claims each, each row with its legend at its right."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import pandas as pd
-    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     frame = pd.DataFrame(rows)
     frame = frame[frame["estimate"].notna()] if not frame.empty else frame
     if frame.empty:
         return None
+    from poscli.evaluation.plots import MAX_LINES, OKABE_ITO
+
     lengths = list(dict.fromkeys(frame["length"]))
     claims = list(dict.fromkeys(frame["claim"]))
-    figure, axes = plt.subplots(1, len(lengths), figsize=(4.4 * len(lengths), 4.4), squeeze=False, sharey=True)
-    colours, markers = [plt.get_cmap("tab10")(i) for i in range(10)], "osD^vP*Xh<>"
+    rows_of_panels = -(-len(claims) // MAX_LINES)  # at most MAX_LINES claims on one axes: rows of them
+    per_row = -(-len(claims) // rows_of_panels)
+    figure, axes = plt.subplots(rows_of_panels, len(lengths), figsize=(4.4 * len(lengths), 4.4 * rows_of_panels),
+                                squeeze=False, sharey=True)  # fmt: skip
+    colours, markers = OKABE_ITO[:7], "osD^vP*Xh<>"
     rungs = sorted(frame.groupby("size")["parameters"].median())
-    for axis, length in zip(axes[0], lengths):
-        for claim, line in frame[frame["length"] == length].groupby("claim", sort=False):
-            index = claims.index(claim)
-            line = line.sort_values("parameters")
-            error = [line["estimate"] - line["low"], line["high"] - line["estimate"]]
-            axis.errorbar(line["parameters"], line["estimate"], yerr=error, label=claim, color=colours[index % 10],
-                          marker=markers[index % len(markers)], capsize=3, linewidth=1.4)  # fmt: skip
-        metric = frame["metric"].iloc[0]
-        axis.axhline(1.0 if metric == "perplexity" else 0.0, color="black", linewidth=0.8, linestyle="--")
-        axis.set_xscale("log")
-        axis.set_xlim(rungs[0] / 1.6, rungs[-1] * 1.6)
-        axis.xaxis.set_major_locator(FixedLocator(rungs))
-        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1e6:.2f}M"))
-        axis.xaxis.set_minor_formatter(NullFormatter())
-        if metric == "perplexity":
-            axis.set_yscale("log")
-            axis.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-            axis.yaxis.set_minor_formatter(NullFormatter())
-        axis.set_title(f"at {length}")
-        axis.set_xlabel("parameters")
-        axis.grid(alpha=0.3, which="major")
-    axes[0][0].set_ylabel("perplexity ratio, compare / against (95% interval)")
-    handles = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels())}
-    ordered = [claim for claim in claims if claim in handles]
-    figure.legend([handles[c] for c in ordered], ordered, loc="lower center", ncol=min(4, len(ordered)), fontsize=9,
-                  frameon=False)  # fmt: skip
-    figure.tight_layout(rect=(0, 0.06 + 0.035 * ((len(ordered) - 1) // 4), 1, 1))
-    figure.savefig(path, dpi=120)
+    for row, axes_row in enumerate(axes):
+        shown = claims[row * per_row : (row + 1) * per_row]
+        for axis, length in zip(axes_row, lengths):
+            part = frame[(frame["length"] == length) & frame["claim"].isin(shown)]
+            for claim, line in part.groupby("claim", sort=False):
+                index = claims.index(claim)
+                line = line.sort_values("parameters")
+                error = [line["estimate"] - line["low"], line["high"] - line["estimate"]]
+                axis.errorbar(line["parameters"], line["estimate"], yerr=error, label=claim,
+                              color=colours[index % len(colours)], marker=markers[index % len(markers)], capsize=3,
+                              linewidth=1.4)  # fmt: skip
+            _size_axes(axis, frame["metric"].iloc[0], rungs, length)
+        axes_row[0].set_ylabel("ratio, compare / against (95% interval)")
+        handles = {label: handle for axis in axes_row for handle, label in zip(*axis.get_legend_handles_labels())}
+        ordered = [claim for claim in shown if claim in handles]
+        axes_row[-1].legend([handles[c] for c in ordered], ordered, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                            fontsize=9, frameon=False)  # fmt: skip
+    figure.tight_layout()
+    figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)
     return path

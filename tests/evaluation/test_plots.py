@@ -193,3 +193,26 @@ def test_the_committed_tables_draw_figures_by_the_rules(tmp_path, monkeypatch, t
                 if pe is not None:
                     colours.setdefault(pe, set()).add(line.get_color())
         assert colours and all(found == {encoding_style(pe)["color"]} for pe, found in colours.items()), colours
+
+
+def test_the_verdict_by_size_figure_keeps_the_rules(tmp_path, monkeypatch):
+    """scale-ladder-by-size.png from its committed table: at most 8 claims an axes (rows of panels
+    otherwise), Okabe-Ito colours, no text under 8 points."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from poscli.evaluation.plots import OKABE_ITO
+    from poscli.study.by_size import plot_by_size
+
+    table = Path(__file__).resolve().parents[2] / "results/reference/scale-ladder-by-size.csv"
+    rows = pd.read_csv(table).to_dict("records")
+    many = rows + [{**row, "claim": f"{row['claim']}-again"} for row in rows]  # twice the claims: a second row
+    saved = drawn_figures(monkeypatch)
+    for drawn in (rows, many):
+        assert plot_by_size(drawn, tmp_path / "by-size.png") is not None
+    for figure in saved:
+        check_figure_rules(figure)
+        colours = {line.get_color() for axes in figure.axes for line in axes.get_lines() if line.get_label()[0] != "_"}
+        assert colours <= set(OKABE_ITO), colours
+    assert len(saved[-1].axes) > len(saved[0].axes), "more claims than fit on one axes: another row of panels"
