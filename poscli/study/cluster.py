@@ -14,7 +14,6 @@ all are checked before anything is submitted.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 from dataclasses import dataclass
@@ -169,7 +168,6 @@ def run_as_jobs(
     from poscli.study.steps import run_logged
 
     chosen, failed = executor(launcher, log_dir, settings), []
-    quiet_accounting_warnings(report)
     for first in range(0, len(named), parallel):
         submitted = []
         for name, call in named[first : first + parallel]:
@@ -184,33 +182,6 @@ def run_as_jobs(
                 job.cancel(check=False)
             raise
     return failed
-
-
-class _AccountingOff(logging.Filter):
-    """Drops submitit's warning at every poll of a cluster without accounting (sacct fails; job
-    states come from squeue), saying once that it is so."""
-
-    def __init__(self, report) -> None:
-        super().__init__()
-        self.report, self.said = report, False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "sacct" not in record.getMessage():
-            return True
-        if not self.said:
-            self.said = True
-            self.report("note: Slurm accounting (sacct) is off on this cluster; job states come from squeue")
-        return False
-
-
-def quiet_accounting_warnings(report) -> None:
-    """Once per process: every phase of a study reports through its own ``report``."""
-    logger = logging.getLogger("submitit")
-    found = [f for f in logger.filters if isinstance(f, _AccountingOff)]
-    if found:
-        found[0].report = report
-    else:
-        logger.addFilter(_AccountingOff(report))
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from poscli.errors import EnvironmentFailure
 from poscli.model import runs
-from poscli.study.cluster import SlurmSettings, quiet_accounting_warnings, safe_path
+from poscli.study.cluster import SlurmSettings, safe_path
 from poscli.study.plan import Recipe, RecipeError, RecipeInterrupted, Step
 from poscli.study.status import CARRY_ON, queue_states, record_job, submitted_jobs
 
@@ -63,7 +63,6 @@ def run_on_slurm(submission: Submission, detach: bool, carry_on: Callable[[], in
 
     recipe, results, report = submission.recipe, submission.results, submission.report
     submission.log_dir.mkdir(parents=True, exist_ok=True)
-    quiet_accounting_warnings(report)
     for _ in range(rounds):
         if recipe.selection is not None:
             check_selection(recipe, results)  # each [select] run's status (a diverged one is done: a result)
@@ -257,10 +256,9 @@ def follow(in_flight: list[InFlight], log_dir: Path, report, longest_wait: float
 def outcome(job: str, log_dir: Path) -> tuple[int, str]:
     """How a job that left the queue ended: (exit code, the line to report), from submitit's result
     file; a job without one was killed, or never ran (a job it waited for failed)."""
-    import submitit
-    from submitit.core.utils import pickle_load
+    from submitit.core.utils import JobPaths, pickle_load
 
-    paths = submitit.SlurmJob(folder=str(log_dir / "submitit"), job_id=job).paths
+    paths = JobPaths(log_dir / "submitit", job_id=job, task_id=0)  # a job's files, without a SlurmJob's watcher
     if not paths.result_pickle.exists():
         if paths.stdout.exists():
             return 1, f"the job ended without a result (killed, out of memory, cancelled): see {paths.stderr}"
