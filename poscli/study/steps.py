@@ -139,8 +139,11 @@ def user_method_options(method_name: str | None, pairs: list[str] | None) -> dic
     (worked out from the lengths, e.g. Self-Extend's window and group) is refused: it would silently
     mean the default."""
     given = method_options(pairs or [])
-    if not method_name:
-        return given
+    return checked_method_options(method_name, given) if method_name else given
+
+
+def checked_method_options(method_name: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` read as ``method_name`` declares its options, a 0 that would mean the default refused."""
     from poscli.extension import methods
 
     method = methods.get(method_name)
@@ -260,7 +263,7 @@ def tune_run(run: str, method: str, target: int, results, device: str, console, 
     }
     for key, tried in values.items():  # every value read as the method declares it, not only the first
         for value in tried:
-            user_method_options(method, [f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"])
+            checked_method_options(method, {key: value})
     folder = find_run(run, results)  # a missing run fails before torch is imported
     from poscli.training.tune import TuneSettings, best_of, tune
 
