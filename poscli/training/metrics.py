@@ -122,7 +122,14 @@ class HeldoutCurve:
         self.corpus, self.device, self.tokenizer = corpus, device, tokenizer
         self.tokens = min(train_config.eval_tokens, CURVE_TOKENS)
         wanted = train_config.eval_lengths or [self.train_length, 4 * self.train_length]
-        self.lengths = [length for length in dict.fromkeys(wanted) if max_length is None or length <= max_length]
+        heldout = int((config.get("data") or {}).get("heldout_tokens") or 0)
+        self.left_out: dict[int, str] = {}  # a length the curve cannot score, and why: said in its lines
+        for length in dict.fromkeys(wanted):
+            if max_length is not None and length > max_length:
+                self.left_out[length] = f"past the encoding's {max_length} positions"
+            elif heldout and length >= heldout:
+                self.left_out[length] = f"longer than the {heldout:,} held-out tokens"
+        self.lengths = [length for length in dict.fromkeys(wanted) if length not in self.left_out]
         self.every = curve_every(train_config, self.train_length, self.tokens, self.lengths) if corpus else 0
         self.sets: dict[int, object] = {}
         self.seconds, self.points, self.last_step = 0.0, 0, -1
@@ -130,8 +137,9 @@ class HeldoutCurve:
     def schedule(self) -> str:
         """The run's line saying when the curve is scored."""
         lengths = ", ".join(map(str, self.lengths))
+        left = "".join(f"; {length} left out: {why}" for length, why in self.left_out.items())
         return (f"validation curve: the held-out loss every {self.every} steps at lengths {lengths}, {self.tokens:,} "
-                "held-out tokens each (--eval-every N sets its spacing; 0: none)")  # fmt: skip
+                f"held-out tokens each (--eval-every N sets its spacing; 0: none){left}")  # fmt: skip
 
     def due(self, step: int, last: int) -> bool:
         return bool(self.every) and (step % self.every == 0 or step == last) and step != self.last_step
@@ -146,6 +154,7 @@ class HeldoutCurve:
                     self.sets[length] = heldout_set(self.corpus, length, self.tokens, self.tokenizer)
                 except PoscliError:  # too little held-out text for this length: the curve goes on without it
                     self.lengths.remove(length)
+                    self.left_out[length] = "too little held-out text for one window"
                     continue
             losses[length] = float(heldout_scores(model, self.sets[length], length, self.device)["loss"])
         self.seconds += time.perf_counter() - started
@@ -156,4 +165,5 @@ class HeldoutCurve:
         """What config.json records of the curve: its schedule, sample and cost."""
         share = self.seconds / train_seconds if train_seconds > 0 else 0.0
         return {"every": self.every, "lengths": self.lengths, "tokens": self.tokens, "points": self.points,
-                "seconds": round(self.seconds, 2), "share_of_training": round(share, 4)}  # fmt: skip
+                "seconds": round(self.seconds, 2), "share_of_training": round(share, 4),
+                "left_out": {str(length): why for length, why in self.left_out.items()}}  # fmt: skip

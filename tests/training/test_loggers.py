@@ -157,10 +157,18 @@ def test_the_default_curve_has_about_twenty_points_and_costs_at_most_a_tenth_of_
 
 
 def test_a_curve_length_the_encoding_cannot_represent_is_left_out(corpus, tmp_path):
-    """Learned absolute positions have train-length rows: the curve keeps the train length only."""
-    run = train(corpus, tmp_path / "results", "--name", "learned", "--pe", "learned", "--eval-every", "10")
+    """Learned absolute positions have train-length rows: the curve keeps the train length only, and
+    its first line and config.json say why 4x is left out."""
+    results = tmp_path / "results"
+    done = poscli("train", "--pe", "learned", "--data", str(corpus), "--steps", "20", "--results", str(results),
+                  *TINY, "--name", "learned", "--eval-every", "10")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = results / "runs" / "learned"
     points = [record for record in runs.read_metrics(run) if "heldout" in record]
     assert [point["step"] for point in points] == [10, 20] and all(set(p["heldout"]) == {"32"} for p in points)
+    assert "128 left out: past the encoding's 32 positions" in done.stderr  # said, not silently dropped
+    curve = json.loads((run / "config.json").read_text())["curve"]
+    assert curve["left_out"] == {"128": "past the encoding's 32 positions"}
 
 
 def test_convergence_is_read_off_the_curve_where_its_last_fifth_gains_under_one_percent():
