@@ -18,7 +18,7 @@ writes to ``--out``:
 - ``startup.csv``: ``poscli --help``, an argument error, and a second ``poscli train`` on the
   same corpus, from launch to its first optimizer step;
 - ``quality.csv``: time to quality (``benchmarks.quality``): the minutes the default-size model needs to
-  reach 0.75x and 0.6x the 3-gram's perplexity at 128 tokens with the old and the tuned recipe;
+  reach 0.75x and 0.6x the 3-gram's perplexity at 128 tokens with poscli's recipe and nanoGPT's;
 - ``BENCH.md``: all of the above as tables, with each of issue 5's targets marked met or not.
 
 Every number is the median of several repeats; ``spread`` is (max - min) / median.
@@ -696,6 +696,8 @@ def write_report(
     compiled: list[dict] = (),
     quality: list[dict] = (),
 ) -> None:
+    from benchmarks.quality import speedup_sentence
+
     met = sum(c["met"] for c in checks)
     missing = sorted(set(DTYPES) - {r["dtype"] for r in train})
     skipped = f"\nRows of {', '.join(missing)} skipped: no matmul kernel for that dtype on this machine"
@@ -738,10 +740,15 @@ repeat's rate over none's in the same round (paired), ratio_range their smallest
 
 ## Time to quality (default-size RoPE model at 128 tokens, stdlib; the two recipes side by side, benchmarks.quality)
 
-Training minutes (evaluation excluded) and steps until held-out perplexity at 128 first falls to the
-threshold times the 3-gram's on the same tokens; nan: not within the budget of steps.
+poscli's recipe beside nanoGPT's AdamW recipe for this model size (its train_shakespeare_char
+config: peak 1e-3, betas 0.9/0.99, warmup 100, cosine to 1e-4, weight decay 0.1), on the same model,
+initial weights and batches. Training minutes (evaluation excluded) and steps until held-out
+perplexity at 128 first falls to the threshold times the 3-gram's on the same tokens; nan: not within
+the budget of steps.
 
 {markdown(list(quality), QUALITY_COLUMNS) if quality else NOT_MEASURED}
+
+{speedup_sentence(list(quality)) if quality else ""}
 """
     write_text(out / "BENCH.md", text)
 
@@ -777,6 +784,7 @@ def quick_corpus() -> str:
 
 
 def benchmark_quality(quick: bool, log) -> list[dict]:
+    """Time to quality, poscli's recipe against nanoGPT's (``benchmarks.quality``)."""
     from benchmarks.quality import QualityPlan, time_to_quality
 
     return time_to_quality(QualityPlan.quick(quick_corpus()) if quick else QualityPlan(), log)
@@ -929,7 +937,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--only-quality",
         action="store_true",
-        help="re-measure time to quality only (the old and the tuned recipe side by side); keep the other tables",
+        help="re-measure time to quality only (poscli's recipe and nanoGPT's side by side); keep the other tables",
     )
     parser.add_argument("--eval-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -217,3 +217,25 @@ def test_an_evaluation_over_the_time_cap_is_timed_once_and_stops_there(monkeypat
     assert [row["length"] for row in bench.eval_child("cope", plan)] == [32, 64, 128]
     said = bench.stopped_early([*rows, {"encoding": "none", "length": 128}])
     assert "cope (to 32)" in said and "none" not in said
+
+
+def test_nanogpt_baseline_is_its_shakespeare_char_recipe():
+    """The time-to-quality baseline follows nanoGPT's train.py: get_lr's warmup over warmup + 1, the
+    cosine from the end of warmup to min_lr at the last step, and AdamW with betas (0.9, 0.99) and
+    weight decay on the matrices only."""
+    from benchmarks.quality import NanoGPTRecipe
+
+    recipe, steps = NanoGPTRecipe(), 2500
+    assert recipe.rate(0, steps) == pytest.approx(1e-3 / 101)
+    assert recipe.rate(99, steps) == pytest.approx(1e-3 * 100 / 101)
+    assert recipe.rate(100, steps) == pytest.approx(1e-3)
+    assert recipe.rate((100 + steps) // 2, steps) == pytest.approx((1e-3 + 1e-4) / 2)
+    assert recipe.rate(steps, steps) == pytest.approx(1e-4)
+    rates = [recipe.rate(step, steps) for step in range(100, steps + 1)]
+    assert all(a >= b for a, b in zip(rates, rates[1:], strict=False))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    optimizer = recipe.optimizer(model)
+    decayed, plain = optimizer.param_groups
+    assert {p.dim() for p in decayed["params"]} == {2} and decayed["weight_decay"] == 0.1
+    assert {p.dim() for p in plain["params"]} == {1} and plain["weight_decay"] == 0.0
+    assert optimizer.defaults["betas"] == (0.9, 0.99)
