@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from poscli.attention.blockwise import fast_path_available, flash
 from poscli.attention.fallback import RowBlocks
 
 # The query rows of a block and the keys of a chunk in ``scanned_causal_attention``: each step's
@@ -52,7 +53,15 @@ def key_column_attention(q: Tensor, k: Tensor, v: Tensor, column: Tensor) -> Ten
     return out[..., :hd].to(dtype)  # (B, H, T, hd)
 
 
-def scanned_causal_attention(q: Tensor, k: Tensor, v: Tensor, chunk_logits: Callable, normalize: bool) -> Tensor:
+def scanned_causal_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    chunk_logits: Callable,
+    normalize: bool,
+    vanished: Callable[[Tensor], bool] | None = None,
+    row_constant: Callable[[Tensor, Tensor], Tensor | None] | None = None,
+) -> Tensor:
     """Causal attention whose weights for a query depend on its scores against the keys between
     (CoPE's gates summed from key to query, stick-breaking's product of what the nearer keys
     left), computed for one block of query rows at a time over the keys in fixed-size chunks,
@@ -70,7 +79,14 @@ def scanned_causal_attention(q: Tensor, k: Tensor, v: Tensor, chunk_logits: Call
     blocks), or use them as they are (stick-breaking's weights sum to at most 1). A block whose keys
     all fit in one chunk (every block at training lengths up to ``SCAN_KEYS``) is one step, its
     weights a plain softmax (1.14x the training speed of the online merge for CoPE at 128 tokens).
-    q, k, v: (B, H, T, hd) -> (B, H, T, hd).
+
+    Two hooks end a block's scan early, each exactly: ``vanished(carry)``, with ``normalize`` off,
+    says every farther key's weight is 0 in the working dtype (stick-breaking, once the nearer keys
+    have taken all of every row's stick); ``row_constant(q_block, carry)``, with ``normalize`` on,
+    returns (B, H, Bq) where every farther key's logit is its scaled score plus that row's constant
+    (CoPE, once every farther position is clamped at the last embedding), and the farther keys are
+    then one fused flash-attention call merged through its log-sum-exp (CPU; elsewhere the scan goes
+    on). q, k, v: (B, H, T, hd) -> (B, H, T, hd).
     """
     B, H, T, hd = q.shape
     rows_per_block, keys_per_chunk = SCAN_ROWS, max(SCAN_KEYS, SCAN_ROWS)  # a chunk covers a block's diagonal
@@ -97,15 +113,48 @@ def scanned_causal_attention(q: Tensor, k: Tensor, v: Tensor, chunk_logits: Call
             log_weights, carry = chunk_logits(q_block, scaled_scores(q_block, k32, low, high), rows, keys, carry)
             if not normalize:
                 total = total + log_weights.exp() @ v32[:, :, low:high]
+                if low > 0 and vanished is not None and vanished(carry):
+                    break  # every farther weight is exactly 0
                 continue
-            new_top = torch.maximum(top, log_weights.amax(dim=-1))  # finite: the first chunk holds each row's own key
-            shrink = (top - new_top).exp()  # (B, H, Bq); 0 at the first chunk
-            share = (log_weights - new_top[..., None]).exp()  # (B, H, Bq, Kc)
-            mass = mass * shrink + share.sum(dim=-1)
-            total = total * shrink[..., None] + share @ v32[:, :, low:high]
-            top = new_top
+            top, mass, total = merge_chunk(top, mass, total, log_weights, v32[:, :, low:high])
+            settled = low > 0 and row_constant is not None and fast_path_available(q_block)
+            if settled and (constant := row_constant(q_block, carry)) is not None:  # farther: attention + a constant
+                far_out, far_lse = flash(q_block, k32[:, :, :low], v32[:, :, :low], False, 1.0 / math.sqrt(hd))
+                top, mass, total = merge_attention(top, mass, total, far_out.to(work), far_lse.to(work) + constant)
+                break
         outputs.add(start, end, total / mass[..., None] if normalize else total)  # (B, H, Bq, hd)
     return outputs.result().to(q.dtype)  # (B, H, T, hd)
+
+
+def trains_at_once(*tensors: Tensor) -> bool:
+    """Whether a gradient is wanted through any of ``tensors`` at a length whose keys fit one chunk
+    (training): CoPE and stick-breaking then attend over every key at once with a hand-written
+    backward pass (``poscli.attention.nearest_first``). tensors[0]: q, (B, H, T, hd)."""
+    wanted = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+    return wanted and tensors[0].shape[2] <= SCAN_KEYS
+
+
+def merge_chunk(
+    top: Tensor, mass: Tensor, total: Tensor, log_weights: Tensor, values: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Add a chunk of keys to a row's online softmax (FlashAttention's merge): ``top`` (B, H, Bq) the
+    running max of the log weights, ``mass`` the sum of exp(log weight - top), ``total`` (B, H, Bq, hd)
+    the sum of those times the values; the chunk's ``log_weights`` (B, H, Bq, Kc), -inf where a key is
+    not read, and ``values`` (B, H, Kc, hd). -> the new (top, mass, total)."""
+    new_top = torch.maximum(top, log_weights.amax(dim=-1))  # finite: the first chunk holds each row's own key
+    shrink = (top - new_top).exp()  # (B, H, Bq); 0 at the first chunk
+    share = (log_weights - new_top[..., None]).exp()  # (B, H, Bq, Kc)
+    return new_top, mass * shrink + share.sum(dim=-1), total * shrink[..., None] + share @ values
+
+
+def merge_attention(
+    top: Tensor, mass: Tensor, total: Tensor, out: Tensor, lse: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``merge_chunk`` for keys given as their attention output ``out`` (B, H, Bq, hd) and the
+    log-sum-exp of their log weights ``lse`` (B, H, Bq)."""
+    new_top = torch.maximum(top, lse)
+    shrink, share = (top - new_top).exp(), (lse - new_top).exp()  # (B, H, Bq) each
+    return new_top, mass * shrink + share, total * shrink[..., None] + out * share[..., None]
 
 
 def scaled_scores(q_block: Tensor, k: Tensor, low: int, high: int) -> Tensor:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from poscli.attention.data_dependent import reverse_cumsum, scanned_causal_attention, visible
+from poscli.attention.data_dependent import reverse_cumsum, scanned_causal_attention, trains_at_once, visible
+from poscli.attention.nearest_first import cope_attention
 from poscli.encodings import register
 from poscli.encodings.base import PositionalEncoding
 from poscli.errors import PoscliError
@@ -44,8 +45,10 @@ class CoPE(PositionalEncoding):
 
     As in the paper's code (and x-transformers' ``CoPE``), the gates read the scaled scores and the
     position term is the unscaled q . e. Each layer has its own embeddings, initialised to zero, so
-    training starts as NoPE. Keys go in chunks from the nearest back (``scanned_causal_attention``),
-    the gates of the nearer chunks carried, under one softmax across chunks.
+    training starts as NoPE. In training, up to ``SCAN_KEYS`` tokens, all keys at once with a
+    hand-written backward (``cope_attention``); otherwise keys go in chunks from the nearest back
+    (``scanned_causal_attention``), the gates of the nearer chunks carried, under one softmax across
+    chunks.
     """
 
     citation = "Golovneva et al., 2024"
@@ -62,6 +65,8 @@ class CoPE(PositionalEncoding):
 
     def attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, layer: int) -> Tensor:
         embeddings = self.embeddings[layer]
+        if trains_at_once(q, k, v, embeddings):
+            return cope_attention(q, k, v, embeddings)  # (B, H, T, hd)
 
         def chunk_logits(q_block: Tensor, scores: Tensor, rows: Tensor, keys: Tensor, gates_nearer: Tensor):
             seen = visible(rows, keys)  # (Bq, Kc)
@@ -70,7 +75,16 @@ class CoPE(PositionalEncoding):
             logits = scores + self.position_logits(q_block, position, embeddings)  # (B, H, Bq, Kc)
             return logits.masked_fill(~seen, float("-inf")), gates_nearer + gates.sum(dim=-1)
 
-        return scanned_causal_attention(q, k, v, chunk_logits, normalize=True)  # (B, H, T, hd)
+        def clamped_beyond(q_block: Tensor, gates_nearer: Tensor) -> Tensor | None:
+            """Once every row's gates summed over the nearer keys reach the last position, each farther
+            key's position is clamped there: its logit is its score plus q_i . e[P - 1]. -> (B, H, Bq)."""
+            if gates_nearer.min() < self.options.max_positions - 1:
+                return None
+            return q_block @ embeddings[-1].to(q_block.dtype)
+
+        return scanned_causal_attention(
+            q, k, v, chunk_logits, normalize=True, row_constant=clamped_beyond
+        )  # (B, H, T, hd)
 
     def position_logits(self, q_block: Tensor, position: Tensor, embeddings: Tensor) -> Tensor:
         """q_i . e[p_ij], interpolated between the whole positions around p_ij (clamped at the last

@@ -42,41 +42,52 @@ def orthogonalize(
     """Muon's quintic Newton-Schulz iteration towards the nearest semi-orthogonal matrix, the same
     as ``torch.optim.Muon``'s but in float32: torch's runs it in bfloat16, and on a CPU without
     bfloat16 matrix kernels (the AMD EPYC this was tuned on) that made a training step 4x slower.
-    update: (A, B) -> (A, B)."""
+    Matrices of one shape go together as a batch (one batched matmul per product instead of one
+    per matrix). update: (A, B) or (N, A, B) -> the same shape."""
     a, b, c = coefficients
-    x = update.float()
-    tall = x.size(0) > x.size(1)
+    x = update.float() if update.dim() == 3 else update.float()[None]  # (N, A, B)
+    tall = x.size(1) > x.size(2)
     if tall:
-        x = x.T
-    x = x / x.norm().clamp(min=eps)
+        x = x.mT
+    x = x / x.norm(dim=(1, 2), keepdim=True).clamp(min=eps)
     for _ in range(steps):
-        gram = x @ x.T
-        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-    return (x.T if tall else x).to(update.dtype)
+        gram = x @ x.mT
+        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    x = x.mT if tall else x
+    return (x if update.dim() == 3 else x[0]).to(update.dtype)
 
 
 class Float32Muon(torch.optim.Muon):
     """``torch.optim.Muon`` (momentum, Nesterov, the learning-rate adjustment, decoupled weight
-    decay, its state and checkpoints) with the orthogonalisation in float32 (``orthogonalize``)."""
+    decay, its state and checkpoints) with the orthogonalisation in float32 (``orthogonalize``),
+    the matrices of one shape orthogonalised as one batch."""
 
     @torch.no_grad()
     def step(self, closure=None):
         from torch.optim._muon import _adjust_lr
 
         for group in self.param_groups:
+            by_shape: dict[torch.Size, list[torch.Tensor]] = {}
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
-                buffer = state["momentum_buffer"]
-                buffer.lerp_(p.grad, 1 - group["momentum"])
-                update = p.grad.lerp(buffer, group["momentum"]) if group["nesterov"] else buffer
-                update = orthogonalize(update, group["ns_coefficients"], group["ns_steps"], group["eps"])
-                p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(update, alpha=-_adjust_lr(group["lr"], group["adjust_lr_fn"], p.shape))
+                if p.grad is not None:
+                    by_shape.setdefault(p.shape, []).append(p)
+            for shape, params in by_shape.items():
+                updates = torch.stack([self.momentum_update(p, group) for p in params])  # (N, A, B)
+                updates = orthogonalize(updates, group["ns_coefficients"], group["ns_steps"], group["eps"])
+                torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
+                torch._foreach_add_(
+                    params, list(updates.unbind(0)), alpha=-_adjust_lr(group["lr"], group["adjust_lr_fn"], shape)
+                )
         return None
+
+    def momentum_update(self, p: torch.Tensor, group: dict) -> torch.Tensor:
+        """Advance p's momentum buffer by its gradient; -> the update to orthogonalise (Nesterov's, or the buffer)."""
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+        buffer = state["momentum_buffer"]
+        buffer.lerp_(p.grad, 1 - group["momentum"])
+        return p.grad.lerp(buffer, group["momentum"]) if group["nesterov"] else buffer
 
 
 class MuonAdamW:

@@ -160,6 +160,121 @@ def test_cope_positions_are_the_gates_summed_from_key_to_query_and_index_interpo
                 torch.testing.assert_close(out[b, h, i], expected, rtol=1e-9, atol=1e-9)
 
 
+# ------------------------------------------------------------------ the training path of CoPE and stick-breaking
+
+
+def through_scan(encoding, q, k, v, monkeypatch):
+    """The encoding's attention with gradients through autograd on the chunked scan (the path the
+    formula tests above check), instead of its hand-written backward."""
+    from poscli.attention import data_dependent
+
+    monkeypatch.setattr(data_dependent, "SCAN_KEYS", 0)  # no length trains at once
+    monkeypatch.setattr(data_dependent, "SCAN_ROWS", 4)
+    return encoding.attend(None, q, k, v, torch.arange(q.shape[2]), layer=0)
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_stick_breaking_training_path_has_the_formulas_values_and_gradients(attend_current, monkeypatch):
+    """With gradients wanted, stick-breaking attends over every key at once with a hand-written
+    backward: its outputs and gradients equal autograd's through the formula-checked scan, and
+    the backward passes gradcheck (numerical derivatives in float64)."""
+    from poscli.attention.nearest_first import stick_breaking_attention
+
+    sb = build("stick-breaking", attend_current=attend_current)
+    q, k, v = (x.requires_grad_() for x in qkv(seed=2))
+    out = sb.attend(None, q, k, v, torch.arange(T), layer=0)
+    weights = torch.randn(out.shape, dtype=F64)
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
+    expected = through_scan(sb, q, k, v, monkeypatch)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    for got, want in zip(grads, torch.autograd.grad((expected * weights).sum(), (q, k, v)), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    small = [x.detach()[:1, :2, :6, :4].clone().requires_grad_() for x in qkv(seed=3)]
+    assert torch.autograd.gradcheck(lambda q, k, v: stick_breaking_attention(q, k, v, not attend_current), small)
+
+
+def test_cope_training_path_has_the_formulas_values_and_gradients(monkeypatch):
+    """As above for CoPE, with positions that clamp at the last embedding (max_positions 4) and
+    gradients reaching the embeddings."""
+    from poscli.attention.nearest_first import cope_attention
+
+    cope = build("cope", max_positions=4)
+    with torch.no_grad():
+        cope.embeddings[0].normal_()
+    q, k, v = (x.requires_grad_() for x in qkv(seed=4))
+    embeddings = cope.embeddings[0]
+    out = cope.attend(None, q, k, v, torch.arange(T), layer=0)
+    weights = torch.randn(out.shape, dtype=F64)
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v, embeddings))
+    expected = through_scan(cope, q, k, v, monkeypatch)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    for got, want in zip(grads, torch.autograd.grad((expected * weights).sum(), (q, k, v, embeddings)), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    small = [x.detach()[:1, :2, :7, :4].clone().requires_grad_() for x in qkv(seed=5)]
+    table = torch.randn(3, 4, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(cope_attention, (*small, table))
+
+
+def chunked_scan(monkeypatch):
+    """Blocks of 3 queries over chunks of 4 keys (the "chunked" fixture's sizes)."""
+    from poscli.attention import data_dependent
+
+    monkeypatch.setattr(data_dependent, "SCAN_ROWS", 3)
+    monkeypatch.setattr(data_dependent, "SCAN_KEYS", 4)
+
+
+def counted(monkeypatch, module, name: str) -> dict:
+    """Count the calls of ``module.name`` (it still runs). -> {"calls": N}, updated as it is called."""
+    count, original = {"calls": 0}, getattr(module, name)
+
+    def spy(*args, **kwargs):
+        count["calls"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return count
+
+
+def test_cope_keys_past_the_last_position_go_through_the_fused_kernel_with_the_same_result(monkeypatch):
+    """Once every row's gates summed over the nearer keys reach max_positions - 1, each farther key's
+    position is clamped there: the scan hands those keys to one flash-attention call with the row
+    constant q . e[P - 1] and merges it, and the result is the one-step path's."""
+    from poscli.attention import data_dependent
+
+    cope = build("cope", max_positions=2)
+    with torch.no_grad():
+        cope.embeddings[0].normal_()
+    q, k, v = qkv(length=40, seed=6)
+    with torch.no_grad():
+        one_step = cope.attend(None, q, k, v, torch.arange(40), layer=0)
+        chunked_scan(monkeypatch)
+        fused = counted(monkeypatch, data_dependent, "flash")
+        chunked = cope.attend(None, q, k, v, torch.arange(40), layer=0)
+    assert fused["calls"] > 0
+    torch.testing.assert_close(chunked, one_step, rtol=1e-12, atol=1e-12)
+
+
+def test_stick_breaking_stops_scanning_where_the_stick_is_taken_with_identical_outputs(monkeypatch):
+    """Scores so large that the nearest keys take every row's stick: the farther keys' weights are
+    exactly 0 in float32, so the scan stops there and its output is bitwise the full scan's."""
+    from poscli.attention import data_dependent
+    from poscli.encodings import stick_breaking
+
+    sb = build("stick-breaking").float()
+    q, k, v = qkv(torch.float32, length=40, seed=7)
+    k = q.abs() * 3  # q . k large and positive: beta near 1
+    q = q.abs() * 3
+    chunked_scan(monkeypatch)
+    scored = counted(monkeypatch, data_dependent, "scaled_scores")
+    with torch.no_grad():
+        stopped = sb.attend(None, q, k, v, torch.arange(40), layer=0)
+        calls_stopped = scored["calls"]
+        monkeypatch.setattr(stick_breaking, "stick_taken", lambda rest: False)
+        full = sb.attend(None, q, k, v, torch.arange(40), layer=0)
+    assert calls_stopped < scored["calls"] - calls_stopped
+    assert torch.equal(stopped, full)
+
+
 # ------------------------------------------------------------------ PoPE (Gopalakrishnan et al., 2025)
 
 

@@ -240,20 +240,29 @@ def test_the_effective_context_reads_through_the_texts_difficulty_with_the_3gram
 
 
 def test_float32_muon_takes_torchs_muon_step_up_to_bfloat16_rounding():
-    """The same parameters, gradients and state: our float32 step and torch.optim.Muon's bfloat16
-    one agree to bfloat16's precision, over several steps (momentum, Nesterov, weight decay)."""
-    from poscli.training.optim import Float32Muon
+    """The same parameters, gradients and state: our float32 step (matrices of one shape
+    orthogonalised as one batch) and torch.optim.Muon's bfloat16 one, matrix by matrix, agree to
+    bfloat16's precision over several steps (momentum, Nesterov, weight decay), for several
+    matrices of two shapes, wide and tall."""
+    from poscli.training.optim import Float32Muon, orthogonalize
 
     torch.manual_seed(0)
-    ours, theirs = torch.nn.Parameter(torch.randn(48, 16)), torch.nn.Parameter(torch.randn(48, 16))
-    theirs.data.copy_(ours.data)
-    start = ours.data.clone()
+    shapes = [(48, 16), (16, 40), (48, 16), (48, 16), (16, 40)]
+    ours = [torch.nn.Parameter(torch.randn(shape)) for shape in shapes]
+    theirs = [torch.nn.Parameter(p.data.clone()) for p in ours]
+    start = [p.data.clone() for p in ours]
     options = dict(lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, adjust_lr_fn="match_rms_adamw")
-    mine, reference = Float32Muon([ours], **options), torch.optim.Muon([theirs], **options)
+    mine, reference = Float32Muon(ours, **options), torch.optim.Muon(theirs, **options)
     for _ in range(3):
-        gradient = torch.randn(48, 16)
-        ours.grad, theirs.grad = gradient.clone(), gradient.clone()
+        for a, b in zip(ours, theirs, strict=True):
+            gradient = torch.randn(a.shape)
+            a.grad, b.grad = gradient.clone(), gradient.clone()
         mine.step()
         reference.step()
-    ours_moved, theirs_moved = ours.data - start, theirs.data - start
-    assert (ours_moved - theirs_moved).norm() < 0.02 * theirs_moved.norm()
+    for a, b, before in zip(ours, theirs, start, strict=True):
+        ours_moved, theirs_moved = a.data - before, b.data - before
+        assert (ours_moved - theirs_moved).norm() < 0.02 * theirs_moved.norm()
+    batch = torch.randn(3, 24, 8)  # a batch is each of its matrices orthogonalised alone
+    together = orthogonalize(batch, (3.4445, -4.7750, 2.0315), 5, 1e-7)
+    for matrix, result in zip(batch, together, strict=True):
+        torch.testing.assert_close(result, orthogonalize(matrix, (3.4445, -4.7750, 2.0315), 5, 1e-7))

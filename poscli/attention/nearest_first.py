@@ -1,0 +1,159 @@
+"""Stick-breaking and CoPE attention at training lengths, with hand-written backward passes.
+
+Both encodings weigh a key by what the keys between it and the query did: stick-breaking by the
+product of (1 - beta) over them (Tan et al., 2025), CoPE by the sum of the gates from key to query
+(Golovneva et al., 2024). Written for autograd, each row's sum from the key to the query is a
+reversed cumulative sum (two flips of a T x T tensor and a scan), and autograd keeps every
+intermediate for the backward pass. Here the keys are laid out nearest first once (k and v
+flipped along the sequence, a T x hd copy), so a row's sum over the nearer keys is a plain
+cumulative sum along the row, and the backward pass is written out (the gradient of a cumulative
+sum is a cumulative sum the other way), keeping two T x T tensors per layer:
+
+- stick-breaking: log A_ij = log sigmoid(z_ij) + sum over nearer keys t of log(1 - sigmoid(z_it)),
+  with log(1 - sigmoid(z)) = log sigmoid(z) - z; the gradient of log A with respect to z_ij is
+  1 - sigmoid(z_ij) from the first term, and -sigmoid(z_ij) times the summed gradient of every
+  farther key's log weight from the second.
+- CoPE: p_ij = the gates summed from key j to query i, the position logit interpolated from the
+  query's table q_i . e[0 .. P-1] (``CoPE.position_logits``); the gradient reaches the table by a
+  scatter onto the two whole positions around p, and the gates through dp = dL (e[ceil p] -
+  e[floor p]) . q summed over every farther key.
+
+``tests/encodings/test_recent_encodings.py`` checks both against the paper's formula pair by pair
+in float64 and the backward passes with ``torch.autograd.gradcheck``.
+
+Shape legend: B batch, H heads, T sequence length, hd head dimension, P CoPE's positions.
+Column r of a T x T tensor here is key T - 1 - r.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from poscli.attention.data_dependent import working_dtype
+
+
+def nearest_first_mask(length: int, strict: bool, device: torch.device) -> Tensor:
+    """Whether query i reads key T - 1 - r: r >= T - 1 - i (r > T - 1 - i when ``strict``). -> (T, T) bool."""
+    rows = torch.arange(length, device=device)[:, None]
+    columns = torch.arange(length, device=device)[None, :]
+    return columns > length - 1 - rows if strict else columns >= length - 1 - rows
+
+
+def flipped(x: Tensor) -> Tensor:
+    """x with its sequence dimension reversed: (B, H, T, hd) -> (B, H, T, hd)."""
+    return x.flip(2)
+
+
+def suffix_sums(x: Tensor) -> Tensor:
+    """y_r = sum over s >= r of x_s along the last dimension, from the row total (no flips, which
+    copy): the row total minus the sum before r. Used for gradients only, where the rounding of the
+    difference is relative to the row's total gradient."""
+    return x.cumsum(-1).neg_().add_(x.sum(-1, keepdim=True)).add_(x)
+
+
+class _StickBreaking(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, strict: bool) -> Tensor:
+        with torch.autocast(q.device.type, enabled=False):
+            work, length = working_dtype(q), q.shape[2]
+            q, k_near, v_near = q.to(work), flipped(k.to(work)), flipped(v.to(work))
+            seen = nearest_first_mask(length, strict, q.device)  # (T, T)
+            scores = q @ k_near.transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))  # z, (B, H, T, T)
+            log_beta = F.logsigmoid(scores)
+            log_rest = (log_beta - scores).masked_fill_(~seen, 0.0)  # log(1 - beta), 0 where not read
+            log_weights = log_beta.add_(log_rest.cumsum(-1)).sub_(log_rest)  # + the nearer keys' log(1 - beta)
+            weights = log_weights.exp_().masked_fill_(~seen, 0.0)  # A, (B, H, T, T)
+            beta = scores.sigmoid_().masked_fill_(~seen, 0.0)
+            ctx.save_for_backward(q, k_near, v_near, weights, beta)
+            ctx.dtype = v.dtype
+            return (weights @ v_near).to(v.dtype)  # (B, H, T, hd)
+
+    @staticmethod
+    def backward(ctx, d_out: Tensor):
+        with torch.autocast(d_out.device.type, enabled=False):
+            q, k_near, v_near, weights, beta = ctx.saved_tensors
+            d_out = d_out.to(q.dtype)
+            d_log = (d_out @ v_near.transpose(-1, -2)).mul_(weights)  # dL/d log A_ij, (B, H, T, T)
+            d_v = weights.transpose(-1, -2) @ d_out  # (B, H, T, hd), keys nearest first
+            farther = suffix_sums(d_log).sub_(d_log)  # the gradient of every farther key's log weight
+            d_scores = d_log.sub_(d_log * beta).sub_(farther.mul_(beta))  # (1 - beta) dlogA - beta sum
+            scale = 1.0 / math.sqrt(q.shape[-1])
+            d_q = d_scores @ k_near * scale
+            d_k = d_scores.transpose(-1, -2) @ q * scale
+            return d_q.to(ctx.dtype), flipped(d_k).to(ctx.dtype), flipped(d_v).to(ctx.dtype), None
+
+
+def stick_breaking_attention(q: Tensor, k: Tensor, v: Tensor, strict: bool) -> Tensor:
+    """Stick-breaking attention over all T keys at once: q, k, v (B, H, T, hd) -> (B, H, T, hd).
+    ``strict``: query i reads keys j < i (the paper's), else j <= i."""
+    return _StickBreaking.apply(q, k, v, strict)
+
+
+class _CoPE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, embeddings: Tensor) -> Tensor:
+        with torch.autocast(q.device.type, enabled=False):
+            work, length = working_dtype(q), q.shape[2]
+            q, k_near, v_near = q.to(work), flipped(k.to(work)), flipped(v.to(work))
+            table = q @ embeddings.to(work).T  # q_i . e[p] for every whole p, (B, H, T, P)
+            seen = nearest_first_mask(length, False, q.device)  # (T, T)
+            scores = q @ k_near.transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))  # z, (B, H, T, T)
+            gates = scores.sigmoid().masked_fill_(~seen, 0.0)  # g, (B, H, T, T)
+            position = gates.cumsum(-1).clamp_(max=table.shape[-1] - 1)  # p: the gates from key to query
+            low = position.floor()
+            fraction = position.sub_(low)  # p - floor p
+            low = low.long()
+            picked = with_steps(table).gather(-1, low)  # (B, H, T, T): t[floor p] + i (t[floor p + 1] - t[floor p])
+            logits = scores.add_(picked.real).addcmul_(fraction, picked.imag)
+            weights = logits.masked_fill_(~seen, float("-inf")).softmax(-1)  # (B, H, T, T)
+            out = weights @ v_near  # (B, H, T, hd)
+            gate_slope = gates.mul_(1 - gates)  # dg/dz = g (1 - g), 0 where not read
+            ctx.save_for_backward(q, k_near, v_near, embeddings, weights, gate_slope, low, fraction, picked.imag, out)
+            ctx.dtype = v.dtype
+            return out.to(v.dtype)
+
+    @staticmethod
+    def backward(ctx, d_out: Tensor):
+        with torch.autocast(d_out.device.type, enabled=False):
+            q, k_near, v_near, embeddings, weights, gate_slope, low, fraction, step, out = ctx.saved_tensors
+            d_out = d_out.to(q.dtype)
+            d_v = weights.transpose(-1, -2) @ d_out
+            row_term = (d_out * out).sum(-1, keepdim=True)  # D_i, (B, H, T, 1)
+            d_logits = (d_out @ v_near.transpose(-1, -2)).sub_(row_term).mul_(weights)  # (B, H, T, T)
+            shape = (*q.shape[:3], embeddings.shape[0])  # (B, H, T, P)
+            d_table = torch.zeros(shape, dtype=q.dtype, device=q.device).scatter_add_(-1, low, d_logits)
+            d_steps = torch.zeros_like(d_table).scatter_add_(-1, low, d_logits * fraction)
+            d_table = from_steps(d_table, d_steps)  # (B, H, T, P)
+            d_position = step * d_logits  # 0 where p was clamped: the last step is 0
+            d_gates = suffix_sums(d_position)  # p_r sums the gates of keys r' <= r
+            d_scores = d_logits.addcmul_(d_gates, gate_slope)
+            scale = 1.0 / math.sqrt(q.shape[-1])
+            d_q = d_scores @ k_near * scale + d_table @ embeddings.to(q.dtype)
+            d_k = d_scores.transpose(-1, -2) @ q * scale
+            d_embeddings = torch.einsum("bhtp,bhtd->pd", d_table, q)  # (P, hd)
+            return d_q.to(ctx.dtype), flipped(d_k).to(ctx.dtype), flipped(d_v).to(ctx.dtype), d_embeddings
+
+
+def with_steps(table: Tensor) -> Tensor:
+    """A position table and its steps as one complex table, so one gather reads both: real part
+    t[p], imaginary part t[p + 1] - t[p] (0 at the last position, where p is clamped).
+    table: (B, H, T, P) real -> (B, H, T, P) complex."""
+    steps = F.pad(table.diff(dim=-1), (0, 1))  # (B, H, T, P)
+    return torch.view_as_complex(torch.stack((table, steps), dim=-1))
+
+
+def from_steps(d_table: Tensor, d_steps: Tensor) -> Tensor:
+    """The gradient of ``with_steps``'s real table from the gradients of its real and imaginary parts,
+    each (B, H, T, P). Modifies and returns ``d_table``."""
+    d_table[..., 1:] += d_steps[..., :-1]  # step p is t[p + 1] - t[p]
+    d_table[..., :-1] -= d_steps[..., :-1]
+    return d_table
+
+
+def cope_attention(q: Tensor, k: Tensor, v: Tensor, embeddings: Tensor) -> Tensor:
+    """CoPE attention over all T keys at once: q, k, v (B, H, T, hd), embeddings (P, hd) -> (B, H, T, hd)."""
+    return _CoPE.apply(q, k, v, embeddings)
