@@ -95,7 +95,7 @@ class QualityPlan:
     batch_size: int = 16
     steps: int = 2500
     chunk: int = 50  # steps of one recipe before the other takes its turn
-    check_every: int = 100
+    check_every: int = 50
     eval_tokens: int = 32768
 
     @classmethod
