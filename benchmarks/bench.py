@@ -732,6 +732,12 @@ repeat's rate over none's in the same round (paired), ratio_range their smallest
 
 ## Evaluating one window (forward pass and loss, batch 1, fp32, each encoding in a fresh process)
 {stopped_early(evals)}
+The models are at initialisation. For CoPE and stick-breaking that sets how much of the T x T work
+is done: their scans end early, exactly, once every row's gates over the nearer keys reach CoPE's
+last position or have taken stick-breaking's whole stick (docs/design.md), and gates near 1/2 at
+initialisation do so within the first 1024 keys. A trained model's gates decide how far its scan
+goes (tools/gated_scan.py measures it on a trained run).
+
 {markdown(evals, EVAL_COLUMNS)}
 
 ## Start-up

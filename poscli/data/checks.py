@@ -20,6 +20,17 @@ def check_data_settings(config: Any) -> None:
     check_format(config.passkey_template, config.passkey_keys)
     if config.passkey_lengths not in PASSKEY_LENGTHS:
         raise PoscliError(f"--passkey-lengths {config.passkey_lengths!r} is not one of {', '.join(PASSKEY_LENGTHS)}")
+    check_data_spec(config.data)
     parse_spec(config.tokenizer)
     parse_split(config.split)
     RowOptions.of(config).validate()
+
+
+def check_data_spec(spec: str) -> None:
+    """Stop in one line at a ``--data`` no source reads (a missing file, a misspelt name), listing
+    the forms it takes; reads no file and opens no dataset, so a recipe is checked before it runs."""
+    from poscli.data import prepared, sources
+
+    if not sources.is_named(spec) and prepared.is_prepared(spec):
+        return
+    sources.resolve(spec)

@@ -89,14 +89,18 @@ class AlgorithmicTask(Task):
 
     # ----------------------------------------------------------------------- the Task protocol
 
+    def check(self, options: dict[str, Any]) -> None:
+        parse_sizes(options.get("sizes") or self.default_sizes)
+        if options["trials"] < 1:
+            raise PoscliError(f"--trials must be at least 1 for --task {self.name}, got {options['trials']}")
+
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
         from poscli.core.device import select_device
         from poscli.model import runs
 
+        self.check(options)
         sizes = parse_sizes(options.get("sizes") or self.default_sizes)
         trials = options["trials"]
-        if trials < 1:
-            raise PoscliError(f"--trials must be at least 1 for --task {self.name}, got {trials}")
         device = select_device(options["device"])
         rows = []
         for name in run_names:

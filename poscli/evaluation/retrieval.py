@@ -155,10 +155,7 @@ def evaluate_passkey(
     from poscli.model import runs
 
     device = select_device(device)
-    if trials < 1:
-        raise PoscliError(f"--trials must be at least 1, got {trials}")
-    if keys is not None and keys < 1:  # was read as "the run's own number of keys"
-        raise PoscliError(f"--keys must be at least 1 for --task passkey, got {keys}")
+    check_passkey_counts(trials, keys)
     from poscli.evaluation.evaluate import load_any
 
     plans = [_passkey_plan(name, results, lengths, keys) for name in run_names]
@@ -283,6 +280,14 @@ def run_effective_lengths(table, threshold: float = EFFECTIVE_THRESHOLD) -> dict
             by_length[int(length)] = correct / trials if trials else float("nan")
         lengths[run] = effective_length(by_length, threshold)
     return lengths
+
+
+def check_passkey_counts(trials: int, keys: int | None) -> None:
+    """Prompts per cell and keys per prompt (None: the run's own number) of a passkey evaluation."""
+    if trials < 1:
+        raise PoscliError(f"--trials must be at least 1, got {trials}")
+    if keys is not None and keys < 1:  # was read as "the run's own number of keys"
+        raise PoscliError(f"--keys must be at least 1 for --task passkey, got {keys}")
 
 
 def parse_depths(text: str) -> list[float]:

@@ -287,15 +287,42 @@ def tune_run(run: str, method: str, target: int, results, device: str, console, 
     return out
 
 
+# The options of poscli eval that some tasks read and others do not (Task.reads); the rest (lengths,
+# device, table, sinks, window) apply to every task.
+TASK_OPTIONS = ("max_tokens", "stride", "protocol", "data", "reference", "null", "allow_split_mismatch", "compile",
+                "depths", "trials", "sizes", "keys")  # fmt: skip
+
+
+def check_eval_request(request: EvalRequest):
+    """What ``poscli eval`` would refuse before loading a run: the task and the options it reads
+    (``Task.check``), and the StreamingLLM sinks and window. -> the task."""
+    from poscli.evaluation import tasks
+
+    evaluation = tasks.get(tasks.check_name(request.task))
+    read_by = {option: [n for n in tasks.names() if option in tasks.get(n).reads] for option in TASK_OPTIONS}
+    for option, readers in read_by.items():
+        if getattr(request, option) != EVAL_OPTIONS[option] and option not in evaluation.reads:
+            flag, named = "--" + option.replace("_", "-"), ", ".join(readers[:4])
+            more = f" and {len(readers) - 4} more (poscli eval --help)" if len(readers) > 4 else ""
+            raise PoscliError(f"{flag} is read by --task {named}{more}, not by --task {request.task}: drop it, or "
+                              "choose one of those tasks")  # fmt: skip
+    evaluation.check({name: getattr(request, name) for name in EVAL_OPTIONS})
+    if request.window is not None and request.sinks is None:
+        raise PoscliError("--window goes with --sinks S (StreamingLLM); add --sinks 4, or drop --window")
+    for flag, value in (("--sinks", request.sinks), ("--window", request.window)):
+        if value is not None and value < 1:
+            raise PoscliError(f"{flag} must be at least 1, got {value}")
+    return evaluation
+
+
 def evaluate_runs(run_names: list[str], request: EvalRequest, console=None):
     """``poscli eval RUN...``. Returns (the files written,
     the table to show, the table's name)."""
-    from poscli.evaluation import tasks
     from poscli.model.runs import check_table_name, find_run
 
     options = {name: getattr(request, name) for name in EVAL_OPTIONS}  # what a task reads
     results, quiet, sinks, window = request.results, request.quiet, request.sinks, request.window
-    evaluation = tasks.get(request.task)
+    evaluation = check_eval_request(request)
     table = check_table_name(request.table or evaluation.default_table)
     from poscli.evaluation.algorithmic import AlgorithmicTask
     from poscli.model.pretrained import is_pretrained
@@ -308,8 +335,6 @@ def evaluate_runs(run_names: list[str], request: EvalRequest, console=None):
                 )
             continue
         find_run(run_name, results)
-    if window is not None and sinks is None:
-        raise PoscliError("--window goes with --sinks S (StreamingLLM); add --sinks 4, or drop --window")
     if sinks is not None:
         run_names = [_with_sinks(name, sinks, window, request.lengths, results, request.device) for name in run_names]
     with progress_bar(console, quiet) as progress:
@@ -376,25 +401,36 @@ def check_step(kind: str, name: str, positional: list[str], options: dict) -> No
 
         train_plan(request_from(TrainRequest, {**options, "name": name}))
     elif kind == "extend":
-        request = extend_request({key: value for key, value in options.items() if key not in LINEAGE_KEYS})
-        check_search_score(request.factors, request.search_score)
-        if request.options_from is not None or request.factors is not None:
-            return  # the options come from a file or a search the step itself runs
-        from poscli.training.extend import check_extension
-        from poscli.training.options import train_defaults, with_size
-
-        if request.method is None or request.target is None:
-            raise PoscliError(f"[[extend]] {name} needs method and target")
-        options_given = user_method_options(request.method, request.method_option)
-        parent = with_size(parsed(TRAIN_DECLARED, {**train_defaults(), **options.get("parent_options", {})}))
-        train_length = parent["train_length"]
-        check_extension(positional[0], parent["pe"], train_length, request.method, request.target, options_given,
-                        request.steps, factor=request.factor, pose=request.pose, cream=request.cream,
-                        mixed_short=request.mixed_short)  # fmt: skip
+        check_extend_step(name, positional[0], options)
     else:
-        from poscli.evaluation import tasks
+        check_eval_request(request_from(EvalRequest, options))
 
-        tasks.check_name(request_from(EvalRequest, options).task)
+
+def check_extend_step(name: str, parent_name: str, options: dict) -> None:
+    """``check_step`` for an [[extend]]: the files its options come from exist and hold what they
+    should; with the options in the recipe, the method against the parent's encoding and train
+    length, with its options and fine-tuning (``check_extension``)."""
+    from poscli.extension.scaling import read_factors
+    from poscli.training.tune import read_options
+
+    request = extend_request({key: value for key, value in options.items() if key not in LINEAGE_KEYS})
+    check_search_score(request.factors, request.search_score)
+    if request.factors is not None and str(request.factors) != "search":
+        read_factors(Path(request.factors))
+    if request.options_from is not None and str(request.options_from) != "tune":
+        read_options(request.options_from, request.method)
+    if request.options_from is not None or request.factors is not None:
+        return  # the options come from a file or a search the step itself runs
+    from poscli.training.extend import check_extension
+    from poscli.training.options import train_defaults, with_size
+
+    if request.method is None or request.target is None:
+        raise PoscliError(f"[[extend]] {name} needs method and target")
+    options_given = user_method_options(request.method, request.method_option)
+    parent = with_size(parsed(TRAIN_DECLARED, {**train_defaults(), **options.get("parent_options", {})}))
+    settings = ("factor", "pose", "cream", "mixed_short", "finetune_length", "batch_size", "eval_every")
+    check_extension(parent_name, parent["pe"], parent["train_length"], request.method, request.target, options_given,
+                    request.steps, **{key: getattr(request, key) for key in settings})  # fmt: skip
 
 
 def run_step(kind: str, name: str, positional: list[str], options: dict, results=None, resume=False, out=None) -> None:

@@ -60,7 +60,7 @@ def extend(
     steps = training_steps(chosen, steps, scheme)
     finetune_length = _finetune_length(chosen, finetune_length, target, original_length, scheme)
     tokens_per_step = parent["train"]["batch_size"] * original_length
-    batch_size = batch_size or max(1, tokens_per_step // finetune_length)
+    batch_size = _checked_batch_size(batch_size) or max(1, tokens_per_step // finetune_length)
     weights = runs.load_weights(parent_folder)
     parent_config = ModelConfig.from_dict(parent["model"])
     try:
@@ -114,8 +114,17 @@ def _position_scheme(pose: bool, cream: bool) -> str | None:
     return "pose" if pose else "cream" if cream else None
 
 
+def _checked_batch_size(batch_size: int | None) -> int | None:
+    """--batch-size as given (None: the parent's tokens per step at the fine-tuning length), at least 1."""
+    if batch_size is not None and batch_size < 1:
+        raise PoscliError(f"--batch-size must be at least 1 (left out: the parent's tokens per step), got {batch_size}")
+    return batch_size
+
+
 def _mixed_windows(mixed_short: float | None, steps: int, original_length: int) -> dict:
     """LongRoPE2's mixed windows as TrainConfig fields: a fraction of steps at the original length."""
+    if mixed_short is not None and not 0 <= mixed_short < 1:
+        raise PoscliError(f"--mixed-short must be a fraction of the steps in [0, 1), got {mixed_short:g}")
     if mixed_short and not steps:
         raise PoscliError("--mixed-short mixes fine-tuning steps; give --steps N (e.g. 400)")
     return {"mixed_short": mixed_short or 0.0, "mixed_length": original_length if mixed_short else 0}
@@ -139,8 +148,9 @@ def check_extension(
     """What ``extend`` refuses before it loads a weight, from the parent's name, encoding and train
     length alone: the method, whether it applies (a parent that needs no rescaling is an error here),
     its options (a frequency method's computed once, which checks their ranges), the factor, the
-    fine-tuning steps and position scheme (``settings``: factor, pose, cream, mixed_short). A recipe
-    checks its [[extend]] steps so before it trains their parents."""
+    fine-tuning steps, length, batch, curve and position scheme (``settings``: factor, pose, cream,
+    mixed_short, finetune_length, batch_size, eval_every). A recipe checks its [[extend]] steps so
+    before it trains their parents."""
     from poscli.extension.methods.protocol import FrequencyMethod
 
     try:
@@ -153,6 +163,10 @@ def check_extension(
         chosen.frequencies(64, 10000.0, factor, train_length, target, **checked)
     scheme = _position_scheme(settings.get("pose", False), settings.get("cream", False))
     _mixed_windows(settings.get("mixed_short"), training_steps(chosen, steps, scheme), train_length)
+    _finetune_length(chosen, settings.get("finetune_length"), target, train_length, scheme)
+    _checked_batch_size(settings.get("batch_size"))
+    if (every := settings.get("eval_every")) is not None and every < 0:
+        raise PoscliError(f"--eval-every must be 0 (no curve) or a number of steps, got {every}")
 
 
 def applicable_method(parent: dict, method: str, target: int):

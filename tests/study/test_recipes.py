@@ -117,6 +117,18 @@ MALFORMED = [
         "passkeyy",
         "unknown evaluation task",
     ),
+    # values that were checked only when their step ran, after the runs before it had trained
+    (GOOD.replace('lengths = "32,128"', 'lengths = "32,128"\ndata = "no-such.txt"'), "no-such", "an existing file"),
+    (GOOD.replace("steps = 3", 'steps = 3\ndata = "no-such.txt"'), "no-such", "--data 'no-such.txt' is not"),
+    (GOOD.replace('lengths = "32,128"', 'lengths = "32,128"\ntask = "passkey"\ndepths = "1,x"'), "1,x", "--depths"),
+    (GOOD.replace('lengths = "32,128"', 'lengths = "32,128"\ntask = "copy"\ntrials = 0'), "trials", "--trials must"),
+    (GOOD.replace('lengths = "32,128"', 'lengths = "32,128"\ndepths = "10,50"'), "depths", "not by --task perplexity"),
+    (GOOD.replace('lengths = "32,128"', 'lengths = "32,128"\nsinks = 0'), "sinks", "--sinks must be at least 1"),
+    (GOOD.replace("steps = 0\n", "steps = 2\nbatch_size = 0\n"), "batch_size", "--batch-size must be at least 1"),
+    (GOOD.replace("steps = 0\n", "steps = 2\nfinetune_length = 1\n"), "finetune", "--finetune-length must be"),
+    (GOOD.replace("steps = 0\n", "steps = 2\nmixed_short = 1.5\n"), "mixed_short", "--mixed-short must be"),
+    (GOOD.replace("steps = 0\n", 'steps = 0\noptions_from = "no-such.json"\n'), "no-such", "no such file"),
+    (GOOD.replace("steps = 0\n", 'steps = 0\nfactors = "no-such.json"\n'), "no-such", "cannot read it"),
 ]
 
 

@@ -24,6 +24,11 @@ class Task:
     default_table: ClassVar[str]
     reads: ClassVar[tuple[str, ...]] = ()
 
+    def check(self, options: dict[str, Any]) -> None:
+        """Stop in one line (a ``PoscliError`` saying what to type) at an option value this task cannot
+        use, before any run is loaded: ``poscli eval`` checks first, and ``poscli run`` checks every
+        [[eval]] of a recipe before anything trains. Nothing to check by default."""
+
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
         """Evaluate every run at every length; save rows to ``table`` as they come (an interrupted
         evaluation keeps them). Returns what ``write`` takes."""

@@ -84,16 +84,23 @@ class MultiQuery(Task):
     reads = ("depths", "trials", "keys")
     scored = "each query's key"  # what one query is, in the table's and the figure's words
 
+    def check(self, options: dict[str, Any]) -> None:
+        from poscli.evaluation.retrieval import parse_depths
+
+        parse_depths(options["depths"])
+        keys, trials = DEFAULT_QUERIES if options["keys"] is None else options["keys"], options["trials"]
+        if not 1 <= keys <= len(NAMES) or trials < 1:
+            flag, given = ("--trials", trials) if trials < 1 else ("--keys", keys)
+            raise PoscliError(f"--task {self.name} takes --keys 1 to {len(NAMES)}, --trials from 1; got {flag} {given}")
+
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
         from poscli.core.device import select_device
         from poscli.evaluation.retrieval import parse_depths
         from poscli.model import runs
 
+        self.check(options)
         keys = DEFAULT_QUERIES if options["keys"] is None else options["keys"]
         trials, depths = options["trials"], parse_depths(options["depths"])
-        if not 1 <= keys <= len(NAMES) or trials < 1:
-            flag, given = ("--trials", trials) if trials < 1 else ("--keys", keys)
-            raise PoscliError(f"--task {self.name} takes --keys 1 to {len(NAMES)}, --trials from 1; got {flag} {given}")
         device = select_device(options["device"])
         rows = []
         for name in run_names:

@@ -100,15 +100,19 @@ class MultiValue(Task):
     default_table = "multivalue"
     reads = ("trials", "keys")
 
+    def check(self, options: dict[str, Any]) -> None:
+        values = DEFAULT_VALUES if options["keys"] is None else options["keys"]
+        if values < 1 or options["trials"] < 1:
+            flag, given = ("--keys", values) if values < 1 else ("--trials", options["trials"])
+            raise PoscliError(f"{flag} must be at least 1 for --task multivalue, got {given}")
+
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
         from poscli.core.device import select_device
         from poscli.model import runs
 
+        self.check(options)
         values = DEFAULT_VALUES if options["keys"] is None else options["keys"]
         trials = options["trials"]
-        if values < 1 or trials < 1:
-            flag, given = ("--keys", values) if values < 1 else ("--trials", trials)
-            raise PoscliError(f"{flag} must be at least 1 for --task multivalue, got {given}")
         device = select_device(options["device"])
         rows = []
         for name in run_names:

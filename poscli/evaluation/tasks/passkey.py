@@ -21,6 +21,12 @@ class Passkey(Task):
     default_table = "passkey"
     reads = ("depths", "trials", "keys")
 
+    def check(self, options: dict[str, Any]) -> None:
+        from poscli.evaluation.retrieval import check_passkey_counts, parse_depths
+
+        parse_depths(options["depths"])
+        check_passkey_counts(options["trials"], options["keys"])
+
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
         from poscli.evaluation.passkey_tables import save_rows
         from poscli.evaluation.retrieval import evaluate_passkey, parse_depths

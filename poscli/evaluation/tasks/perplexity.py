@@ -19,6 +19,15 @@ class Perplexity(Task):
     default_table = "ppl"
     reads = ("max_tokens", "stride", "protocol", "data", "reference", "null", "allow_split_mismatch", "compile")
 
+    def check(self, options: dict[str, Any]) -> None:
+        from poscli.data.checks import check_data_spec
+        from poscli.errors import PoscliError
+
+        if options["stride"] is not None and options["stride"] < 1:
+            raise PoscliError(f"--stride must be at least 1, got {options['stride']}")
+        if options["data"] is not None:
+            check_data_spec(options["data"])
+
     def evaluate(self, run_names: list[str], options: dict[str, Any], results, progress, table: str):
         from poscli.evaluation.evaluate import evaluate_runs
         from poscli.evaluation.perplexity_tables import write_tables
