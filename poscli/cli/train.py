@@ -164,7 +164,7 @@ def extend(ctx: typer.Context, run: str, request: ExtendRequest):
 
     A method's own options are flags after RUN (--beta-fast 16, --window 64) or -M KEY=VALUE;
     poscli methods lists each method's options and defaults."""
-    from poscli.study.steps import method_flags
+    from poscli.study.step_checks import method_flags
 
     request = dataclasses.replace(request, method_option=[*(request.method_option or []), *method_flags(ctx.args)])
     if request.resume:

@@ -287,9 +287,9 @@ class _RecipeParser:
         return steps
 
     def check_values(self, step: Step, section: str, index: int) -> None:
-        """The step's values as its command would check them (``poscli.study.steps.check_step``), so a
+        """The step's values as its command would check them (``poscli.study.step_checks.check_step``), so a
         typo in any table fails now, in one line naming the step and the key, before anything runs."""
-        from poscli.study.steps import check_step
+        from poscli.study.step_checks import check_step
 
         try:
             check_step(step.kind, step.name, step.positional, step.options)
