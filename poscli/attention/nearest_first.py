@@ -7,7 +7,9 @@ reversed cumulative sum (two flips of a T x T tensor and a scan), and autograd k
 intermediate for the backward pass. Here the keys are laid out nearest first once (k and v
 flipped along the sequence, a T x hd copy), so a row's sum over the nearer keys is a plain
 cumulative sum along the row, and the backward pass is written out (the gradient of a cumulative
-sum is a cumulative sum the other way), keeping two T x T tensors per layer:
+sum is a cumulative sum the other way). Query rows go in blocks of ``ROW_BLOCK``, each against the
+keys it can see only (rows [a, b) against keys 0 .. b - 1), so most of the work above the diagonal
+is never done; each block keeps two to five of its (Bq x b) tensors for the backward pass:
 
 - stick-breaking: log A_ij = log sigmoid(z_ij) + sum over nearer keys t of log(1 - sigmoid(z_it)),
   with log(1 - sigmoid(z)) = log sigmoid(z) - z; the gradient of log A with respect to z_ij is
@@ -22,7 +24,7 @@ sum is a cumulative sum the other way), keeping two T x T tensors per layer:
 in float64 and the backward passes with ``torch.autograd.gradcheck``.
 
 Shape legend: B batch, H heads, T sequence length, hd head dimension, P CoPE's positions.
-Column r of a T x T tensor here is key T - 1 - r.
+Column c of a block's (Bq x b) tensor is key b - 1 - c.
 """
 
 from __future__ import annotations
@@ -35,12 +37,23 @@ from torch import Tensor
 
 from poscli.attention.data_dependent import working_dtype
 
+# Query rows per block. A block of rows [a, b) reads keys 0 .. b - 1 only, so blocks skip most of the
+# T x T work above the diagonal (5/8 of it at T = 256): smaller blocks skip more, at one more round
+# of small operations each.
+ROW_BLOCK = 64
 
-def nearest_first_mask(length: int, strict: bool, device: torch.device) -> Tensor:
-    """Whether query i reads key T - 1 - r: r >= T - 1 - i (r > T - 1 - i when ``strict``). -> (T, T) bool."""
-    rows = torch.arange(length, device=device)[:, None]
-    columns = torch.arange(length, device=device)[None, :]
-    return columns > length - 1 - rows if strict else columns >= length - 1 - rows
+
+def row_blocks(length: int) -> list[tuple[int, int]]:
+    """The blocks [a, b) of query rows, ``ROW_BLOCK`` at a time."""
+    return [(start, min(start + ROW_BLOCK, length)) for start in range(0, length, ROW_BLOCK)]
+
+
+def block_mask(start: int, end: int, strict: bool, device: torch.device) -> Tensor:
+    """Whether query i in [start, end) reads the key at column c of its block's keys laid out nearest
+    first (key end - 1 - c): c >= end - 1 - i (c > end - 1 - i when ``strict``). -> (end - start, end) bool."""
+    rows = torch.arange(start, end, device=device)[:, None]
+    columns = torch.arange(end, device=device)[None, :]
+    return columns > end - 1 - rows if strict else columns >= end - 1 - rows
 
 
 def flipped(x: Tensor) -> Tensor:
@@ -61,29 +74,35 @@ class _StickBreaking(torch.autograd.Function):
         with torch.autocast(q.device.type, enabled=False):
             work, length = working_dtype(q), q.shape[2]
             q, k_near, v_near = q.to(work), flipped(k.to(work)), flipped(v.to(work))
-            seen = nearest_first_mask(length, strict, q.device)  # (T, T)
-            scores = q @ k_near.transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))  # z, (B, H, T, T)
-            log_beta = F.logsigmoid(scores)
-            log_rest = (log_beta - scores).masked_fill_(~seen, 0.0)  # log(1 - beta), 0 where not read
-            log_weights = log_beta.add_(log_rest.cumsum(-1)).sub_(log_rest)  # + the nearer keys' log(1 - beta)
-            weights = log_weights.exp_().masked_fill_(~seen, 0.0)  # A, (B, H, T, T)
-            beta = scores.sigmoid_().masked_fill_(~seen, 0.0)
-            ctx.save_for_backward(q, k_near, v_near, weights, beta)
+            out, ctx.blocks = [], []
+            for start, end in row_blocks(length):
+                keys = slice(length - end, length)  # keys end - 1 .. 0, nearest first
+                seen = block_mask(start, end, strict, q.device)  # (Bq, end)
+                scores = q[:, :, start:end] @ k_near[:, :, keys].transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))
+                log_beta = F.logsigmoid(scores)  # (B, H, Bq, end)
+                log_rest = (log_beta - scores).masked_fill_(~seen, 0.0)  # log(1 - beta), 0 where not read
+                log_weights = log_beta.add_(log_rest.cumsum(-1)).sub_(log_rest)  # + the nearer keys' log(1 - beta)
+                weights = log_weights.exp_().masked_fill_(~seen, 0.0)  # A
+                out.append(weights @ v_near[:, :, keys])  # (B, H, Bq, hd)
+                ctx.blocks.append((weights, scores.sigmoid_().masked_fill_(~seen, 0.0)))  # A, beta
+            ctx.save_for_backward(q, k_near, v_near)
             ctx.dtype = v.dtype
-            return (weights @ v_near).to(v.dtype)  # (B, H, T, hd)
+            return torch.cat(out, dim=2).to(v.dtype)  # (B, H, T, hd)
 
     @staticmethod
     def backward(ctx, d_out: Tensor):
         with torch.autocast(d_out.device.type, enabled=False):
-            q, k_near, v_near, weights, beta = ctx.saved_tensors
-            d_out = d_out.to(q.dtype)
-            d_log = (d_out @ v_near.transpose(-1, -2)).mul_(weights)  # dL/d log A_ij, (B, H, T, T)
-            d_v = weights.transpose(-1, -2) @ d_out  # (B, H, T, hd), keys nearest first
-            farther = suffix_sums(d_log).sub_(d_log)  # the gradient of every farther key's log weight
-            d_scores = d_log.sub_(d_log * beta).sub_(farther.mul_(beta))  # (1 - beta) dlogA - beta sum
-            scale = 1.0 / math.sqrt(q.shape[-1])
-            d_q = d_scores @ k_near * scale
-            d_k = d_scores.transpose(-1, -2) @ q * scale
+            q, k_near, v_near = ctx.saved_tensors
+            d_out, length, scale = d_out.to(q.dtype), q.shape[2], 1.0 / math.sqrt(q.shape[-1])
+            d_q, d_k, d_v = torch.zeros_like(q), torch.zeros_like(k_near), torch.zeros_like(v_near)
+            for (start, end), (weights, beta) in zip(row_blocks(length), ctx.blocks, strict=True):
+                keys, d_block = slice(length - end, length), d_out[:, :, start:end]
+                d_log = (d_block @ v_near[:, :, keys].transpose(-1, -2)).mul_(weights)  # dL/d log A, (B, H, Bq, end)
+                d_v[:, :, keys] += weights.transpose(-1, -2) @ d_block
+                farther = suffix_sums(d_log).sub_(d_log)  # the gradient of every farther key's log weight
+                d_scores = d_log.sub_(d_log * beta).sub_(farther.mul_(beta))  # (1 - beta) dlogA - beta sum
+                d_q[:, :, start:end] = d_scores @ k_near[:, :, keys] * scale
+                d_k[:, :, keys] += d_scores.transpose(-1, -2) @ q[:, :, start:end] * scale
             return d_q.to(ctx.dtype), flipped(d_k).to(ctx.dtype), flipped(d_v).to(ctx.dtype), None
 
 
@@ -100,40 +119,50 @@ class _CoPE(torch.autograd.Function):
             work, length = working_dtype(q), q.shape[2]
             q, k_near, v_near = q.to(work), flipped(k.to(work)), flipped(v.to(work))
             table = q @ embeddings.to(work).T  # q_i . e[p] for every whole p, (B, H, T, P)
-            seen = nearest_first_mask(length, False, q.device)  # (T, T)
-            scores = q @ k_near.transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))  # z, (B, H, T, T)
-            gates = scores.sigmoid().masked_fill_(~seen, 0.0)  # g, (B, H, T, T)
-            position = gates.cumsum(-1).clamp_(max=table.shape[-1] - 1)  # p: the gates from key to query
-            low = position.floor()
-            fraction = position.sub_(low)  # p - floor p
-            low = low.long()
-            picked = with_steps(table).gather(-1, low)  # (B, H, T, T): t[floor p] + i (t[floor p + 1] - t[floor p])
-            logits = scores.add_(picked.real).addcmul_(fraction, picked.imag)
-            weights = logits.masked_fill_(~seen, float("-inf")).softmax(-1)  # (B, H, T, T)
-            out = weights @ v_near  # (B, H, T, hd)
-            gate_slope = gates.mul_(1 - gates)  # dg/dz = g (1 - g), 0 where not read
-            ctx.save_for_backward(q, k_near, v_near, embeddings, weights, gate_slope, low, fraction, picked.imag, out)
+            tables = with_steps(table)  # t[p] + i (t[p + 1] - t[p]), (B, H, T, P) complex
+            out, ctx.blocks = [], []
+            for start, end in row_blocks(length):
+                keys = slice(length - end, length)  # keys end - 1 .. 0, nearest first
+                seen = block_mask(start, end, False, q.device)  # (Bq, end)
+                scores = q[:, :, start:end] @ k_near[:, :, keys].transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))
+                gates = scores.sigmoid().masked_fill_(~seen, 0.0)  # g, (B, H, Bq, end)
+                position = gates.cumsum(-1).clamp_(max=table.shape[-1] - 1)  # p: the gates from key to query
+                low = position.floor()
+                fraction = position.sub_(low)  # p - floor p
+                low = low.long()
+                picked = tables[:, :, start:end].gather(-1, low)  # t[floor p] + i (t[floor p + 1] - t[floor p])
+                logits = scores.add_(picked.real).addcmul_(fraction, picked.imag)
+                weights = logits.masked_fill_(~seen, float("-inf")).softmax(-1)  # (B, H, Bq, end)
+                out.append(weights @ v_near[:, :, keys])  # (B, H, Bq, hd)
+                gate_slope = gates.mul_(1 - gates)  # dg/dz = g (1 - g), 0 where not read
+                ctx.blocks.append((weights, gate_slope, low, fraction, picked.imag))
+            out = torch.cat(out, dim=2)  # (B, H, T, hd)
+            ctx.save_for_backward(q, k_near, v_near, embeddings, out)
             ctx.dtype = v.dtype
             return out.to(v.dtype)
 
     @staticmethod
     def backward(ctx, d_out: Tensor):
         with torch.autocast(d_out.device.type, enabled=False):
-            q, k_near, v_near, embeddings, weights, gate_slope, low, fraction, step, out = ctx.saved_tensors
-            d_out = d_out.to(q.dtype)
-            d_v = weights.transpose(-1, -2) @ d_out
+            q, k_near, v_near, embeddings, out = ctx.saved_tensors
+            d_out, length, scale = d_out.to(q.dtype), q.shape[2], 1.0 / math.sqrt(q.shape[-1])
             row_term = (d_out * out).sum(-1, keepdim=True)  # D_i, (B, H, T, 1)
-            d_logits = (d_out @ v_near.transpose(-1, -2)).sub_(row_term).mul_(weights)  # (B, H, T, T)
-            shape = (*q.shape[:3], embeddings.shape[0])  # (B, H, T, P)
-            d_table = torch.zeros(shape, dtype=q.dtype, device=q.device).scatter_add_(-1, low, d_logits)
-            d_steps = torch.zeros_like(d_table).scatter_add_(-1, low, d_logits * fraction)
+            d_scores_q, d_k, d_v = torch.zeros_like(q), torch.zeros_like(k_near), torch.zeros_like(v_near)
+            d_table = torch.zeros(*q.shape[:3], embeddings.shape[0], dtype=q.dtype, device=q.device)  # (B, H, T, P)
+            d_steps = torch.zeros_like(d_table)
+            for (start, end), saved in zip(row_blocks(length), ctx.blocks, strict=True):
+                weights, gate_slope, low, fraction, step = saved
+                keys, rows, d_block = slice(length - end, length), slice(start, end), d_out[:, :, start:end]
+                d_v[:, :, keys] += weights.transpose(-1, -2) @ d_block
+                d_logits = (d_block @ v_near[:, :, keys].transpose(-1, -2)).sub_(row_term[:, :, rows]).mul_(weights)
+                d_table[:, :, rows].scatter_add_(-1, low, d_logits)
+                d_steps[:, :, rows].scatter_add_(-1, low, d_logits * fraction)
+                d_gates = suffix_sums(step * d_logits)  # p_r sums the gates of keys r' <= r; 0 past the last step
+                d_scores = d_logits.addcmul_(d_gates, gate_slope)
+                d_scores_q[:, :, rows] = d_scores @ k_near[:, :, keys] * scale
+                d_k[:, :, keys] += d_scores.transpose(-1, -2) @ q[:, :, rows] * scale
             d_table = from_steps(d_table, d_steps)  # (B, H, T, P)
-            d_position = step * d_logits  # 0 where p was clamped: the last step is 0
-            d_gates = suffix_sums(d_position)  # p_r sums the gates of keys r' <= r
-            d_scores = d_logits.addcmul_(d_gates, gate_slope)
-            scale = 1.0 / math.sqrt(q.shape[-1])
-            d_q = d_scores @ k_near * scale + d_table @ embeddings.to(q.dtype)
-            d_k = d_scores.transpose(-1, -2) @ q * scale
+            d_q = d_scores_q + d_table @ embeddings.to(q.dtype)
             d_embeddings = torch.einsum("bhtp,bhtd->pd", d_table, q)  # (P, hd)
             return d_q.to(ctx.dtype), flipped(d_k).to(ctx.dtype), flipped(d_v).to(ctx.dtype), d_embeddings
 

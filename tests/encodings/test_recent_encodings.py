@@ -173,8 +173,18 @@ def through_scan(encoding, q, k, v, monkeypatch):
     return encoding.attend(None, q, k, v, torch.arange(q.shape[2]), layer=0)
 
 
+@pytest.fixture(params=[64, 4], ids=["one-block", "row-blocks"])
+def row_block(request, monkeypatch):
+    """The training path's query rows in one block, or in blocks of 4 (each against only the keys it
+    sees), so the 11 tokens of these tests cross several blocks."""
+    from poscli.attention import nearest_first
+
+    monkeypatch.setattr(nearest_first, "ROW_BLOCK", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("attend_current", [False, True])
-def test_stick_breaking_training_path_has_the_formulas_values_and_gradients(attend_current, monkeypatch):
+def test_stick_breaking_training_path_has_the_formulas_values_and_gradients(attend_current, row_block, monkeypatch):
     """With gradients wanted, stick-breaking attends over every key at once with a hand-written
     backward: its outputs and gradients equal autograd's through the formula-checked scan, and
     the backward passes gradcheck (numerical derivatives in float64)."""
@@ -193,7 +203,7 @@ def test_stick_breaking_training_path_has_the_formulas_values_and_gradients(atte
     assert torch.autograd.gradcheck(lambda q, k, v: stick_breaking_attention(q, k, v, not attend_current), small)
 
 
-def test_cope_training_path_has_the_formulas_values_and_gradients(monkeypatch):
+def test_cope_training_path_has_the_formulas_values_and_gradients(row_block, monkeypatch):
     """As above for CoPE, with positions that clamp at the last embedding (max_positions 4) and
     gradients reaching the embeddings."""
     from poscli.attention.nearest_first import cope_attention
