@@ -6,7 +6,8 @@ For each run (``--pe cope`` or ``stick-breaking``), one forward pass over the fi
 held-out tokens of its corpus, twice: as poscli evaluates (a block of query rows stops scanning once
 every row's gates over the nearer keys reach CoPE's last position, handing the farther keys to one
 flash-attention call, or have taken all of stick-breaking's stick) and with both early ends switched
-off (every chunk of keys scanned). Prints, and writes to ``--out`` as markdown, the seconds of each,
+off (every chunk of keys scanned). Prints, and writes to ``--out`` as markdown, the median seconds
+of each over ``--repeats`` passes,
 the share of (query block, key chunk) pairs scanned with the early ends, and the largest difference
 between the two passes' losses (0 for stick-breaking: the weights it skips are exactly 0).
 ``make bench`` times models at initialisation, whose gates near 1/2 end every scan within the first
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import time
 from pathlib import Path
 
@@ -71,7 +73,17 @@ def heldout_window(config: dict, length: int) -> torch.Tensor:
     return torch.as_tensor(span[: length + 1], dtype=torch.long)[None]
 
 
-def measure(run: str, length: int, results: str | None) -> dict:
+def timed_loss(model, inputs: torch.Tensor, targets: torch.Tensor, repeats: int) -> tuple[float, float]:
+    """The loss of one forward pass and the median seconds over ``repeats`` passes."""
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        loss = float(model.loss(inputs, targets))
+        seconds.append(time.perf_counter() - start)
+    return loss, statistics.median(seconds)
+
+
+def measure(run: str, length: int, results: str | None, repeats: int) -> dict:
     """One run's row: seconds with and without the early ends, chunks scanned, loss difference."""
     model, config = load_model(find_run(run, results), "cpu")
     if config["model"]["pe"] not in ("cope", "stick-breaking"):
@@ -80,16 +92,14 @@ def measure(run: str, length: int, results: str | None) -> dict:
     inputs, targets = window[:, :-1], window[:, 1:]
     with torch.no_grad():
         with counting_chunks() as early:
-            start = time.perf_counter()
-            loss_early = float(model.loss(inputs, targets))
-            seconds_early = time.perf_counter() - start
+            loss_early, seconds_early = timed_loss(model, inputs, targets, repeats)
         with without_early_ends(), counting_chunks() as full:
-            start = time.perf_counter()
-            loss_full = float(model.loss(inputs, targets))
-            seconds_full = time.perf_counter() - start
+            loss_full, seconds_full = timed_loss(model, inputs, targets, repeats)
+        early["chunks"], full["chunks"] = early["chunks"] // repeats, full["chunks"] // repeats
     return {
         "run": run,
         "pe": config["model"]["pe"],
+        "trained": f"{config['train']['steps']} steps at {config['model']['train_length']}, {config['train']['data']}",
         "length": length,
         "seconds": round(seconds_early, 2),
         "seconds, every chunk": round(seconds_full, 2),
@@ -113,14 +123,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", default="8k", help="tokens in the window (default 8k)")
     parser.add_argument("--results", default=None, help="the results folder the runs are in")
     parser.add_argument("--out", type=Path, default=None, help="write the table here as markdown")
+    parser.add_argument("--repeats", type=int, default=3, help="forward passes timed each way (the median; default 3)")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    rows = [measure(run, parse_length(args.length, "--length"), args.results) for run in args.runs]
+    rows = [measure(run, parse_length(args.length, "--length"), args.results, args.repeats) for run in args.runs]
     text = markdown(rows)
     print(text, end="")
     if args.out is not None:
         command = f"python tools/gated_scan.py {' '.join(args.runs)} --length {args.length}"
-        args.out.write_text(f"Produced by `{command}` (one forward pass each way, each run).\n\n{text}")
+        args.out.write_text(
+            f"Produced by `{command}` (the median of {args.repeats} forward passes each way, each run).\n\n{text}"
+        )
 
 
 if __name__ == "__main__":
