@@ -4,6 +4,7 @@ the loggers, and the held-out validation curve (--eval-every)."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -93,6 +94,12 @@ def curve_every(train_config: TrainConfig, train_length: int, tokens: int, lengt
     return 0 if points < 2 else -(-steps // points)
 
 
+def widened_every(every: int, point_seconds: float, step_seconds: float) -> int:
+    """The spacing, at least ``every`` steps, at which a curve point of ``point_seconds`` costs at most
+    CURVE_SHARE of the training time between points (``step_seconds`` a step)."""
+    return max(every, math.ceil(point_seconds / (CURVE_SHARE * step_seconds)))
+
+
 def heldout_scores(model, eval_set, length: int, device) -> dict:
     """``poscli.evaluation.evaluate.perplexity``'s scores of ``eval_set`` at ``length``, in eval mode,
     the model back in its mode after."""
@@ -131,6 +138,8 @@ class HeldoutCurve:
                 self.left_out[length] = f"longer than the {heldout:,} held-out tokens"
         self.lengths = [length for length in dict.fromkeys(wanted) if length not in self.left_out]
         self.every = curve_every(train_config, self.train_length, self.tokens, self.lengths) if corpus else 0
+        self.chosen = train_config.eval_every is not None  # --eval-every given: its spacing is kept as it is
+        self.planned_every = self.every  # the spacing before the first point's cost was known
         self.sets: dict[int, object] = {}
         self.seconds, self.points, self.last_step = 0.0, 0, -1
 
@@ -161,9 +170,26 @@ class HeldoutCurve:
         self.points, self.last_step = self.points + 1, step
         return losses
 
+    def fit_to_cost(self, point_seconds: float, step_seconds: float) -> str | None:
+        """After the first point, with the default spacing: widen it so that a point costs at most
+        CURVE_SHARE of the training between points (the spacing was planned from a cost model in which
+        a held-out token costs half a training token; an encoding whose attention is written out pair by
+        pair, CoPE or stick-breaking, pays far more at 4x the train length). -> the line saying so, or
+        None where the spacing stands."""
+        if self.chosen or not self.every or step_seconds <= 0:
+            return None
+        needed = widened_every(self.every, point_seconds, step_seconds)
+        if needed == self.every:
+            return None
+        self.every = needed
+        return (f"validation curve: a point costs {point_seconds:.1f} s, {point_seconds / step_seconds:.0f} training "
+                f"steps; now every {needed} steps to stay under {CURVE_SHARE:.0%} of the training time "
+                "(--eval-every N sets it)")  # fmt: skip
+
     def summary(self, train_seconds: float) -> dict:
         """What config.json records of the curve: its schedule, sample and cost."""
         share = self.seconds / train_seconds if train_seconds > 0 else 0.0
-        return {"every": self.every, "lengths": self.lengths, "tokens": self.tokens, "points": self.points,
+        widened = {"planned_every": self.planned_every} if self.planned_every != self.every else {}
+        return {"every": self.every, **widened, "lengths": self.lengths, "tokens": self.tokens, "points": self.points,
                 "seconds": round(self.seconds, 2), "share_of_training": round(share, 4),
                 "left_out": {str(length): why for length, why in self.left_out.items()}}  # fmt: skip

@@ -343,6 +343,18 @@ def train_loop(
         return _steps(*loop, start_step, elapsed_before, group, tokenizer, logger)
 
 
+def _score_curve(curve, log, model, step: int, train_length: int, console, seconds: float, steps: int) -> None:
+    """A point of the validation curve, logged; after the first, the spacing fitted to what a point
+    costs against a training step (``seconds`` and ``steps``: this process's so far, before this
+    point, the curve's earlier points included)."""
+    spent = curve.seconds  # the curve's seconds before this point
+    log.heldout(step, curve(model, step), train_length)
+    if curve.points == 1 and steps > 0:
+        step_seconds = (seconds - spent) / steps  # training alone
+        if line := curve.fit_to_cost(curve.seconds - spent, step_seconds):
+            console.print(line)
+
+
 def _steps(
     run, config, model, optimizer, generator, corpus, device, console, show_progress, start_step, elapsed_before,
     group: Group, tokenizer, logger: loggers.Logger,
@@ -356,10 +368,8 @@ def _steps(
     if train_config.compile:
         compile_model(model, device, model_config.train_length, report=console.print if main else lambda line: None)
     stream = token_stream(corpus)
-    snapshot_steps, tokens_per_step = (
-        set(train_config.snapshot_steps()),
-        train_config.batch_size * model_config.train_length,
-    )
+    snapshot_steps = set(train_config.snapshot_steps())
+    tokens_per_step = train_config.batch_size * model_config.train_length
     budget_seconds = train_config.minutes * 60 if train_config.minutes else None
     start, step, progress = time.perf_counter() - elapsed_before, start_step, _progress_bar(console, show_progress)
 
@@ -401,7 +411,9 @@ def _steps(
                 step += 1
                 log.step(step, loss, lr, budget_seconds)
                 if main and curve.due(step, train_config.steps):
-                    log.heldout(step, curve(model, step), model_config.train_length)
+                    in_process = time.perf_counter() - start - elapsed_before  # this process's seconds
+                    _score_curve(curve, log, model, step, model_config.train_length, console, in_process,
+                                 step - start_step)  # fmt: skip
                 if step in snapshot_steps and main:
                     runs.save_snapshot(run, model, config, step)
                 if step % train_config.checkpoint_every == 0:

@@ -156,6 +156,27 @@ def test_the_default_curve_has_about_twenty_points_and_costs_at_most_a_tenth_of_
     assert curve_every(TrainConfig(steps=60, batch_size=4, eval_every=7), 128, 16384, [128, 512]) == 7
 
 
+def test_a_default_curve_whose_first_point_costs_more_than_planned_is_spaced_out_and_says_so(
+    corpus, tmp_path, monkeypatch
+):
+    """The default spacing is planned from a cost model (a held-out token at half a training token);
+    after its first point the curve knows the real cost and widens the spacing so a point costs at most
+    CURVE_SHARE of the training between points (here a share so small that no later point but the last
+    fits), recorded in config.json; --eval-every N is kept as given whatever it costs."""
+    from poscli.training import metrics
+
+    assert metrics.widened_every(10, point_seconds=2.0, step_seconds=1.0) == 20  # 2 s a point, 10% of 20 steps
+    assert metrics.widened_every(50, point_seconds=2.0, step_seconds=1.0) == 50  # never narrower
+    monkeypatch.setattr(metrics, "CURVE_SHARE", 1e-6)
+    monkeypatch.setattr(metrics, "curve_every", lambda *args: 5)  # the plan: every 5 of the 20 steps
+    widened = train(corpus, tmp_path / "results", "--name", "widened")
+    points = [record["step"] for record in runs.read_metrics(widened) if "heldout" in record]
+    recorded = json.loads((widened / "config.json").read_text())["curve"]
+    assert points == [5, 20] and recorded["planned_every"] == 5 and recorded["every"] > 20
+    kept = train(corpus, tmp_path / "results", "--name", "kept", "--eval-every", "5")
+    assert [record["step"] for record in runs.read_metrics(kept) if "heldout" in record] == [5, 10, 15, 20]
+
+
 def test_a_curve_length_the_encoding_cannot_represent_is_left_out(corpus, tmp_path):
     """Learned absolute positions have train-length rows: the curve keeps the train length only, and
     its first line and config.json say why 4x is left out."""
