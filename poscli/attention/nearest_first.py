@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from poscli.attention.data_dependent import working_dtype
+from poscli.attention.data_dependent import scaled_scores, working_dtype
 
 # Query rows per block. A block of rows [a, b) reads keys 0 .. b - 1 only, so blocks skip most of the
 # T x T work above the diagonal (5/8 of it at T = 256): smaller blocks skip more, at one more round
@@ -78,7 +78,7 @@ class _StickBreaking(torch.autograd.Function):
             for start, end in row_blocks(length):
                 keys = slice(length - end, length)  # keys end - 1 .. 0, nearest first
                 seen = block_mask(start, end, strict, q.device)  # (Bq, end)
-                scores = q[:, :, start:end] @ k_near[:, :, keys].transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))
+                scores = scaled_scores(q[:, :, start:end], k_near, length - end, length)  # z, (B, H, Bq, end)
                 log_beta = F.logsigmoid(scores)  # (B, H, Bq, end)
                 log_rest = (log_beta - scores).masked_fill_(~seen, 0.0)  # log(1 - beta), 0 where not read
                 log_weights = log_beta.add_(log_rest.cumsum(-1)).sub_(log_rest)  # + the nearer keys' log(1 - beta)
@@ -124,7 +124,7 @@ class _CoPE(torch.autograd.Function):
             for start, end in row_blocks(length):
                 keys = slice(length - end, length)  # keys end - 1 .. 0, nearest first
                 seen = block_mask(start, end, False, q.device)  # (Bq, end)
-                scores = q[:, :, start:end] @ k_near[:, :, keys].transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))
+                scores = scaled_scores(q[:, :, start:end], k_near, length - end, length)  # z, (B, H, Bq, end)
                 gates = scores.sigmoid().masked_fill_(~seen, 0.0)  # g, (B, H, Bq, end)
                 position = gates.cumsum(-1).clamp_(max=table.shape[-1] - 1)  # p: the gates from key to query
                 low = position.floor()
