@@ -92,15 +92,22 @@ def flash(
 ) -> tuple[Tensor, Tensor]:
     """Fused attention that also returns each row's log-sum-exp. -> (B, H, Tq, hd), (B, H, Tq) float32.
     ``mask`` (additive, broadcastable to (B, H, Tq, Tk)) is a constant to the kernel: no gradient."""
-    out, lse = _flash_forward(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)[:2]
+    out, lse = _flash_forward(q, k, v, 0.0, causal, attn_mask=_mask_like(q, mask), scale=scale)[:2]
     return out, lse
+
+
+def _mask_like(q: Tensor, mask: Tensor | None) -> Tensor | None:
+    """The mask in float64 for float64 queries: torch 2.13's CPU flash kernel reads a float32 mask of a
+    float64 call wrongly (T5 and Shaw's band masks: outputs off by O(1) at 80 tokens; float32 and
+    bfloat16 queries read a float32 mask correctly)."""
+    return mask.double() if mask is not None and q.dtype == torch.float64 and mask.dtype != torch.float64 else mask
 
 
 def _flash_grads(d_out, q, k, v, out, lse, causal: bool, scale: float, mask: Tensor | None = None):
     """dq, dk, dv of rows whose softmax may span more keys than these: ``out`` and ``lse`` are the
     rows' final values, so P = exp(S - lse) and D = rowsum(dO * O) are the global ones
     (FlashAttention-2, Alg. 2). -> (dq, dk, dv)."""
-    return _flash_backward(d_out, q, k, v, out, lse, 0.0, causal, attn_mask=mask, scale=scale)[:3]
+    return _flash_backward(d_out, q, k, v, out, lse, 0.0, causal, attn_mask=_mask_like(q, mask), scale=scale)[:3]
 
 
 def merge_partial(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from poscli.cli.common import (
     Quiet,
     Results,
     app,
+    complete_runs,
     declared,
     new_console,
     print_table,
@@ -22,6 +24,7 @@ from poscli.cli.common import (
     typer_option,
 )
 from poscli.training.requests.evaluate import EvalRequest
+from poscli.training.requests.inspect import InspectRequest
 
 
 @app.command(
@@ -38,6 +41,38 @@ def evaluate(run_names: list[str], request: EvalRequest):
     console = new_console()
     written, shown, table = evaluate_runs(run_names, request, console)
     print_table(shown)
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    record_history(request.results, table)
+
+
+OPTIONAL_RUN_NAMES = inspect.Parameter(
+    "run_names",
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    default=None,
+    annotation=Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[RUN...]", autocompletion=complete_runs, help="Runs (names or folders), or hf:NAME."),
+    ],
+)
+
+
+@app.command(
+    "inspect",
+    epilog="Examples: poscli inspect rope alibi --lengths 256,1k,4k | poscli inspect rope rope+yarn-x8 rope+pi-x8 "
+    "| poscli inspect --pe rope --train-length 128 --method pi --method yarn --lengths 1k",
+)
+@declared(InspectRequest, OPTIONAL_RUN_NAMES)
+def inspect_command(run_names: list[str] | None, request: InspectRequest):
+    """Why an encoding extrapolates or fails: attention entropy, attention span and mass by distance, the
+    share on the first keys, RoPE angle coverage and frequency use, on the spans poscli eval scores; with
+    --pe and no run, the angle coverage of an encoding and its extensions from their configuration."""
+    from poscli.evaluation.inspection.tables import summary_lines
+    from poscli.study.steps import inspect_runs
+
+    console = new_console()
+    written, summary, table = inspect_runs(run_names or [], request, console)
+    if summary is not None:
+        console.print("\n".join(summary_lines(summary)))
     console.print("wrote " + ", ".join(str(p) for p in written))
     record_history(request.results, table)
 

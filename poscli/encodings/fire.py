@@ -58,7 +58,8 @@ class Fire(PositionalEncoding):
     def score_bias(self, q: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int) -> Tensor:
         x = self.normalised_distance(q_positions, k_positions)  # (Tq, Tk)
         rows = max(1, PAIRS_PER_CHUNK // x.shape[1])
-        bias = torch.cat([self.mlp(part[..., None].float()) for part in x.split(rows)])  # (Tq, Tk, H)
+        weights = self.mlp[0].weight.dtype  # float32, or float64 for a reference
+        bias = torch.cat([self.mlp(part[..., None].to(weights)) for part in x.split(rows)])  # (Tq, Tk, H)
         return bias.permute(2, 0, 1).to(q.dtype)  # (H, Tq, Tk)
 
     def distance_bias(self, positions: Tensor, layer: int) -> ScaledDistanceBias:

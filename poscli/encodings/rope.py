@@ -130,6 +130,12 @@ class RoPE(PositionalEncoding):
         # Held by identity (the tensor is kept alive, so a new one can never match by accident).
         self._table: tuple[Tensor, Tensor, Tensor] | None = None
 
+    @property
+    def scaling(self) -> dict:
+        """What ``config.rope_scaling`` records for the frequency method: factor, original_length and the
+        method's own options (``methods.recorded_frequencies``)."""
+        return dict(self._scaling)
+
     def _frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
         """Frequencies of the rotated dimensions (any extension method applies to them), then p-RoPE:
         keep the highest ``rope_keep`` fraction, set the lowest to 0 so those pairs never turn."""

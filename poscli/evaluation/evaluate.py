@@ -251,6 +251,29 @@ def _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, 
     return plans, span_lengths, homes
 
 
+def planned_sets(
+    run_names, lengths, results, max_tokens, protocol="stream", data=None, stride=None, allow_split_mismatch=False
+):
+    """Each run checked and planned (``Plan``: folder, config, set key, lengths), and the evaluation set
+    of every corpus they read, as ``evaluate_runs`` scores them (``poscli inspect`` reads the same
+    spans). Raises before any model is loaded. -> (plans, {key: EvalSet}, corpora, homes)."""
+    data = absolute_spec(data) if data is not None else None
+    corpora = _Corpora()
+    plans, span_lengths, homes = _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, corpora)
+    eval_sets = {
+        key: build_eval_set(
+            corpora.of(key),
+            span_length,
+            max_tokens,
+            protocol,
+            all_documents=key.foreign,
+            token_bytes=corpora.token_bytes(key),
+        )
+        for key, span_length in span_lengths.items()
+    }  # raises now, not after an hour of evaluation
+    return plans, eval_sets, corpora, homes
+
+
 def run_parts(name: str, results):
     """A run's folder, config, tokenizer and training config; for ``hf:NAME`` (a pretrained
     transformers model) no folder, its config and tokenizer, and the default training config
@@ -344,22 +367,15 @@ def evaluate_runs(
     if stride is not None and stride < 1:
         raise PoscliError(f"--stride must be at least 1, got {stride}")
     device = select_device(device)
-    data = absolute_spec(data) if data is not None else None
-    corpora = _Corpora()
-    plans, span_lengths, homes = _plan_runs(run_names, lengths, results, data, stride, allow_split_mismatch, corpora)
+    plans, eval_sets, corpora, homes = planned_sets(
+        run_names, lengths, results, max_tokens, protocol, data, stride, allow_split_mismatch
+    )
     for plan in plans:  # a pretrained model's longest window must fit: refused now, in one line
         if plan.folder is None:
             longest = max(plan.lengths)
             windows = eval_batch_size(longest, plan.config["model"]["vocab_size"])
             report = progress.console.print if progress else None
             check_memory(plan.config["name"], longest, windows, EVAL_BATCH_LOGITS, device, report)
-    eval_sets = {
-        key: build_eval_set(
-            corpora.of(key), span_length, max_tokens, protocol, all_documents=key.foreign,
-            token_bytes=corpora.token_bytes(key),
-        )
-        for key, span_length in span_lengths.items()
-    }  # raises now, not after an hour of evaluation  # fmt: skip
     collected = _Rows()
     for plan in plans:
         mark = collected.mark()

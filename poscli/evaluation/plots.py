@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from poscli.core.io import atomic_write  # noqa: E402
 
 
-def _save(figure, path: Path) -> Path:
+def save_figure(figure, path: Path) -> Path:
     figure.tight_layout()
     with atomic_write(path, "wb") as handle:
         figure.savefig(handle, format="png", dpi=120, bbox_inches="tight")  # legends placed outside the axes too
@@ -23,7 +23,7 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
-def _length_axis(axes) -> None:
+def length_axis(axes) -> None:
     """Log2 x axis labelled 256, 1k, 4k, ..."""
     from matplotlib.ticker import FuncFormatter
 
@@ -50,13 +50,13 @@ def _mark_train_lengths(axes, train_lengths) -> None:
 def _finish_length_plot(figure, axes, table, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
     """Shared ending of the plots over length or position: train length marked, log2 axis, legend."""
     _mark_train_lengths(axes, table["train_length"])
-    _length_axis(axes)
+    length_axis(axes)
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 # Okabe & Ito's eight colours, told apart with every kind of colour blindness (Wong, 2011, Nature Methods)
@@ -190,7 +190,7 @@ def _faceted(panels, draw, title: str, path: Path) -> Path:
     for axes, (name, rows) in zip(grid.flat, panels):
         draw(axes, rows)
         _mark_train_lengths(axes, rows.loc[rows["pe"] != "reference", "train_length"])
-        _length_axis(axes)
+        length_axis(axes)
         axes.set_title(name)
         axes.grid(True, which="both", alpha=0.3)
         axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -301,7 +301,7 @@ def plot_budgets(summary, path: Path, title: str, multiples=(16, 64)) -> Path | 
         axes.set_title(f"{title}: {multiple:g}x", fontsize=10)
         axes.grid(True, which="both", alpha=0.3)
     panels[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_loss_by_position(table, path: Path, title: str) -> Path:
@@ -353,7 +353,7 @@ def plot_passkey_heatmap(table, path: Path, title: str) -> Path:
     figure, axes = plt.subplots(figsize=(1.2 + 1.1 * columns, 1.2 + 0.6 * rows))
     image, _ = _heatmap(axes, table, title)
     figure.colorbar(image, ax=axes, label="exact-match accuracy")
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_passkey_facets(parts: list[tuple[str, object]], path: Path, title: str) -> Path:
@@ -386,7 +386,7 @@ def plot_decay(result: dict, path: Path, dim: int, base: float, pairs: int) -> P
     axes.set_title(f"q.k versus distance (d = {dim}, base = {base:g})")
     axes.grid(True, alpha=0.3)
     axes.legend()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def heatmap_parts(data, table: str) -> list[tuple[str, object]]:
@@ -445,4 +445,4 @@ def plot_loss(curves: dict[str, dict], path: Path, facet: bool = False) -> Path:
     for axes in grid.flat[len(names) if facet else 1 :]:
         axes.set_visible(False)
     figure.suptitle("training loss (solid, the logged batches) and held-out loss (dashed and dotted)", fontsize=10)
-    return _save(figure, path)
+    return save_figure(figure, path)

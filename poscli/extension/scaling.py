@@ -57,20 +57,34 @@ def ntk_by_parts_inv_freq(
     as transformers' ``_compute_yarn_parameters`` does. Betas out of range are a one-line error
     (``check_ramp``) for every method built on the ramp (ntk-by-parts, yarn and its variants).
     """
+    low, high = ramp_bounds(head_dim, base, original_length, beta_fast, beta_slow)
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # (d/2,)
+    extrapolation_weight = 1 - ramp  # 1: keep the trained frequency (high frequencies), 0: interpolate
+    inv_freq = default_inv_freq(head_dim, base)
+    return (inv_freq / factor) * (1 - extrapolation_weight) + inv_freq * extrapolation_weight
+
+
+def ramp_bounds(
+    head_dim: int, base: float, original_length: int, beta_fast: float, beta_slow: float, truncate: bool = True
+) -> tuple[float, float]:
+    """NTK-by-parts' ramp ends as pair indices (low, high): pairs up to ``low`` keep their trained
+    frequency, pairs from ``high`` on are interpolated, those between are blended (Peng et al., 2023,
+    eq. 17-18). A pair's end is where it makes ``beta_fast`` (low) or ``beta_slow`` (high) turns over
+    the original length, floored and ceiled (``truncate``) as transformers' ``_compute_yarn_parameters``
+    does; equal ends are pulled 0.001 apart, as there, so the ramp never divides by zero."""
     check_ramp(beta_fast, beta_slow)
 
     def correction_dim(rotations: float) -> float:
         # the dimension whose wavelength makes `rotations` turns over the original length
         return head_dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    low = max(math.floor(correction_dim(beta_fast)), 0)
-    high = min(math.ceil(correction_dim(beta_slow)), head_dim - 1)
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
     if low == high:
         high += 0.001  # avoid a division by zero in the ramp
-    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # (d/2,)
-    extrapolation_weight = 1 - ramp  # 1: keep the trained frequency (high frequencies), 0: interpolate
-    inv_freq = default_inv_freq(head_dim, base)
-    return (inv_freq / factor) * (1 - extrapolation_weight) + inv_freq * extrapolation_weight
+    return low, high
 
 
 def chosen_attention_scale(attention_factor: float, default: float) -> float:

@@ -11,6 +11,7 @@ V vocabulary, Bq query rows in one attention block.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -45,6 +46,9 @@ class CausalSelfAttention(nn.Module):
         )
         self.sinks = nn.Parameter(torch.zeros(H)) if options.sinks else None
         self.gate = nn.Linear(config.d_model, H) if options.gate else None
+        # probe(layer, q, k, positions): called with the scores' q and k, rotated and scaled, before the
+        # attention (``poscli inspect`` reads them; ``poscli.evaluation.inspection.probe``). None: nothing is called.
+        self.probe: Callable[[int, Tensor, Tensor, Tensor], None] | None = None
         if options.sinks and encoding.replaces_attention:
             raise PoscliError(
                 f"--attention-option sinks does not apply to --pe {config.pe}, which computes its own attention; "
@@ -68,6 +72,8 @@ class CausalSelfAttention(nn.Module):
         if self.ssmax is not None:  # Scalable-Softmax: query i, seeing n = i + 1 keys, times s_h log n
             log_n = torch.arange(1, T + 1, device=q.device, dtype=working_dtype(q)).log()  # (T,)
             q = q * (self.ssmax[:, None] * log_n[None, :]).to(q.dtype)[None, :, :, None]  # (B, H, T, hd)
+        if self.probe is not None:
+            self.probe(self.layer, q, k, positions)
         y = causal_attention(
             q, k, v, encoding, positions, self.layer, consecutive, self.config.attention_block, x, sink=self.sinks
         )  # (B, H, T, hd)

@@ -90,6 +90,13 @@ def hub_reachable(seconds: float = 3.0) -> bool:
         return False
 
 
+def transformers_config(name: str):
+    """The transformers config object of ``hf:NAME_OR_DIR`` (``poscli inspect`` reads its rope settings)."""
+    transformers = transformers_module()
+    source = source_of(name)
+    return loading(name, "config", lambda **hub: transformers.AutoConfig.from_pretrained(source, **hub))
+
+
 def pretrained_config(name: str) -> dict:
     """The config a row of poscli's tables needs: name, label, the encoding (``rope`` for a rotary
     model, otherwise the model type) and the length it was trained at (the original length of a

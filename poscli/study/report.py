@@ -112,10 +112,12 @@ def write_report(results=None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     history = _history(folder)
     lines = ["# poscli report\n", *_machine(), ""]
+    from poscli.evaluation.inspection.tables import PART_SUFFIXES, figure_paths
+
     tables = sorted(
         p.stem
         for p in folder.glob("*.csv")
-        if not p.stem.endswith(("_by_position", "_spans", SEEDS_SUFFIX)) and p.stem != "decay"
+        if not p.stem.endswith(("_by_position", "_spans", SEEDS_SUFFIX, *PART_SUFFIXES)) and p.stem != "decay"
     )
     from poscli.evaluation.tasks import draw_plots
 
@@ -135,6 +137,7 @@ def write_report(results=None) -> Path:
             folder / f"{table}.png",
             folder / f"{table}_by_position.png",
             *_heatmaps(folder, table),
+            *figure_paths(folder, table),
         ]:
             if image.exists():
                 lines += [f"![{image.stem}]({image.name})", ""]

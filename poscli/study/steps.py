@@ -32,6 +32,7 @@ from poscli.study.step_checks import (
 from poscli.training.options import EVAL_OPTIONS, request_from
 from poscli.training.requests.evaluate import EvalRequest
 from poscli.training.requests.extend import ExtendRequest
+from poscli.training.requests.inspect import InspectRequest
 from poscli.training.requests.train import TrainRequest
 
 
@@ -238,6 +239,51 @@ def evaluate_runs(run_names: list[str], request: EvalRequest, console=None):
         result = evaluation.evaluate(run_names, options, results, progress, table)
     written, shown = evaluation.write(result, options, results, table)
     return written, shown, table
+
+
+def inspect_runs(run_names: list[str], request: InspectRequest, console=None):
+    """``poscli inspect RUN...`` (attention and angles of runs on eval's spans), or ``poscli inspect --pe
+    NAME`` with no run (angle coverage from the configuration, beside each ``--method``). Returns (the files
+    written, the summary table or None, the table's name)."""
+    from poscli.model.pretrained import is_pretrained
+    from poscli.model.runs import check_table_name, find_run
+
+    table = check_table_name(request.table)
+    if bool(run_names) == (request.pe is not None):
+        raise PoscliError("give runs to inspect (poscli inspect RUN...) or --pe NAME with no run, not both")
+    for run_name in run_names:  # a missing run fails before torch is imported
+        if not is_pretrained(run_name):
+            find_run(run_name, request.results)
+    from poscli.evaluation.inspection.tables import write_inspection
+
+    if request.pe is not None:
+        tables = {"angles": _configured_angles(request)}
+    else:
+        from poscli.evaluation.inspection.runs import inspect_runs as measure
+
+        with progress_bar(console, request.quiet) as progress:
+            tables = measure(run_names, request.lengths, request.results, request.max_tokens, request.device, progress)
+    written, summary = write_inspection(tables, request.results, table)
+    return written, summary, table
+
+
+def _configured_angles(request: InspectRequest) -> list[dict]:
+    """The angle rows of ``--pe`` and of each ``--method`` of it, from flags alone."""
+    from poscli.encodings import parse_option_pairs
+    from poscli.evaluation.inspection.angles import configured_frequencies, coverage_rows
+
+    assert request.pe is not None
+    lengths = request.lengths or [4 * request.train_length, 16 * request.train_length]
+    pe_options = parse_option_pairs(request.pe_option or [])
+    options = method_options(request.method_option or [])
+    rows = []
+    for method in [None, *(request.method or [])]:
+        frequencies = configured_frequencies(
+            request.pe, pe_options, request.train_length, request.head_dim, method,
+            request.target or max(lengths), options,
+        )  # fmt: skip
+        rows += coverage_rows(frequencies, sorted({request.train_length, *lengths}))
+    return rows
 
 
 def _with_sinks(run: str, sinks: int, window: int | None, lengths: list[int] | None, results, device: str) -> str:

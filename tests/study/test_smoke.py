@@ -23,4 +23,5 @@ def test_the_smoke_recipe_runs_both_studies_and_reports_beside_both_papers(tmp_p
     report = (results / "REPORT.md").read_text(encoding="utf-8")
     assert "Beside Press et al." in report and "Beside Peng et al." in report
     assert "Passkey retrieval beside the YaRN repository" in report and "Perplexity is not retrieval" in report
+    assert "![smoke-inspect-angles](smoke-inspect-angles.png)" in report and "## smoke-inspect_mass" not in report
     assert "effective length" in (results / "smoke-extend-passkey-seeds.md").read_text(encoding="utf-8")
