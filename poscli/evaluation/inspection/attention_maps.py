@@ -54,20 +54,23 @@ def attention_statistics(
     k: Tensor,
     add_bias: Callable[[Tensor, int, int], None] | None = None,
     block_elements: int = BLOCK_ELEMENTS,
+    first_row: int = 0,
 ) -> QueryStatistics:
     """The statistics of the causal softmax attention of one sequence. q, k: (H, T, hd) at consecutive
     positions; ``add_bias(scores (H, Bq, Tk), start, end)`` adds the encoding's score bias of query rows
     [start, end) in place (``poscli.evaluation.inspection.biases``), or None. Computed in q's dtype (float32, or
-    float64 for a reference)."""
+    float64 for a reference). ``first_row``: spans, mass and sink share only from the block holding this
+    row on (earlier rows' are left unset: ``poscli inspect`` reads them for a window's later half), entropy
+    for every row."""
     H, T, hd = q.shape
     distances = distance_grid(T)
     grid = torch.tensor(distances, device=q.device)  # (G,)
     # a mass within rounding of a level reaches it: a cumulative sum of T weights is off by about eps sqrt(T)
     rounding = 8 * torch.finfo(q.dtype).eps * math.sqrt(T)
     levels = torch.tensor([1 - quantile + rounding for quantile in QUANTILES], dtype=q.dtype, device=q.device)  # (Q,)
-    entropy, sink = q.new_empty(H, T), q.new_empty(H, T)
-    spans = torch.empty(len(QUANTILES), H, T, dtype=torch.long, device=q.device)
-    within = q.new_empty(H, T, len(distances))
+    entropy, sink = q.new_empty(H, T), q.new_full((H, T), float("nan"))  # NaN, -1: rows left unset (first_row)
+    spans = torch.full((len(QUANTILES), H, T), -1, dtype=torch.long, device=q.device)
+    within = q.new_full((H, T, len(distances)), float("nan"))
     block = max(1, min(T, block_elements // (H * T)))
     q = q / math.sqrt(hd)  # scaled once, not once per block
     for start in range(0, T, block):
@@ -76,11 +79,13 @@ def attention_statistics(
         scores = _block_scores(q, k, add_bias, start, end)  # (H, Bq, Tk), Tk = end
         weights = torch.softmax(scores, dim=-1)
         # -sum a log a = log Z - sum a s: no log per key (future keys: a = 0 against a finite score); log Z
-        # read at each row's largest score, log Z = s_max - log a_max (torch.logsumexp is 15x slower on CPU
-        # where most weights underflow, as ALiBi's far keys do)
-        top, where = scores.max(dim=-1, keepdim=True)  # (H, Bq, 1) each
-        log_z = top - weights.gather(-1, where).log()
-        entropy[:, start:end] = (log_z - torch.linalg.vecdot(weights, scores)[..., None])[..., 0]
+        # read at each row's largest score, log Z = s_max - log a_max, the largest weight being the largest
+        # score's (torch.logsumexp is 15x slower on CPU where most weights underflow, as ALiBi's far keys do;
+        # a max with its index 3x slower than two without)
+        log_z = scores.amax(dim=-1) - weights.amax(dim=-1).log()  # (H, Bq)
+        entropy[:, start:end] = log_z - torch.linalg.vecdot(weights, scores)
+        if end <= first_row:
+            continue  # rows before ``first_row``: their entropy only
         cumulative = weights.cumsum(-1)  # (H, Bq, Tk): the mass on keys 0..j
         # mass within d of query i: the keys i - d .. i, i.e. 1 - cumulative[i - d - 1] (nothing before key 0)
         before = rows[:, None] - grid[None, :] - 1  # (Bq, G)

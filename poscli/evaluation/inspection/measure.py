@@ -68,9 +68,9 @@ def _layer_probe(model, sums: _Sums, pair_norms: dict, pairs: Callable | None):
 
     def probe(layer: int, q: Tensor, k: Tensor, positions: Tensor) -> None:
         add_bias = bias_adder(encoding, q.float(), positions, layer)
-        stats = attention_statistics(q[0].float(), k[0].float(), add_bias)
         T = q.shape[2]
         half = T // 2
+        stats = attention_statistics(q[0].float(), k[0].float(), add_bias, first_row=half)
         for index, (start, end) in enumerate(sums.buckets):
             sums.entropy[layer, :, index] += stats.entropy[:, start:end].mean(-1).cpu().numpy()
         uniform = torch.log(torch.arange(half, T, dtype=torch.float64) + 1).mean().item()
