@@ -88,10 +88,11 @@ def write(rows: list[dict], out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(out / "inspect.csv", index=False)
+    commit = (git_commit() or "an uncommitted tree")[:7]
     lines = [
         "# poscli inspect against poscli eval",
         "",
-        f"`python -m benchmarks.inspect_bench` at {(git_commit() or 'an uncommitted tree')[:7]}: one window of the default model (4 x 128) at "
+        f"`python -m benchmarks.inspect_bench` at {commit}: one window of the default model (4 x 128) at "
         "initialisation, each row in a fresh process, the median of 3 (1 at 32k). Bars (issue 67): at 8k within 3x "
         "eval's time and under 1 GiB; at 32k under 2 GiB.",
         "",
@@ -101,9 +102,10 @@ def write(rows: list[dict], out: Path) -> None:
     for row in rows:
         times, memory = BARS[row["length"]]
         met = (times is None or row["x_eval"] <= times) and row["peak_gib"] <= memory
+        times_cells = f"{row['eval_s']:.2f} | {row['inspect_s']:.2f} | {row['x_eval']:.2f}"
+        memory_cells = f"{row['eval_peak_gib']:.2f} | {row['peak_gib']:.2f}"
         lines.append(
-            f"| {row['encoding']} | {row['length']} | {row['eval_s']:.2f} | {row['inspect_s']:.2f} | {row['x_eval']:.2f} "
-            f"| {row['eval_peak_gib']:.2f} | {row['peak_gib']:.2f} | {'met' if met else 'not met'} |"
+            f"| {row['encoding']} | {row['length']} | {times_cells} | {memory_cells} | {'met' if met else 'not met'} |"
         )
     (out / "inspect.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
