@@ -125,9 +125,10 @@ tokenizers: install
 
 # Speed and memory (python -m benchmarks.bench --help): training tokens/s per encoding and dtype, eval
 # time and peak memory at 4k-64k, matmul peak and MFU, start-up. NANOGPT=path/to/nanoGPT adds
-# nanoGPT's model.py, measured side by side.
+# nanoGPT's model.py, measured side by side; then poscli inspect against eval (benchmarks/inspect_bench.py).
 bench: install
 	$(PY) -m benchmarks.bench --out $(REFERENCE)/bench $(if $(NANOGPT),--nanogpt $(NANOGPT))
+	$(PY) -m benchmarks.inspect_bench --out $(REFERENCE)/bench
 
 # A 2 GB corpus prepared on disk and trained on: time and peak memory of each step (docs/data.md).
 # What a CUDA machine adds (benchmarks/gpu_check.py); on a machine without CUDA it says so and exits 0.

@@ -17,10 +17,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from poscli.evaluation.inspection.tables import FIGURES, PART_SUFFIXES  # noqa: E402
 from poscli.study.recipes import load_recipe
 from poscli.study.state import check_selection, check_state
 
-TABLE_FILES = (".csv", ".md", ".png", "_by_position.csv", "_by_position.png", "_spans.csv")
+TABLE_FILES = (
+    ".csv", ".md", ".png", "_by_position.csv", "_by_position.png", "_spans.csv",
+    *(f"{suffix}.csv" for suffix in PART_SUFFIXES), *(f"-{figure}.png" for figure in FIGURES),
+)  # fmt: skip
 
 
 def table_files(recipe, source: Path) -> list[Path]:

@@ -194,3 +194,20 @@ def gates_markdown(gates: dict[str, Gate]) -> list[str]:
         "(the table over seeds keeps them, counted in its `not_learned` column):\n"
     )
     return lines + [f"- did not learn: {gate.run}, {gate.reason}." for gate in sorted(failed, key=lambda g: g.run)]
+
+
+GATES_SUFFIX = "-gates"  # TABLE-gates.md: every run's gate, a line each
+
+
+def every_gate_markdown(table: str, gates: dict[str, Gate]) -> str:
+    """TABLE-gates.md: each run's gate with its reason, learned or not (one seed a group, where no table over
+    seeds or published file says it, this is where a reader finds whether a run learned)."""
+    lines = [
+        f"# {table}: which runs learned",
+        "",
+        "Each run's gate (`poscli.study.gates`): the bound it was held to and where it stands.",
+        "",
+    ]
+    for gate in sorted(gates.values(), key=lambda g: g.run):
+        lines.append(f"- {'learned' if gate.learned else 'did not learn'}: {gate.run}, {gate.reason}.")
+    return "\n".join(lines) + "\n"

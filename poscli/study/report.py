@@ -128,7 +128,12 @@ def write_report(results=None) -> Path:
         if commands:
             lines += ["Produced by:\n", "```", *commands, "```", ""]
         # the table, then (from `poscli run`) its summary over seeds and the published numbers beside it
-        for markdown in (f"{table}.md", f"{table}{SEEDS_SUFFIX}.md", f"{table}{PUBLISHED_SUFFIX}.md"):
+        for markdown in (
+            f"{table}.md",
+            f"{table}{SEEDS_SUFFIX}.md",
+            f"{table}{PUBLISHED_SUFFIX}.md",
+            f"{table}-gates.md",
+        ):
             if (folder / markdown).exists():
                 lines += [(folder / markdown).read_text(encoding="utf-8").strip(), ""]
         for image in [

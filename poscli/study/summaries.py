@@ -28,6 +28,7 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
     screen (the [[compare]] writers, over the runs that learned)."""
     from poscli.core.io import atomic_write
     from poscli.evaluation.tables import read_table
+    from poscli.study.gates import GATES_SUFFIX, every_gate_markdown
     from poscli.study.gates import merged as merged_gates
     from poscli.study.report import PUBLISHED_SUFFIX, SEEDS_SUFFIX
 
@@ -47,6 +48,11 @@ def write_summaries(recipe: Recipe, results=None) -> list[Path]:
             )
             read[step.name] = (merged_step, read_table(table))
     gates_of = merged_gates({name: _gates(recipe, step, rows, meta) for name, (step, rows) in read.items()})
+    for name, gates in gates_of.items():
+        if gates:
+            with atomic_write(folder / f"{name}{GATES_SUFFIX}.md") as handle:
+                handle.write(every_gate_markdown(name, gates))
+            written.append(folder / f"{name}{GATES_SUFFIX}.md")
     for name, (step, rows) in read.items():
         task = tasks.get(step.options.get("task", EVAL_OPTIONS["task"]))
         compared = any(entry.get("perplexity") == step.name for entry in recipe.compare)  # one seed is enough

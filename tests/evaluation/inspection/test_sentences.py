@@ -1,0 +1,37 @@
+"""The sentences of an inspect table state an order only where the 95% interval over spans excludes the
+value compared with, and say "not separated" otherwise."""
+
+import math
+
+import pandas as pd
+
+from poscli.evaluation.inspection.tables import why_sentences
+
+
+def _row(run: str, ratio: tuple, span: tuple, base: tuple | None = None) -> dict:
+    row = {"run": run, "layer": "all", "length": 1024, "train_length": 128, "entropy": 4.0, "uniform_entropy": 6.2,
+           "entropy_ratio": ratio[0], "entropy_ratio_low": ratio[1], "entropy_ratio_high": ratio[2],
+           "span90": span[0], "span90_low": span[1], "span90_high": span[2], "sink": 0.05,
+           "effective_context": 63, "context_open_ended": False}  # fmt: skip
+    base = base or (math.nan, math.nan, math.nan)
+    row.update(base_entropy_ratio=base[0], base_entropy_ratio_low=base[1], base_entropy_ratio_high=base[2])
+    return row
+
+
+def test_an_order_is_stated_only_where_the_interval_excludes_the_value():
+    summary = pd.DataFrame(
+        [
+            _row("higher", (1.3, 1.2, 1.4), (300, 250, 350)),
+            _row("lower", (0.8, 0.7, 0.9), (60, 50, 70)),
+            _row("unclear", (1.02, 0.95, 1.1), (130, 100, 160), base=(1.01, 0.97, 1.05)),
+            {**_row("train", (1.0, 1.0, 1.0), (60, 50, 70)), "length": 128},  # at the train length: no sentence
+        ]
+    )
+    sentences = {line.split(" at ")[0][2:]: line for line in why_sentences(summary)}
+    assert set(sentences) == {"higher", "lower", "unclear"}
+    assert "(higher;" in sentences["higher"] and "(beyond the train length 128)" in sentences["higher"]
+    assert "(lower;" in sentences["lower"] and "(within the train length 128)" in sentences["lower"]
+    assert "(not separated from it;" in sentences["unclear"]
+    assert "(not separated from the train length 128)" in sentences["unclear"]
+    assert "x its base's entropy at 128 (not separated from it)" in sentences["unclear"]
+    assert "base's" not in sentences["higher"], "a run without its base inspected beside it says nothing of one"
