@@ -143,8 +143,9 @@ def _why(row, angles) -> str:
     span = _against(row["span90_low"], row["span90_high"], L, f"beyond {limit}", f"within {limit}", limit)
     parts.append(f"90% of its attention within {_estimate(row, 'span90', 0)} tokens ({span})")
     parts.append(f"{row['sink']:.1%} on the first {SINK_TOKENS} keys")
-    context = f"{int(row['effective_context'])}{'+' if bool(row['context_open_ended']) else ''}"
-    parts.append(f"the loss stops falling after {context} tokens")
+    tokens = int(row["effective_context"])
+    context = f"{tokens}{'+' if bool(row['context_open_ended']) else ''} token{'' if tokens == 1 else 's'}"
+    parts.append(f"the loss by position stops falling after {context}")
     if angles is not None and len(part := angles[(angles["run"] == row["run"]) & (angles["length"] == n)]):
         parts.append(f"{int(part['unseen'].astype(bool).sum())} of {len(part)} rotary pairs meet unseen angles")
     return "; ".join(parts) + "."
