@@ -144,8 +144,22 @@ def _summary_rows(base: dict, late_at: dict, length: int, reference: int, contex
             row.update(entropy_ratio=float("nan"), entropy_ratio_low=float("nan"), entropy_ratio_high=float("nan"))
         for index, column in enumerate(SPAN_COLUMNS):
             row.update({column: mean[3 + index], f"{column}_low": low[3 + index], f"{column}_high": high[3 + index]})
+        row.update(_span_growth(late_at, length, layer, values))
         rows.append(row)
     return rows
+
+
+def _span_growth(late_at: dict, length: int, layer, values: np.ndarray) -> dict:
+    """The 90% span at ``length`` over the span at the next shorter length inspected, paired over the spans
+    both read (the model against itself): does its attention reach further as the window grows?"""
+    shorter = [n for n in late_at if n < length]
+    growth = {"span90_growth": np.nan, "span90_growth_low": np.nan, "span90_growth_high": np.nan}
+    if not shorter or len(late_at[max(shorter)]) != len(values):
+        return {**growth, "span90_from": np.nan}
+    span = 3 + SPAN_COLUMNS.index("span90")
+    before = _layer_mean(late_at[max(shorter)], layer)[:, span]
+    ratio, low, high = mean_interval(values[:, span] / np.maximum(before, 1e-9))
+    return {"span90_growth": ratio, "span90_growth_low": low, "span90_growth_high": high, "span90_from": max(shorter)}
 
 
 def _layer_mean(values: np.ndarray, layer) -> np.ndarray:

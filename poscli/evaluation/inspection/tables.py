@@ -132,16 +132,21 @@ def _estimate(row, column: str, digits: int = 3) -> str:
 def _why(row, angles) -> str:
     n, L = int(row["length"]), int(row["train_length"])
     own = _against(row["entropy_ratio_low"], row["entropy_ratio_high"], 1.0, "higher", "lower", "it")
+    uniform = _against(row["entropy_low"], row["entropy_high"], row["uniform_entropy"], "above", "below", "it")
     parts = [
         f"- {row['run']} at {n}: attention entropy {_estimate(row, 'entropy_ratio')} x its own at {L} ({own}; "
-        f"{row['entropy']:.2f} nats, uniform attention {row['uniform_entropy']:.2f})"
+        f"{row['entropy']:.2f} nats, {uniform} uniform attention's {row['uniform_entropy']:.2f})"
     ]
     if not np.isnan(row.get("base_entropy_ratio", np.nan)):
         versus = _against(row["base_entropy_ratio_low"], row["base_entropy_ratio_high"], 1.0, "above", "below", "it")
         parts.append(f"{_estimate(row, 'base_entropy_ratio')} x its base's entropy at {L} ({versus})")
     limit = f"the train length {L}"
     span = _against(row["span90_low"], row["span90_high"], L, f"beyond {limit}", f"within {limit}", limit)
-    parts.append(f"90% of its attention within {_estimate(row, 'span90', 0)} tokens ({span})")
+    text = f"90% of its attention within {_estimate(row, 'span90', 0)} tokens ({span}"
+    if not np.isnan(row.get("span90_growth", np.nan)):
+        grew = _against(row["span90_growth_low"], row["span90_growth_high"], 1.0, "longer", "shorter", "it")
+        text += f"; {_estimate(row, 'span90_growth')} x its span at {int(row['span90_from'])}: {grew}"
+    parts.append(text + ")")
     parts.append(f"{row['sink']:.1%} on the first {SINK_TOKENS} keys")
     tokens = int(row["effective_context"])
     context = f"{tokens}{'+' if bool(row['context_open_ended']) else ''} token{'' if tokens == 1 else 's'}"
