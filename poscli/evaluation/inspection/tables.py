@@ -12,6 +12,7 @@ from poscli.core.io import atomic_write, locked
 from poscli.evaluation.inspection import figures
 from poscli.evaluation.inspection.attention_maps import SINK_TOKENS
 from poscli.evaluation.inspection.runs import SPAN_COLUMNS, SUMMARY_NOTE
+from poscli.evaluation.stats import MIN_EFFECT
 from poscli.evaluation.tables import format_estimate, merge_rows, read_table
 from poscli.model.runs import results_dir
 
@@ -107,12 +108,14 @@ def summary_lines(summary) -> list[str]:
     return lines
 
 
-def _against(low: float, high: float, value: float, above: str, below: str, level: str) -> str:
-    """Words for an interval against a value, decided by the interval alone (95% over spans)."""
+def _against(low: float, high: float, value: float, above: str, below: str, level: str, ratio: bool = False) -> str:
+    """Words for an interval against a value, decided by the interval alone (95% over spans); a ``ratio``
+    against 1 also needs the project's minimum effect (``MIN_EFFECT``, 1%) at both ends of its interval, as
+    every claim does, else it is "within 1% of" the value."""
     if low > value:
-        return above
+        return above if not ratio or low >= value * (1 + MIN_EFFECT) else f"within {MIN_EFFECT:.0%} of {level}"
     if high < value:
-        return below
+        return below if not ratio or high <= value * (1 - MIN_EFFECT) else f"within {MIN_EFFECT:.0%} of {level}"
     return f"not separated from {level}"
 
 
@@ -131,20 +134,21 @@ def _estimate(row, column: str, digits: int = 3) -> str:
 
 def _why(row, angles) -> str:
     n, L = int(row["length"]), int(row["train_length"])
-    own = _against(row["entropy_ratio_low"], row["entropy_ratio_high"], 1.0, "higher", "lower", "it")
+    own = _against(row["entropy_ratio_low"], row["entropy_ratio_high"], 1.0, "higher", "lower", "it", ratio=True)
     uniform = _against(row["entropy_low"], row["entropy_high"], row["uniform_entropy"], "above", "below", "it")
     parts = [
         f"- {row['run']} at {n}: attention entropy {_estimate(row, 'entropy_ratio')} x its own at {L} ({own}; "
         f"{row['entropy']:.2f} nats, {uniform} uniform attention's {row['uniform_entropy']:.2f})"
     ]
     if not np.isnan(row.get("base_entropy_ratio", np.nan)):
-        versus = _against(row["base_entropy_ratio_low"], row["base_entropy_ratio_high"], 1.0, "above", "below", "it")
+        low, high = row["base_entropy_ratio_low"], row["base_entropy_ratio_high"]
+        versus = _against(low, high, 1.0, "above", "below", "it", ratio=True)
         parts.append(f"{_estimate(row, 'base_entropy_ratio')} x its base's entropy at {L} ({versus})")
     limit = f"the train length {L}"
     span = _against(row["span90_low"], row["span90_high"], L, f"beyond {limit}", f"within {limit}", limit)
     text = f"90% of its attention within {_estimate(row, 'span90', 0)} tokens ({span}"
     if not np.isnan(row.get("span90_growth", np.nan)):
-        grew = _against(row["span90_growth_low"], row["span90_growth_high"], 1.0, "longer", "shorter", "it")
+        grew = _against(row["span90_growth_low"], row["span90_growth_high"], 1.0, "longer", "shorter", "it", ratio=True)
         text += f"; {_estimate(row, 'span90_growth')} x its span at {int(row['span90_from'])}: {grew}"
     parts.append(text + ")")
     parts.append(f"{row['sink']:.1%} on the first {SINK_TOKENS} keys")
@@ -167,7 +171,7 @@ def _write_markdown(summary, path: Path, table: str, angles=None) -> Path:
             *summary_lines(summary),
             "",
             'Each comparison below is decided by its 95% interval over spans ("not separated": the interval holds '
-            "the value it is compared with).",
+            "the value it is compared with; an order of a ratio also needs its whole interval 1% or more from 1).",
             "",
             *why_sentences(summary, angles),
             "",

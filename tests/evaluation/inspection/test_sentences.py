@@ -26,11 +26,13 @@ def test_an_order_is_stated_only_where_the_interval_excludes_the_value():
             _row("higher", (1.3, 1.2, 1.4), (300, 250, 350)),
             _row("lower", (0.8, 0.7, 0.9), (60, 50, 70)),
             _row("unclear", (1.02, 0.95, 1.1), (130, 100, 160), base=(1.01, 0.97, 1.05), growth=(1.0, 0.9, 1.1)),
+            _row("tiny", (1.008, 1.004, 1.012), (130, 100, 160), growth=(1.011, 1.003, 1.019)),
             {**_row("train", (1.0, 1.0, 1.0), (60, 50, 70)), "length": 128},  # at the train length: no sentence
         ]
     )
     sentences = {line.split(" at ")[0][2:]: line for line in why_sentences(summary)}
-    assert set(sentences) == {"higher", "lower", "unclear"}
+    assert set(sentences) == {"higher", "lower", "unclear", "tiny"}
+    assert "(within 1% of it;" in sentences["tiny"] and "x its span at 512: within 1% of it)" in sentences["tiny"]
     assert "(higher;" in sentences["higher"] and "(beyond the train length 128;" in sentences["higher"]
     assert "(lower;" in sentences["lower"] and "(within the train length 128;" in sentences["lower"]
     assert "(not separated from it;" in sentences["unclear"]
