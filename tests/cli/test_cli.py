@@ -206,7 +206,7 @@ ERRORS = [
     ),
     (["eval", "missing-run"], "no run named 'missing-run'; runs in"),
     (["eval", "alibi", "--depths", "10,50"], "--depths is read by --task multiquery, passkey"),
-    (["eval", "alibi", "--task", "copy", "--max-tokens", "4k"], "--max-tokens is read by --task perplexity, not by"),
+    (["eval", "alibi", "--task", "copy", "--max-tokens", "4k"], "--max-tokens is read by --task inspect, perplexity"),
     (["eval", "alibi", "--task", "passkey", "--depths", "1,x"], "--depths '1,x': use percentages from 0 to 100"),
     (["eval", "alibi", "--sinks", "0"], "--sinks must be at least 1, got 0"),
     (["eval", "alibi", "--data", "no-such-file.txt"], "--data 'no-such-file.txt' is not"),
