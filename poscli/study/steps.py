@@ -251,6 +251,7 @@ def inspect_runs(run_names: list[str], request: InspectRequest, console=None):
     table = check_table_name(request.table)
     if bool(run_names) == (request.pe is not None):
         raise PoscliError("give runs to inspect (poscli inspect RUN...) or --pe NAME with no run, not both")
+    _check_inspect_flags(request, bool(run_names))
     for run_name in run_names:  # a missing run fails before torch is imported
         if not is_pretrained(run_name):
             find_run(run_name, request.results)
@@ -265,6 +266,26 @@ def inspect_runs(run_names: list[str], request: InspectRequest, console=None):
             tables = measure(run_names, request.lengths, request.results, request.max_tokens, request.device, progress)
     written, summary = write_inspection(tables, request.results, table)
     return written, summary, table
+
+
+CONFIGURATION_ONLY = ("pe_option", "train_length", "head_dim", "method", "target", "method_option")
+
+
+def _check_inspect_flags(request: InspectRequest, runs: bool) -> None:
+    """A flag the chosen mode does not read is refused, never ignored: runs read their own configuration
+    (not --pe-option, --train-length, ...); --pe reads no text (not --max-tokens); and --head-dim must give
+    RoPE pairs."""
+    import dataclasses
+
+    defaults = {field.name: field.default for field in dataclasses.fields(InspectRequest)}
+    unread = CONFIGURATION_ONLY if runs else ("max_tokens",)
+    given = [name for name in unread if getattr(request, name) != defaults[name]]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        mode = "runs read their own configuration" if runs else "--pe with no run reads no text"
+        raise PoscliError(f"{flags}: {mode}; drop {'them' if len(given) > 1 else 'it'}")
+    if not runs and (request.head_dim < 4 or request.head_dim % 2):
+        raise PoscliError(f"--head-dim {request.head_dim}: give an even number of at least 4, e.g. 32")
 
 
 def _configured_angles(request: InspectRequest) -> list[dict]:

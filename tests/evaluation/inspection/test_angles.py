@@ -102,6 +102,9 @@ def test_inspect_with_no_run_draws_an_encoding_and_its_extensions(tmp_path):
         (["--pe", "rope", "--method", "yarn", "--lengths", "128"], "give a length longer than --train-length"),
         ([], "give runs to inspect (poscli inspect RUN...) or --pe NAME"),
         (["--pe", "bogus"], "bogus"),
+        (["--pe", "rope", "--head-dim", "0"], "--head-dim 0: give an even number of at least 4"),
+        (["--pe", "rope", "--max-tokens", "4k"], "--max-tokens: --pe with no run reads no text"),
+        (["hf:/nowhere", "--method", "yarn"], "--method: runs read their own configuration"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, arguments, message):
