@@ -6,8 +6,10 @@ Copies what the recipe has written so far in SOURCE: each [[eval]] table's files
 .png, _by_position.csv and .png, _spans.csv), [select]'s table (.csv, .md), the logs of the steps
 that are done there (a run finished, its rows in the tables; never the log of a step in progress),
 and the lines of SOURCE/history.jsonl this folder does not hold yet, in their order. Run folders,
-lock files and other recipes' files stay where they are. Then rewrite the summaries, published files
-and report with this checkout's code: ``poscli run RECIPE --summaries --results DEST``.
+lock files and other recipes' files stay where they are. A run trained again in SOURCE whose name
+another recipe's table in DESTINATION holds is refused, nothing copied (rename the recipe's runs).
+Then rewrite the summaries, published files and report with this checkout's code:
+``poscli run RECIPE --summaries --results DEST``.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ def table_files(recipe, source: Path) -> list[Path]:
     return [path for path in found if path.is_file()]
 
 
-def finished_logs(recipe, source: Path) -> list[Path]:
-    """The logs (SOURCE/logs) of the recipe's steps that are done in SOURCE."""
+def finished_logs(recipe, source: Path) -> dict[Path, str]:
+    """The logs (SOURCE/logs) of the recipe's steps that are done in SOURCE, each with its run."""
     check_selection(recipe, source)
     check_state(recipe, source, each=True)
     done = {step.name for step in [*recipe.select, *recipe.train, *recipe.extend] if step.status == "done"}
@@ -46,7 +48,7 @@ def finished_logs(recipe, source: Path) -> list[Path]:
     }  # narrowed by check_state
     tables = sorted({step.name for step in recipe.evals}, key=len, reverse=True)
     prefixes = ["select-", "train-", "extend-", f"each-{recipe.name}-", *(f"eval-{table}-" for table in tables)]
-    logs = []
+    logs = {}
     for log in sorted((source / "logs").glob("*.log")):
         prefix = next((p for p in prefixes if log.stem.startswith(p)), None)
         if prefix is None:
@@ -56,8 +58,31 @@ def finished_logs(recipe, source: Path) -> list[Path]:
         run = named if named in done or not prefix.startswith("eval-") else re.sub(r"-\d+$", "", named)
         evaluating = prefix.startswith(("eval-", "each-")) and run in unevaluated  # its evaluation may be running
         if run in done and not evaluating:
-            logs.append(log)
+            logs[log] = run
     return logs
+
+
+def runs_of_other_tables(recipe, destination: Path) -> set[str]:
+    """The runs that DESTINATION's tables other than the recipe's own (and [select]'s) hold rows of."""
+    import pandas as pd
+
+    ours = {f"{step.name}{suffix}" for step in recipe.evals for suffix in TABLE_FILES if suffix.endswith(".csv")}
+    if recipe.selection is not None:
+        ours.add(f"{recipe.selection.table}.csv")
+    named = set()
+    for table in sorted(destination.glob("*.csv")):
+        if table.name not in ours:
+            named |= set(pd.read_csv(table, usecols=lambda column: column == "run").get("run", []))
+    return named
+
+
+def clashing_runs(recipe, logs: dict[Path, str], destination: Path) -> list[str]:
+    """The runs whose log would replace a different one in DESTINATION while another recipe's table
+    there holds rows of that name: one name trained twice, once for each recipe, so the tables would
+    mix two models under it."""
+    held = {log: destination / "logs" / log.name for log in logs}
+    replaced = {run for log, run in logs.items() if held[log].is_file() and held[log].read_bytes() != log.read_bytes()}
+    return sorted(replaced & runs_of_other_tables(recipe, destination)) if replaced else []
 
 
 def new_history(source: Path, destination: Path) -> list[str]:
@@ -86,6 +111,13 @@ def merge_sweep(source: Path, destination: Path) -> None:
 
 def bring(recipe_path: str, source: Path, destination: Path) -> list[Path]:
     recipe = load_recipe(recipe_path)
+    logs = finished_logs(recipe, source)
+    clashes = clashing_runs(recipe, logs, destination)
+    if clashes:
+        raise SystemExit(
+            f"{recipe_path} trained {', '.join(clashes)} again, and another recipe's table in {destination} "
+            f"holds rows of that name; nothing copied: give the recipe's runs names of their own"
+        )
     copied = []
     (destination / "logs").mkdir(parents=True, exist_ok=True)
     sweep = f"{recipe.selection.table}.csv" if recipe.selection is not None else None
@@ -95,7 +127,7 @@ def bring(recipe_path: str, source: Path, destination: Path) -> list[Path]:
         else:
             shutil.copyfile(path, destination / path.name)
         copied.append(destination / path.name)
-    for log in finished_logs(recipe, source):
+    for log in logs:
         shutil.copyfile(log, destination / "logs" / log.name)
         copied.append(destination / "logs" / log.name)
     lines = new_history(source, destination)

@@ -284,6 +284,9 @@ def _check_inspect_flags(request: InspectRequest, runs: bool) -> None:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         mode = "runs read their own configuration" if runs else "--pe with no run reads no text"
         raise PoscliError(f"{flags}: {mode}; drop {'them' if len(given) > 1 else 'it'}")
+    repeated = sorted({m for m in request.method or [] if (request.method or []).count(m) > 1})
+    if repeated:
+        raise PoscliError(f"--method {repeated[0]} is given twice; give each method once")
     if not runs and (request.head_dim < 4 or request.head_dim % 2):
         raise PoscliError(f"--head-dim {request.head_dim}: give an even number of at least 4, e.g. 32")
 

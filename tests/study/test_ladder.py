@@ -367,3 +367,25 @@ def test_a_claim_at_every_size_is_declared_once_and_not_exploratory_at_any_rung(
     )
     changed = [c for c in load_recipe(moved).claims if c.size]
     assert all("its test changed" in claim_module.declaration(moved, c, recipe_claims)[1] for c in changed)
+
+
+def test_bringing_a_study_in_refuses_a_run_another_recipes_table_holds_under_the_same_name(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bring_study", REPO / "tools" / "bring_study.py")
+    bring_study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bring_study)
+    recipe = load_recipe(write(tmp_path, LADDER))
+    source, destination = tmp_path / "source" / "logs", tmp_path / "dest"
+    (destination / "logs").mkdir(parents=True)
+    source.mkdir(parents=True)
+    for run, text in {"rope-a-s0": "trained here", "alibi-a-s0": "same", "rope-b-s0": "new"}.items():
+        (source / f"train-{run}.log").write_text(text)
+    logs = {source / f"train-{run}.log": run for run in ("rope-a-s0", "alibi-a-s0", "rope-b-s0")}
+    (destination / "logs" / "train-rope-a-s0.log").write_text("trained for another recipe")
+    (destination / "logs" / "train-alibi-a-s0.log").write_text("same")  # the same run brought in twice
+    pd.DataFrame({"run": ["rope-a-s0", "alibi-a-s0", "rope-b-s0"]}).to_csv(destination / "other.csv", index=False)
+    pd.DataFrame({"run": ["rope-a-s0"]}).to_csv(destination / "ladder.csv", index=False)  # the recipe's own
+    assert bring_study.clashing_runs(recipe, logs, destination) == ["rope-a-s0"]
+    (destination / "other.csv").unlink()  # only the recipe's own table names it: a run trained again replaces it
+    assert bring_study.clashing_runs(recipe, logs, destination) == []

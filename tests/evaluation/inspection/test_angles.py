@@ -103,6 +103,7 @@ def test_inspect_with_no_run_draws_an_encoding_and_its_extensions(tmp_path):
         ([], "give runs to inspect (poscli inspect RUN...) or --pe NAME"),
         (["--pe", "bogus"], "bogus"),
         (["--pe", "rope", "--head-dim", "0"], "--head-dim 0: give an even number of at least 4"),
+        (["--pe", "rope", "--method", "pi", "--method", "yarn", "--method", "pi"], "--method pi is given twice"),
         (["--pe", "rope", "--max-tokens", "4k"], "--max-tokens: --pe with no run reads no text"),
         (["hf:/nowhere", "--method", "yarn"], "--method: runs read their own configuration"),
     ],
