@@ -49,6 +49,10 @@ class Gate:
     group: str
     learned: bool
     reason: str  # why, in words, with the numbers
+    evaluated: bool = True  # False: the table holds no row of the run yet (a study under way)
+
+
+NOT_EVALUATED = "not evaluated yet: no row of it in the table"
 
 
 def fine_tuned(options: dict) -> bool:
@@ -72,17 +76,20 @@ def perplexity_gates(rows, groups: dict[str, str], meta: dict, bounds: GateBound
             return Gate(run, group, True, "an extension without training: not gated")
         return _perplexity_gate(run, group, options, ppl, reference, bounds)
 
-    return _bases_first(groups, meta, own)
+    return _bases_first(groups, meta, own, set(rows["run"]))
 
 
-def _bases_first(groups: dict[str, str], meta: dict, own) -> dict[str, Gate]:
-    """Every run's gate, bases before extensions: an extension of a base that did not learn did not
-    either; any other run gets ``own(run, group, options)``."""
+def _bases_first(groups: dict[str, str], meta: dict, own, evaluated: set[str]) -> dict[str, Gate]:
+    """Every run's gate, bases before extensions: a run with no row in the table is not evaluated
+    yet; an extension of a base that did not learn did not either; any other run gets
+    ``own(run, group, options)``."""
     gates: dict[str, Gate] = {}
     for run, group in sorted(groups.items(), key=lambda item: "method" in meta.get(item[1], {})):
         options = meta.get(group, {})
         base = gates.get(options.get("parent", ""))
-        if base is not None and not base.learned:
+        if run not in evaluated:
+            gates[run] = Gate(run, group, True, NOT_EVALUATED, evaluated=False)
+        elif base is not None and not base.learned:
             gates[run] = Gate(run, group, False, f"its base {base.run} did not learn")
         else:
             gates[run] = own(run, group, options)
@@ -161,7 +168,7 @@ def passkey_gates(rows, groups: dict[str, str], meta: dict, bounds: GateBounds) 
         learned = bool(accuracy >= bounds.retrieval)
         return Gate(run, group, learned, f"retrieves {accuracy:.2f} at {length} (bound {bounds.retrieval:g})")
 
-    return _bases_first(groups, meta, own)
+    return _bases_first(groups, meta, own, set(rows["run"]))
 
 
 def merged(gates_by_table: dict[str, dict[str, Gate]]) -> dict[str, dict[str, Gate]]:
@@ -186,11 +193,15 @@ def merged(gates_by_table: dict[str, dict[str, Gate]]) -> dict[str, dict[str, Ga
 def gates_markdown(gates: dict[str, Gate]) -> list[str]:
     """The published file's list of the runs that did not learn, each with its reason."""
     failed = [gate for gate in gates.values() if not gate.learned]
+    evaluated = sum(gate.evaluated for gate in gates.values())
+    waiting = len(gates) - evaluated
     lines = ["### Runs that did not learn\n"]
+    if waiting:
+        lines.append(f"{waiting} of the {len(gates)} runs have no row in the table yet: not gated.\n")
     if not failed:
-        return [*lines, f"Every one of the {len(gates)} runs passed its gate (see `poscli.study.gates`)."]
+        return [*lines, f"Every one of the {evaluated} evaluated runs passed its gate (see `poscli.study.gates`)."]
     lines.append(
-        f"{len(failed)} of {len(gates)} runs did not pass their gate; they are in no claim and no ranking of this file "
+        f"{len(failed)} of {evaluated} evaluated runs did not pass their gate; they are in no claim and no ranking of this file "
         "(the table over seeds keeps them, counted in its `not_learned` column):\n"
     )
     return lines + [f"- did not learn: {gate.run}, {gate.reason}." for gate in sorted(failed, key=lambda g: g.run)]
@@ -209,5 +220,6 @@ def every_gate_markdown(table: str, gates: dict[str, Gate]) -> str:
         "",
     ]
     for gate in sorted(gates.values(), key=lambda g: g.run):
-        lines.append(f"- {'learned' if gate.learned else 'did not learn'}: {gate.run}, {gate.reason}.")
+        verdict = "not evaluated" if not gate.evaluated else "learned" if gate.learned else "did not learn"
+        lines.append(f"- {verdict}: {gate.run}, {gate.reason}.")
     return "\n".join(lines) + "\n"

@@ -234,6 +234,21 @@ def test_gates_keep_out_what_did_not_learn_and_say_why():
     assert perplexity_gates(rows, groups, meta, GateBounds(three_gram=0.9), "nonoverlapping")["weak-s0"].learned
 
 
+def test_a_planned_run_with_no_row_yet_is_said_not_evaluated_never_learned():
+    from poscli.study.gates import every_gate_markdown, gates_markdown
+
+    base = {"train_length": 128}
+    meta = {"b-s*": base, "weak-s*": base}
+    groups = {"b-s0": "b-s*", "b-s1": "b-s*", "weak-s0": "weak-s*"}  # b-s1: planned, not evaluated yet
+    gates = perplexity_gates(gate_rows({"b-s0": {128: 4.0}, "weak-s0": {128: 7.0}}), groups, meta, GateBounds(),
+                             "nonoverlapping")  # fmt: skip
+    assert not gates["b-s1"].evaluated and gates["b-s0"].evaluated and gates["weak-s0"].evaluated
+    listing = every_gate_markdown("t", gates)
+    assert "- not evaluated: b-s1," in listing and "learned: b-s1" not in listing
+    published = "\n".join(gates_markdown(gates))
+    assert "1 of 2 evaluated runs did not pass" in published and "1 of the 3 runs have no row" in published
+
+
 # ---------------------------------------------------------------- declared in the recipe
 
 
