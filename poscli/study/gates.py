@@ -201,8 +201,8 @@ def gates_markdown(gates: dict[str, Gate]) -> list[str]:
     if not failed:
         return [*lines, f"Every one of the {evaluated} evaluated runs passed its gate (see `poscli.study.gates`)."]
     lines.append(
-        f"{len(failed)} of {evaluated} evaluated runs did not pass their gate; they are in no claim and no ranking of this file "
-        "(the table over seeds keeps them, counted in its `not_learned` column):\n"
+        f"{len(failed)} of {evaluated} evaluated runs did not pass their gate; they are in no claim and no ranking "
+        "of this file (the table over seeds keeps them, counted in its `not_learned` column):\n"
     )
     return lines + [f"- did not learn: {gate.run}, {gate.reason}." for gate in sorted(failed, key=lambda g: g.run)]
 
