@@ -94,8 +94,9 @@ def _size_axes(axis, metric: str, rungs: list[float], length) -> None:
 
 def plot_by_size(rows: list[dict], path: Path) -> Path | None:
     """Each claim's ratio (or difference) with its 95% interval against parameters (log axis), one
-    line per claim (the same Okabe-Ito colour and marker in every panel), one panel per length, and
-    rows of panels of at most MAX_LINES claims each, each row with its legend at its right."""
+    line per claim (the same Okabe-Ito colour, marker and line style in every panel; dashed past the
+    seventh colour), one panel per length, and rows of panels of at most MAX_LINES claims each, each
+    row with its legend at its right."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,7 +127,7 @@ def plot_by_size(rows: list[dict], path: Path) -> Path | None:
                 error = [line["estimate"] - line["low"], line["high"] - line["estimate"]]
                 axis.errorbar(line["parameters"], line["estimate"], yerr=error, label=claim,
                               color=colours[index % len(colours)], marker=markers[index % len(markers)], capsize=3,
-                              linewidth=1.4)  # fmt: skip
+                              linewidth=1.4, linestyle=("-", "--", ":")[index // len(colours) % 3])  # fmt: skip
             _size_axes(axis, frame["metric"].iloc[0], rungs, length)
         axes_row[0].set_ylabel("ratio, compare / against (95% interval)")
         handles = {label: handle for axis in axes_row for handle, label in zip(*axis.get_legend_handles_labels())}

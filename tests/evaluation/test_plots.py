@@ -213,6 +213,10 @@ def test_the_verdict_by_size_figure_keeps_the_rules(tmp_path, monkeypatch):
         assert plot_by_size(drawn, tmp_path / "by-size.png") is not None
     for figure in saved:
         check_figure_rules(figure)
-        colours = {line.get_color() for axes in figure.axes for line in axes.get_lines() if line.get_label()[0] != "_"}
-        assert colours <= set(OKABE_ITO), colours
+        colours = {bars.lines[0].get_color() for axes in figure.axes for bars in axes.containers}
+        assert colours and colours <= set(OKABE_ITO), colours
+        for axes in figure.axes:  # no two claims on one axes drawn alike (colour and line style)
+            lines = {bars.get_label(): bars.lines[0] for bars in axes.containers}  # each claim's errorbar line
+            looks = {(line.get_color(), line.get_linestyle()) for line in lines.values()}
+            assert len(lines) > 1 and len(looks) == len(lines), (lines, looks)
     assert len(saved[-1].axes) > len(saved[0].axes), "more claims than fit on one axes: another row of panels"
