@@ -137,8 +137,8 @@ def drawn_figures(monkeypatch) -> list:
 
 
 def check_figure_rules(figure) -> None:
-    """At most MAX_LINES lines on an axes (legend entries: the train-length marker and interval bands
-    excepted), no red-green colour map, no text under 8 points, every encoding line in its colour."""
+    """At most MAX_LINES lines on an axes (legend entries, error bars included: the train-length marker
+    and interval bands excepted), no red-green colour map, no text under 8 points, every encoding line in its colour."""
     from matplotlib.lines import Line2D
 
     from poscli.evaluation.plots import MAX_LINES
@@ -146,7 +146,10 @@ def check_figure_rules(figure) -> None:
     for axes in figure.axes:
         lines = [line for line in axes.get_lines() if not line.get_label().startswith("_")
                  and line.get_label() != "train length"]  # fmt: skip
-        assert len(lines) <= MAX_LINES, (axes.get_title(), [line.get_label() for line in lines])
+        series = [line.get_label() for line in lines] + [
+            bars.get_label() for bars in axes.containers if bars.get_label() and not bars.get_label().startswith("_")
+        ]  # an errorbar's line carries no label: its container does
+        assert len(series) <= MAX_LINES, (axes.get_title(), series)
         for image in axes.get_images():
             assert image.get_cmap().name in ("viridis", "cividis"), image.get_cmap().name
         texts = [*axes.texts, axes.title, axes.xaxis.label, axes.yaxis.label, *axes.get_xticklabels(),
