@@ -429,6 +429,17 @@ def _reference_train(corpora: _Corpora, home: tuple, byte_runs: bool) -> np.ndar
     return train.read(0, min(len(train), REFERENCE_TOKENS)) if isinstance(train, TokenFile) else train
 
 
+def reference_token_losses(corpora: _Corpora, home: tuple, eval_set: EvalSet, tokenizer) -> np.ndarray | None:
+    """The context-free 3-gram's loss of every target of a byte-level set, (S, span_length), fitted as
+    the table's 3-gram row is: the offset of ``effective_context`` for ``poscli inspect``. None on a
+    set in another tokenizer's tokens."""
+    train = _reference_train(corpora, home, True) if tokenizer.spec == "bytes" else None
+    if train is None:
+        return None
+    ngram = NGram.fit(train)
+    return np.stack([ngram.token_losses(span) for span in eval_set.spans])
+
+
 def _byte_losses(ngram, tokenizer, eval_set: EvalSet) -> tuple[np.ndarray, np.ndarray]:
     """Per span of a set in another tokenizer's tokens: the 3-gram's summed loss on the UTF-8 bytes
     of its tokens 1 .. (the ones a model scores; token 0 is context), and their byte count as

@@ -145,7 +145,7 @@ def inspect_length(model, config: dict, eval_set: EvalSet, length: int, device, 
     return {
         "spans": per_span,
         "positions": buckets,
-        "effective_context": effective_context(buckets),
+        "effective_context": effective_context(buckets),  # without the 3-gram's offset (runs.inspect_runs adds it)
         "pair_norms": {layer: norms / len(windows) for layer, norms in pair_norms.items()},
         "reference_length": null_context(config),
         "eval_set": eval_set.fingerprint,

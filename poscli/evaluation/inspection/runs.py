@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from poscli.core.device import select_device
-from poscli.evaluation.evaluate import load_any, null_context, planned_sets
+from poscli.evaluation.by_position import effective_context, loss_by_position, position_curve
+from poscli.evaluation.evaluate import load_any, null_context, planned_sets, reference_token_losses
 from poscli.evaluation.inspection.angles import coverage_rows, pretrained_frequencies, run_frequencies
 from poscli.evaluation.inspection.attention_maps import QUANTILES, SINK_TOKENS
 from poscli.evaluation.inspection.measure import check_inspectable, inspect_length, mean_interval, per_span
@@ -49,7 +50,11 @@ def inspect_runs(
             )
     if not local:
         return tables
-    plans, eval_sets, _, _ = planned_sets(local, lengths, results, max_tokens)
+    plans, eval_sets, corpora, homes = planned_sets(local, lengths, results, max_tokens)
+    three_gram = {
+        key: reference_token_losses(corpora, homes[key], eval_set, corpora.tokenizers[key.fingerprint])
+        for key, eval_set in eval_sets.items()
+    }  # (S, span_length) each: the loss-by-position offset of the effective context, as eval reads it
     loaded = []
     for plan in plans:
         model, config = load_any(str(plan.folder), None, str(device))
@@ -68,6 +73,8 @@ def inspect_runs(
                 else None  # fmt: skip
             advance = (lambda n, task=task: progress.advance(task, n)) if progress else None
             measured[length] = inspect_length(model, config, eval_set, length, device, advance)
+            measured[length]["effective_context"] = _context(measured[length]["positions"], three_gram[plan.key],
+                                                             eval_set, length)  # fmt: skip
         _add_rows(tables, identity, measured)
         entropies[identity["run"]] = {length: per_span(result["spans"], "late")[..., 0].mean((1, 2))
                                       for length, result in measured.items()}  # fmt: skip
@@ -77,6 +84,15 @@ def inspect_runs(
             tables["angles"] += coverage_rows(frequencies, sorted(measured))
     _beside_bases(tables["summary"], entropies, parents)
     return tables
+
+
+def _context(buckets: list[dict], three_gram: np.ndarray | None, eval_set, length: int) -> tuple[int, bool]:
+    """The effective context from the loss by position less the 3-gram's on the same windows (as
+    ``poscli eval``'s table reads it); on a set in other tokens, from the loss alone."""
+    if three_gram is None:
+        return effective_context(buckets)
+    position_loss, position_tokens = position_curve(three_gram, eval_set, length)
+    return effective_context(buckets, loss_by_position(position_loss, position_tokens, len(position_loss)))
 
 
 def _beside_bases(summary: list[dict], entropies: dict, parents: dict) -> None:

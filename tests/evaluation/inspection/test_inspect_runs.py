@@ -39,6 +39,15 @@ def test_inspect_writes_every_table_and_figure_on_the_spans_eval_scores(inspecte
     assert set(summary.loc[summary["run"] == "alibi", "eval_set"]) == set(
         scored.loc[scored["run"] == "alibi", "eval_set"]
     )
+    from poscli.evaluation.by_position import effective_context
+
+    positions = pd.read_csv(results / "ppl_by_position.csv")
+    for length in (64, 128):  # the effective context as eval's table reads it: less the 3-gram on the same windows
+        at = positions[(positions["length"] == length) & (positions["mode"] == "nonoverlapping")]
+        mine, three_gram = (at[at["run"] == run].to_dict("records") for run in ("alibi", "reference-3gram"))
+        tokens, open_ended = effective_context(mine, three_gram)
+        row = summary[(summary["run"] == "alibi") & (summary["length"] == length) & (summary["layer"] == "all")]
+        assert (int(row["effective_context"].iloc[0]), bool(row["context_open_ended"].iloc[0])) == (tokens, open_ended)
 
 
 @pytest.mark.slow
@@ -86,3 +95,24 @@ def test_inspecting_again_replaces_a_runs_rows_and_an_unreadable_run_is_one_line
     refused = poscli("inspect", "cope", "--lengths", "64", "--results", str(results))
     assert refused.returncode == 2 and "computes its own attention" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_the_effective_context_is_read_less_the_3grams_loss_on_the_same_windows():
+    """Text that gets easier late in the window (the 3-gram's loss falls there) must not read as a model
+    using more context: less the 3-gram, a model whose own gain stops at 8 tokens uses 15 (the octave
+    after its last gain), where its raw loss, still falling with the text, would say all 64 (open-ended)."""
+    import numpy as np
+
+    from poscli.evaluation.by_position import loss_by_position
+    from poscli.evaluation.evalset import EvalSet
+    from poscli.evaluation.inspection.runs import _context
+
+    spans, length = 2, 64
+    eval_set = EvalSet("c", "stream", length, np.zeros((spans, length + 1), np.uint8), np.arange(spans),
+                       [{0}] * spans)  # fmt: skip
+    positions = np.arange(length)
+    three_gram = np.tile(np.where(positions < 32, 2.0, 1.0), (spans, 1))  # (S, span_length): easier text late
+    model = three_gram[0] + np.where(positions < 8, 1.0, 0.0)  # the model's gain from context ends at 8
+    buckets = loss_by_position(model * spans, np.full(length, float(spans)), length)
+    assert _context(buckets, None, eval_set, length) == (31, True)  # its own loss alone: the text's fall
+    assert _context(buckets, three_gram, eval_set, length) == (15, False)
