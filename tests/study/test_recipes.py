@@ -601,6 +601,21 @@ def test_the_length_generalization_recipe_plans_the_studies_issues_32_and_33_nam
     ]
 
 
+def test_a_run_two_shipped_recipes_name_is_the_same_run_in_both():
+    """Recipes share a run only as one model (a base trained once, extended by two studies): the same
+    command in both. Two recipes training different runs under one name would mix two models in
+    the tables and overwrite each other's logs when a study is brought in (tools/bring_study.py)."""
+    commands: dict[str, dict[str, list[str]]] = {}
+    for path in sorted((REPO / "recipes").glob("*.toml")):
+        recipe = load_recipe(path)
+        for step in [*recipe.select, *recipe.train, *recipe.extend]:
+            commands.setdefault(step.name, {})[path.name] = step.argv
+    shared = {name: by_recipe for name, by_recipe in commands.items() if len(by_recipe) > 1}
+    assert shared  # the extension studies do share their bases
+    for name, by_recipe in shared.items():
+        assert len({tuple(argv) for argv in by_recipe.values()}) == 1, (name, by_recipe)
+
+
 def test_the_shipped_recipes_parse_and_plan_the_studies_the_issue_names():
     tstl = load_recipe(REPO / "recipes" / "train-short-test-long.toml")
     from poscli import encodings
