@@ -92,8 +92,15 @@ def export(
 @app.command(epilog="Example: poscli report --results results/reference")
 def report(results: Results = None):
     """Write RESULTS/REPORT.md: every table and plot in the results folder, the commands that made them, the machine."""
+    from poscli.model.runs import existing_runs, results_dir
     from poscli.study.report import write_report
 
+    folder = results_dir(results)
+    if not folder.is_dir() or not (any(folder.glob("*.csv")) or existing_runs(results)):
+        raise PoscliError(
+            f"no tables or runs in {folder} to report; evaluate runs first (poscli eval RUN... --table NAME) "
+            "or name the folder that holds them (--results DIR)"
+        )
     print(f"wrote {write_report(results)}")
 
 

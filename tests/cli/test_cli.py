@@ -381,6 +381,16 @@ def test_bad_input_is_one_line_exit_2_no_traceback_no_files(trained, args, messa
     assert not any(p.name.endswith(".tmp") for p in results.rglob("*")), "no temporary file left behind"
 
 
+def test_a_report_of_a_folder_with_nothing_in_it_is_one_line_and_writes_nothing(tmp_path):
+    """A mistyped --results made a new folder holding a REPORT.md of nothing (which --data then read as a corpus)."""
+    (tmp_path / "empty").mkdir()
+    for folder in (tmp_path / "typo", tmp_path / "empty"):
+        done = poscli("report", "--results", str(folder))
+        assert done.returncode == 2 and "no tables or runs in" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and not (folder / "REPORT.md").exists()
+    assert not (tmp_path / "typo").exists()
+
+
 def test_a_full_disk_is_one_line_exit_1_and_leaves_no_partial_file(trained, tmp_path, monkeypatch, capsys):
     """ENOSPC while a table is written: one line, exit 1, no half-written or temporary file."""
     import errno
