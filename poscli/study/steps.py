@@ -213,10 +213,25 @@ def tune_run(run: str, method: str, target: int, results, device: str, console, 
     return out
 
 
+def check_distinct_runs(run_names: list[str], results) -> None:
+    """Every run exists and is given once: a run named twice, or by its name and by its folder, would
+    be scored twice and its rows doubled in the table."""
+    from poscli.model.pretrained import is_pretrained
+    from poscli.model.runs import find_run
+
+    seen: dict[str, str] = {}
+    for name in run_names:
+        key = name if is_pretrained(name) else str(find_run(name, results).resolve())
+        if key in seen:
+            also = "" if seen[key] == name else f" (as {seen[key]!r} too)"
+            raise PoscliError(f"run {name!r} is given twice{also}; give each run once")
+        seen[key] = name
+
+
 def evaluate_runs(run_names: list[str], request: EvalRequest, console=None):
     """``poscli eval RUN...``. Returns (the files written,
     the table to show, the table's name)."""
-    from poscli.model.runs import check_table_name, find_run
+    from poscli.model.runs import check_table_name
 
     options = {name: getattr(request, name) for name in EVAL_OPTIONS}  # what a task reads
     results, quiet, sinks, window = request.results, request.quiet, request.sinks, request.window
@@ -225,14 +240,11 @@ def evaluate_runs(run_names: list[str], request: EvalRequest, console=None):
     from poscli.evaluation.algorithmic import AlgorithmicTask
     from poscli.model.pretrained import is_pretrained
 
-    for run_name in run_names:  # a missing run fails before torch is imported
-        if is_pretrained(run_name):
-            if request.task not in (EVAL_OPTIONS["task"], "passkey") and not isinstance(evaluation, AlgorithmicTask):
-                raise PoscliError(
-                    f"{run_name}: hf: models take the perplexity, passkey and algorithmic evaluations for now"
-                )
-            continue
-        find_run(run_name, results)
+    takes_hf = request.task in (EVAL_OPTIONS["task"], "passkey") or isinstance(evaluation, AlgorithmicTask)
+    for run_name in run_names:
+        if is_pretrained(run_name) and not takes_hf:
+            raise PoscliError(f"{run_name}: hf: models take the perplexity, passkey and algorithmic evaluations")
+    check_distinct_runs(run_names, results)  # a missing run fails before torch is imported
     if sinks is not None:
         run_names = [_with_sinks(name, sinks, window, request.lengths, results, request.device) for name in run_names]
     with progress_bar(console, quiet) as progress:
@@ -245,16 +257,13 @@ def inspect_runs(run_names: list[str], request: InspectRequest, console=None):
     """``poscli inspect RUN...`` (attention and angles of runs on eval's spans), or ``poscli inspect --pe
     NAME`` with no run (angle coverage from the configuration, beside each ``--method``). Returns (the files
     written, the summary table or None, the table's name)."""
-    from poscli.model.pretrained import is_pretrained
-    from poscli.model.runs import check_table_name, find_run
+    from poscli.model.runs import check_table_name
 
     table = check_table_name(request.table)
     if bool(run_names) == (request.pe is not None):
         raise PoscliError("give runs to inspect (poscli inspect RUN...) or --pe NAME with no run, not both")
     _check_inspect_flags(request, bool(run_names))
-    for run_name in run_names:  # a missing run fails before torch is imported
-        if not is_pretrained(run_name):
-            find_run(run_name, request.results)
+    check_distinct_runs(run_names, request.results)  # a missing run fails before torch is imported
     from poscli.evaluation.inspection.tables import write_inspection
 
     if request.pe is not None:

@@ -205,6 +205,9 @@ ERRORS = [
         "choose one of: " + ", ".join(sorted(encodings.builtin_names())),  # a new encoding file joins
     ),
     (["eval", "missing-run"], "no run named 'missing-run'; runs in"),
+    (["eval", "alibi", "learned", "alibi"], "run 'alibi' is given twice; give each run once"),
+    (["inspect", "alibi", "learned", "alibi"], "run 'alibi' is given twice; give each run once"),
+    (["eval", "alibi", "ALIBI_FOLDER"], "is given twice (as 'alibi' too); give each run once"),
     (["eval", "alibi", "--depths", "10,50"], "--depths is read by --task multiquery, passkey"),
     (["eval", "alibi", "--task", "copy", "--max-tokens", "4k"], "--max-tokens is read by --task inspect, perplexity"),
     (["eval", "alibi", "--task", "passkey", "--depths", "1,x"], "--depths '1,x': use percentages from 0 to 100"),
@@ -364,6 +367,7 @@ def test_bad_input_is_one_line_exit_2_no_traceback_no_files(trained, args, messa
         "BINARY": str(folder / "binary.bin"),
         "PICKLE": str(folder / "model.pt"),
         "READONLY": str(readonly),
+        "ALIBI_FOLDER": str(results / "runs" / "alibi"),  # a run by its name and by its folder
     }
     args = [substitutes.get(a, a) for a in args]
     before = snapshot(results)
