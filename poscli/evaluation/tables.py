@@ -34,10 +34,11 @@ def merge_rows(path: Path, rows: list[dict], columns: list[str], key: list[str],
     new = pd.DataFrame(rows, columns=columns)
     if path.exists():
         old = read_table(path)
-        if not set(replace or key) <= set(old.columns):
+        lacking = ", ".join(sorted(set(replace or key) - set(old.columns)))
+        if lacking:
             raise PoscliError(
-                f"{path} was written by an older poscli (it lacks "
-                f"{', '.join(sorted(set(replace or key) - set(old.columns)))}); move it away or use another --table"
+                f"{path} holds another kind of table (it lacks {lacking}: another task's, or an older poscli's); "
+                "use another --table or move it away"
             )
         old = old[[c for c in columns if c in old.columns]]
         replaced = old.set_index(replace or key).index.isin(new.set_index(replace or key).index.unique())

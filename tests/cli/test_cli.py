@@ -385,6 +385,19 @@ def test_bad_input_is_one_line_exit_2_no_traceback_no_files(trained, args, messa
     assert not any(p.name.endswith(".tmp") for p in results.rglob("*")), "no temporary file left behind"
 
 
+@pytest.mark.slow
+def test_one_tasks_rows_into_another_tasks_table_is_one_line_and_changes_nothing(trained):
+    _, results = trained
+    done = poscli("eval", "alibi", "--lengths", "64", "--max-tokens", "256", "--table", "kinds", "--results",
+                  str(results), "-q")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    before = (results / "kinds.csv").read_bytes()
+    done = poscli("eval", "alibi", "--task", "passkey", "--lengths", "128", "--trials", "1", "--depths", "50",
+                  "--table", "kinds", "--results", str(results), "-q")  # fmt: skip
+    assert done.returncode == 2 and "kinds.csv holds another kind of table" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and (results / "kinds.csv").read_bytes() == before
+
+
 def test_a_report_of_a_folder_with_nothing_in_it_is_one_line_and_writes_nothing(tmp_path):
     """A mistyped --results made a new folder holding a REPORT.md of nothing (which --data then read as a corpus)."""
     (tmp_path / "empty").mkdir()
