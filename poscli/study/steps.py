@@ -228,6 +228,21 @@ def check_distinct_runs(run_names: list[str], results) -> None:
         seen[key] = name
 
 
+def _check_table_kind(evaluation, results, table: str) -> None:
+    """A table holds one task's rows: another task's table is refused before any run is evaluated."""
+    from poscli.evaluation.tables import read_table
+    from poscli.model.runs import results_dir
+
+    path = results_dir(results) / f"{table}.csv"
+    if path.exists():
+        rows = read_table(path)
+        if not rows.empty and not evaluation.owns(rows):
+            raise PoscliError(
+                f"{path} holds another task's table, not --task {evaluation.name}'s; use another --table "
+                "or move it away"
+            )
+
+
 def evaluate_runs(run_names: list[str], request: EvalRequest, console=None):
     """``poscli eval RUN...``. Returns (the files written,
     the table to show, the table's name)."""
@@ -245,6 +260,7 @@ def evaluate_runs(run_names: list[str], request: EvalRequest, console=None):
         if is_pretrained(run_name) and not takes_hf:
             raise PoscliError(f"{run_name}: hf: models take the perplexity, passkey and algorithmic evaluations")
     check_distinct_runs(run_names, results)  # a missing run fails before torch is imported
+    _check_table_kind(evaluation, results, table)
     if sinks is not None:
         run_names = [_with_sinks(name, sinks, window, request.lengths, results, request.device) for name in run_names]
     with progress_bar(console, quiet) as progress:
