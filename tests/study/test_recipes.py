@@ -601,15 +601,19 @@ def test_the_length_generalization_recipe_plans_the_studies_issues_32_and_33_nam
     ]
 
 
-def test_a_run_two_shipped_recipes_name_is_the_same_run_in_both():
+def test_a_run_two_shipped_recipes_name_is_the_same_run_in_both_and_a_table_is_one_recipes():
     """Recipes share a run only as one model (a base trained once, extended by two studies): the same
     command in both. Two recipes training different runs under one name would mix two models in
     the tables and overwrite each other's logs when a study is brought in (tools/bring_study.py)."""
     commands: dict[str, dict[str, list[str]]] = {}
+    writers: dict[str, set[str]] = {}  # table -> the recipes that write it
     for path in sorted((REPO / "recipes").glob("*.toml")):
         recipe = load_recipe(path)
         for step in [*recipe.select, *recipe.train, *recipe.extend]:
             commands.setdefault(step.name, {})[path.name] = step.argv
+        for step in recipe.evals:
+            writers.setdefault(step.name, set()).add(path.name)
+    assert all(len(recipes) == 1 for recipes in writers.values()), writers  # a table is one recipe's
     shared = {name: by_recipe for name, by_recipe in commands.items() if len(by_recipe) > 1}
     assert shared  # the extension studies do share their bases
     for name, by_recipe in shared.items():
