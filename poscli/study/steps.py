@@ -280,7 +280,10 @@ def inspect_runs(run_names: list[str], request: InspectRequest, console=None):
         raise PoscliError("give runs to inspect (poscli inspect RUN...) or --pe NAME with no run, not both")
     _check_inspect_flags(request, bool(run_names))
     check_distinct_runs(run_names, request.results)  # a missing run fails before torch is imported
+    from poscli.evaluation import tasks
     from poscli.evaluation.inspection.tables import write_inspection
+
+    _check_table_kind(tasks.get("inspect"), request.results, table)
 
     if request.pe is not None:
         tables = {"angles": _configured_angles(request)}

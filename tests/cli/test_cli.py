@@ -387,6 +387,7 @@ def test_bad_input_is_one_line_exit_2_no_traceback_no_files(trained, args, messa
 
 @pytest.mark.slow
 def test_one_tasks_rows_into_another_tasks_table_is_one_line_and_changes_nothing(trained):
+    """passkey or inspect rows into a perplexity table: refused before anything is measured, the table as it was."""
     _, results = trained
     done = poscli("eval", "alibi", "--lengths", "64", "--max-tokens", "256", "--table", "kinds", "--results",
                   str(results), "-q")  # fmt: skip
@@ -396,6 +397,11 @@ def test_one_tasks_rows_into_another_tasks_table_is_one_line_and_changes_nothing
                   "--table", "kinds", "--results", str(results), "-q")  # fmt: skip
     assert done.returncode == 2 and "kinds.csv holds another task's table, not --task passkey's" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and (results / "kinds.csv").read_bytes() == before
+    # inspect's rows once replaced the perplexity table's (its ppl columns dropped), then failed drawing
+    done = poscli("inspect", "alibi", "--lengths", "64", "--max-tokens", "256", "--table", "kinds", "--results",
+                  str(results), "-q")  # fmt: skip
+    assert done.returncode == 2 and "not --task inspect's" in done.stderr, done.stderr
+    assert (results / "kinds.csv").read_bytes() == before
 
 
 def test_a_report_of_a_folder_with_nothing_in_it_is_one_line_and_writes_nothing(tmp_path):
