@@ -94,12 +94,20 @@ def _check_evaluations(recipe: Recipe, tables: dict, results) -> None:
     """Each evaluation: done, or narrowed to the runs whose rows are missing. A run still to train,
     or trained after the table was last written, has no valid rows in it: its old rows (from an
     earlier run of the same name) are replaced when it is evaluated again."""
+    from poscli.evaluation import tasks as evaluation_tasks
+
     folder = runs.runs_dir(results)
     pending = {step.name for step in [*recipe.train, *recipe.extend] if step.status != "done"}
     for step in recipe.evals:
         table = runs.results_dir(results) / f"{step.name}.csv"
         if not table.exists():
             continue
+        task = evaluation_tasks.get(step.options.get("task", EVAL_OPTIONS["task"]))
+        if not tables[step.name].empty and not task.owns(tables[step.name]):  # found before anything trains
+            raise RecipeError(
+                f"{table} holds another task's table, not task {task.name!r}'s; give the [[eval]] another table "
+                f"in {recipe.path} or move the file away"
+            )
         written = table.stat().st_mtime
 
         def stale(name: str, written: float = written) -> bool:

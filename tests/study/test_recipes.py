@@ -601,6 +601,16 @@ def test_the_length_generalization_recipe_plans_the_studies_issues_32_and_33_nam
     ]
 
 
+def test_a_recipes_table_held_by_another_task_is_refused_before_anything_trains(tmp_path):
+    recipe = load_recipe(write(tmp_path, GOOD))
+    results = tmp_path / "results"
+    results.mkdir()
+    pd.DataFrame([{"run": "m-rope-s0", "length": 32, "depth": 50, "keys": 1, "accuracy": 1.0,
+                   "digit_accuracy": 1.0}]).to_csv(results / "mini.csv", index=False)  # fmt: skip  (a passkey table)
+    with pytest.raises(RecipeError, match="mini.csv holds another task's table, not task 'perplexity'"):
+        check_state(recipe, results)
+
+
 def test_a_run_two_shipped_recipes_name_is_the_same_run_in_both_and_a_table_is_one_recipes():
     """Recipes share a run only as one model (a base trained once, extended by two studies): the same
     command in both. Two recipes training different runs under one name would mix two models in
