@@ -605,8 +605,8 @@ def test_a_recipes_table_held_by_another_task_is_refused_before_anything_trains(
     recipe = load_recipe(write(tmp_path, GOOD))
     results = tmp_path / "results"
     results.mkdir()
-    pd.DataFrame([{"run": "m-rope-s0", "length": 32, "depth": 50, "keys": 1, "accuracy": 1.0,
-                   "digit_accuracy": 1.0}]).to_csv(results / "mini.csv", index=False)  # fmt: skip  (a passkey table)
+    passkey = {"run": "m-rope-s0", "length": 32, "depth": 50, "keys": 1, "accuracy": 1.0, "digit_accuracy": 1.0}
+    pd.DataFrame([passkey]).to_csv(results / "mini.csv", index=False)  # a passkey table where perplexity goes
     with pytest.raises(RecipeError, match="mini.csv holds another task's table, not task 'perplexity'"):
         check_state(recipe, results)
 
