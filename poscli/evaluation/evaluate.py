@@ -430,9 +430,9 @@ def _reference_train(corpora: _Corpora, home: tuple, byte_runs: bool) -> np.ndar
 
 
 def reference_token_losses(corpora: _Corpora, home: tuple, eval_set: EvalSet, tokenizer) -> np.ndarray | None:
-    """The context-free 3-gram's loss of every target of a byte-level set, (S, span_length), fitted as
-    the table's 3-gram row is: the offset of ``effective_context`` for ``poscli inspect``. None on a
-    set in another tokenizer's tokens."""
+    """The context-free 3-gram's loss of every target of a byte-level set, (S, span_length): the
+    table's 3-gram row and its curve by position, and the offset of ``effective_context`` for
+    ``poscli inspect``. None on a set in another tokenizer's tokens."""
     train = _reference_train(corpora, home, True) if tokenizer.spec == "bytes" else None
     if train is None:
         return None
@@ -462,22 +462,21 @@ def _reference_rows(collected: _Rows, eval_sets: dict, plans: list[_Plan], homes
     bytes (``_byte_losses``)."""
     for key, eval_set in eval_sets.items():
         tokenizer = corpora.tokenizers[key.fingerprint]
-        train = _reference_train(corpora, homes[key], tokenizer.spec == "bytes")
-        if train is None:
-            continue  # a corpus prepared in other tokens: no bytes to fit the 3-gram on
-        ngram = NGram.fit(train)  # over bytes (a dense 256^3 table), whatever the runs' tokenizer
-        token_losses = None  # (S, span_length) on a byte-level set: its curve by position too
-        if tokenizer.spec == "bytes":
-            token_losses = np.stack([ngram.token_losses(span) for span in eval_set.spans])
+        byte_set = tokenizer.spec == "bytes"
+        # (S, span_length) on a byte-level set: its curve by position too
+        token_losses = reference_token_losses(corpora, homes[key], eval_set, tokenizer) if byte_set else None
+        train = None if byte_set else _reference_train(corpora, homes[key], False)
+        if token_losses is not None:
             span_loss, span_bytes = token_losses.sum(1), None
-        else:  # the same text in bytes: the nats of the bytes of tokens 1 .. of each span
-            span_loss, span_bytes = _byte_losses(ngram, tokenizer, eval_set)
+        elif train is not None:  # the same text in bytes: the nats of the bytes of tokens 1 .. of each span
+            span_loss, span_bytes = _byte_losses(NGram.fit(train), tokenizer, eval_set)
+        else:
+            continue  # a corpus prepared in other tokens: no bytes to fit the 3-gram on
         span_tokens = np.full(eval_set.num_spans, float(eval_set.span_length))
         # in another tokenizer: a row of its own (per that tokenizer's token), beside a byte set's on the same corpus
-        bytes_set = span_bytes is None
-        name = REFERENCE_RUN if bytes_set else f"{REFERENCE_RUN}-{key.fingerprint[:8]}"
+        name = REFERENCE_RUN if byte_set else f"{REFERENCE_RUN}-{key.fingerprint[:8]}"
         label = f"3-gram, no positions ({homes[key][0]} train split)"
-        if not bytes_set:
+        if not byte_set:
             short = tokenizer.spec.rstrip("/").rsplit("/", 1)[-1]  # an hf: model's folder or hub name, not its path
             label = f"3-gram over bytes, no positions ({homes[key][0]} train split), per {short} token"
         config = {"name": name, "model": {"pe": "reference", "train_length": 0}}

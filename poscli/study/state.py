@@ -103,11 +103,13 @@ def _check_evaluations(recipe: Recipe, tables: dict, results) -> None:
         if not table.exists():
             continue
         task = evaluation_tasks.get(step.options.get("task", EVAL_OPTIONS["task"]))
-        if not tables[step.name].empty and not task.owns(tables[step.name]):  # found before anything trains
-            raise RecipeError(
-                f"{table} holds another task's table, not task {task.name!r}'s; give the [[eval]] another table "
-                f"in {recipe.path} or move the file away"
-            )
+        evaluation_tasks.refuse_other_kind(  # found before anything trains
+            task,
+            tables[step.name],
+            table,
+            f"give the [[eval]] another table in {recipe.path} or move the file away",
+            RecipeError,
+        )
         written = table.stat().st_mtime
 
         def stale(name: str, written: float = written) -> bool:

@@ -229,18 +229,14 @@ def check_distinct_runs(run_names: list[str], results) -> None:
 
 
 def _check_table_kind(evaluation, results, table: str) -> None:
-    """A table holds one task's rows: another task's table is refused before any run is evaluated."""
+    """Another task's table is refused before any run is evaluated."""
+    from poscli.evaluation import tasks
     from poscli.evaluation.tables import read_table
     from poscli.model.runs import results_dir
 
     path = results_dir(results) / f"{table}.csv"
     if path.exists():
-        rows = read_table(path)
-        if not rows.empty and not evaluation.owns(rows):
-            raise PoscliError(
-                f"{path} holds another task's table, not --task {evaluation.name}'s; use another --table "
-                "or move it away"
-            )
+        tasks.refuse_other_kind(evaluation, read_table(path), path, "use another --table or move it away")
 
 
 def evaluate_runs(run_names: list[str], request: EvalRequest, console=None):

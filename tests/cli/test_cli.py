@@ -395,12 +395,12 @@ def test_one_tasks_rows_into_another_tasks_table_is_one_line_and_changes_nothing
     before = (results / "kinds.csv").read_bytes()
     done = poscli("eval", "alibi", "--task", "passkey", "--lengths", "128", "--trials", "1", "--depths", "50",
                   "--table", "kinds", "--results", str(results), "-q")  # fmt: skip
-    assert done.returncode == 2 and "kinds.csv holds another task's table, not --task passkey's" in done.stderr
+    assert done.returncode == 2 and "kinds.csv holds another task's table, not the passkey task's" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and (results / "kinds.csv").read_bytes() == before
     # inspect's rows once replaced the perplexity table's (its ppl columns dropped), then failed drawing
     done = poscli("inspect", "alibi", "--lengths", "64", "--max-tokens", "256", "--table", "kinds", "--results",
                   str(results), "-q")  # fmt: skip
-    assert done.returncode == 2 and "not --task inspect's" in done.stderr, done.stderr
+    assert done.returncode == 2 and "not the inspect task's" in done.stderr, done.stderr
     assert (results / "kinds.csv").read_bytes() == before
 
 

@@ -607,7 +607,7 @@ def test_a_recipes_table_held_by_another_task_is_refused_before_anything_trains(
     results.mkdir()
     passkey = {"run": "m-rope-s0", "length": 32, "depth": 50, "keys": 1, "accuracy": 1.0, "digit_accuracy": 1.0}
     pd.DataFrame([passkey]).to_csv(results / "mini.csv", index=False)  # a passkey table where perplexity goes
-    with pytest.raises(RecipeError, match="mini.csv holds another task's table, not task 'perplexity'"):
+    with pytest.raises(RecipeError, match="mini.csv holds another task's table, not the perplexity task's"):
         check_state(recipe, results)
 
 

@@ -36,6 +36,13 @@ def owner(data) -> object | None:
     return next((task for task in map(get, REGISTRY.builtin_names()) if task.owns(data)), None)
 
 
+def refuse_other_kind(task, rows, path: Path, remedy: str, error: type[PoscliError] = PoscliError) -> None:
+    """A table holds one task's rows: ``rows`` (read from ``path``) written by another task are refused
+    before anything is measured, with ``remedy`` (what to type instead)."""
+    if not rows.empty and not task.owns(rows):
+        raise error(f"{path} holds another task's table, not the {task.name} task's; {remedy}")
+
+
 def draw_plots(folder: Path, table: str) -> list[Path]:
     """Every plot of the results table ``table``, drawn from its CSV files in ``folder`` by the task
     that wrote it. Used after each evaluation and again by ``poscli report``."""
