@@ -602,13 +602,18 @@ def test_the_length_generalization_recipe_plans_the_studies_issues_32_and_33_nam
 
 
 def test_a_recipes_table_held_by_another_task_is_refused_before_anything_trains(tmp_path):
-    recipe = load_recipe(write(tmp_path, GOOD))
+    path = write(tmp_path, GOOD)
     results = tmp_path / "results"
     results.mkdir()
     passkey = {"run": "m-rope-s0", "length": 32, "depth": 50, "keys": 1, "accuracy": 1.0, "digit_accuracy": 1.0}
     pd.DataFrame([passkey]).to_csv(results / "mini.csv", index=False)  # a passkey table where perplexity goes
+    before = (results / "mini.csv").read_bytes()
     with pytest.raises(RecipeError, match="mini.csv holds another task's table, not the perplexity task's"):
-        check_state(recipe, results)
+        check_state(load_recipe(path), results)
+    done = poscli("run", str(path), "--results", str(results))  # the whole command: nothing trains or is written
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "holds another task's table" in done.stderr and "give the [[eval]] another table" in done.stderr
+    assert sorted(p.name for p in results.iterdir()) == ["mini.csv"] and (results / "mini.csv").read_bytes() == before
 
 
 def test_a_run_two_shipped_recipes_name_is_the_same_run_in_both_and_a_table_is_one_recipes():
