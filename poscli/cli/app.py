@@ -58,6 +58,21 @@ def root(
 # --------------------------------------------------------------------------- entry point
 
 
+# Typer checks a value's type with pydantic, whose words would reach the user as they are
+_PYDANTIC_WORDS = (
+    ("Value error, ", ""),
+    ("Input should be a valid integer, unable to parse string as an integer", "give a whole number, e.g. 100"),
+    ("Input should be a valid number, unable to parse string as a number", "give a number, e.g. 3e-4"),
+)
+
+
+def _plain_words(message: str) -> str:
+    """A usage error's message in poscli's words: "Invalid value for '--steps': give a whole number"."""
+    for said, meant in _PYDANTIC_WORDS:
+        message = message.replace(said, meant)
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; every known failure becomes one line on stderr and an exit code."""
     debug = os.environ.get("POSCLI_DEBUG") == "1"
@@ -84,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
         if type(error).__name__ == "NoArgsIsHelpError":  # `poscli plot`: its help, as --help shows it
             print(usage.ctx.get_help())
             sys.exit(0)
+        if isinstance(getattr(usage, "message", None), str):
+            usage.message = _plain_words(usage.message)
         usage.show()
         sys.exit(getattr(error, "exit_code", 2))
     except KeyboardInterrupt:
