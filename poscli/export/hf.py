@@ -310,7 +310,13 @@ def check_export(run: Path, folder: Path, seed: int = 0) -> dict:
         ) from None
     model, config = runs.load_model(run)
     layout = layout_of(model, config["name"])
-    hf_model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # a local folder: no "Loading weights" bar under poscli's lines
+    try:
+        hf_model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
     generator = torch.Generator().manual_seed(seed)
     worst, lengths = 0.0, check_lengths(model.config, layout)
     for length in lengths:

@@ -189,8 +189,11 @@ def test_cli_export_checks_and_generation_follows_poscli(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["export", "tiny-rope", str(tmp_path / "hf"), "--results", str(results)])
     assert done.value.code == 0
-    out = capsys.readouterr().out
+    printed = capsys.readouterr()
+    out = printed.out
     assert "wrote" in out and "GPTNeoXForCausalLM" in out and "max |logit difference|" in out
+    assert "Loading weights" not in printed.err  # transformers' bar, silenced for the check and then restored
+    assert transformers.utils.logging.is_progress_bar_enabled()
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["poscli"]["run"] == "tiny-rope"
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
     prompt = torch.tensor([list(b"def f(x):")])
