@@ -63,12 +63,14 @@ def by_size_markdown(rows: list[dict]) -> list[str]:
         'it the same way; it "changes with size" where two rungs decide it differently; otherwise the rungs that '
         "decide it are named. The ratios with their intervals against parameters: the figure TABLE-by-size.png.\n",
     ]
-    claims: dict[str, dict[str, str]] = {}
+    claims: dict[str, dict[str, list[str]]] = {}  # claim -> reading -> the lengths it reads so at
     for row in rows:
-        claims.setdefault(row["claim"], {})[row["length"]] = row["across_sizes"]
-    for claim, lengths in claims.items():
-        readings = "; ".join(f"{length}: {text}" for length, text in lengths.items())
-        lines.append(f"- by size **{claim}**: {readings}.")
+        lengths = claims.setdefault(row["claim"], {}).setdefault(row["across_sizes"], [])
+        if row["length"] not in lengths:
+            lengths.append(row["length"])
+    for claim, readings in claims.items():
+        said = "; ".join(f"{', '.join(map(str, lengths))}: {text}" for text, lengths in readings.items())
+        lines.append(f"- by size **{claim}**: {said}.")
     return lines
 
 

@@ -15,7 +15,7 @@ from poscli.config import ModelConfig
 from poscli.evaluation.stats import welch_contrast, welch_t
 from poscli.model.gpt import GPT
 from poscli.study import ladder
-from poscli.study.by_size import across_sizes
+from poscli.study.by_size import across_sizes, by_size_markdown
 from poscli.study.claim_values import values_of
 from poscli.study.claims import Claim, decide
 from poscli.study.plan import RecipeError
@@ -246,6 +246,19 @@ def test_an_interaction_of_four_groups_reduces_to_welch_when_two_of_them_are_con
 )
 def test_a_claim_is_said_to_hold_across_sizes_only_where_every_rung_decides_it_alike(words, reading):
     assert across_sizes(words).startswith(reading)
+
+
+def test_verdict_by_size_names_the_lengths_that_read_alike_once():
+    def row(claim: str, length: str, reading: str, size: str) -> dict:
+        return {"claim": claim, "length": length, "across_sizes": reading, "size": size}
+
+    rows = [row("c", length, reading, size) for length, reading in
+            (("4x", "holds across sizes"), ("16x", "changes with size (holds at s, fails at m)"),
+             ("64x", "holds across sizes")) for size in "sm"]  # fmt: skip
+    rows += [row("d", length, "holds at s only (not tested at m)", "s") for length in ("4x", "16x")]
+    lines = by_size_markdown(rows)
+    assert "- by size **c**: 4x, 64x: holds across sizes; 16x: changes with size (holds at s, fails at m)." in lines
+    assert "- by size **d**: 4x, 16x: holds at s only (not tested at m)." in lines
 
 
 def sized(compare: str, against: str, sizes=(), direction="less") -> Claim:
