@@ -1,4 +1,5 @@
-"""Small file helpers: every file poscli writes goes through a temporary file and a rename."""
+"""Small file helpers: every file poscli writes goes through a temporary file and a rename; locks
+for a table's read-merge-write (``locked``) and for a run being trained (``held_alone``)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,55 @@ def _sync_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
+def _lock_file(path: Path) -> Path:
+    return path.parent / ".locks" / f"{path.name}.lock"
+
+
+@contextlib.contextmanager
+def held_alone(path: str | os.PathLike, busy: str):
+    """Hold ``path``'s lock (``.locks/NAME.lock`` beside it) while the block runs, or raise
+    PoscliError(``busy``) at once where another process holds it: a run trained by two processes at
+    once would have each write its checkpoint over the other's. The operating system lets the lock
+    go when its process ends, however it ends."""
+    from filelock import FileLock, Timeout
+
+    from poscli.errors import PoscliError
+
+    path = Path(path)
+    lock = FileLock(_lock_file(path))
+    try:
+        _lock_file(path).parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise PoscliError(busy) from None
+    except OSError as error:  # no lock where nothing may be written: said as the run folder would say it
+        raise PoscliError(
+            f"cannot create {_lock_file(path).parent}: {error.strerror}; check that the results folder is writable"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def is_held(path: str | os.PathLike) -> bool:
+    """Whether a process holds ``path``'s lock (``held_alone``) now; writes nothing where none ever did."""
+    from filelock import FileLock, Timeout
+
+    lock_file = _lock_file(Path(path))
+    if not lock_file.exists():
+        return False
+    lock = FileLock(lock_file)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    except OSError:  # a folder this user may read but not lock: its state is unknown, not "held"
+        return False
+    lock.release()
+    return False
+
+
 @contextlib.contextmanager
 def locked(path: str | os.PathLike):
     """Hold an exclusive lock for a read-merge-write of ``path``, so several ``poscli eval`` processes
@@ -58,8 +108,8 @@ def locked(path: str | os.PathLike):
     from filelock import FileLock
 
     path = Path(path)
-    (path.parent / ".locks").mkdir(parents=True, exist_ok=True)
-    with FileLock(path.parent / ".locks" / f"{path.name}.lock"):
+    _lock_file(path).parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(_lock_file(path)):
         yield
 
 

@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from poscli.core.io import atomic_write, read_json, write_json
+from poscli.core.io import atomic_write, held_alone, is_held, read_json, write_json
 from poscli.errors import PoscliError
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -43,7 +43,8 @@ def existing_runs(results: str | os.PathLike | None = None) -> list[str]:
 
 
 def run_lines(results: str | os.PathLike | None = None) -> list[str]:
-    """``poscli runs``: one tab-separated line per run (name, encoding, status, steps, held-out ppl)."""
+    """``poscli runs``: one tab-separated line per run (name, encoding, status, steps, held-out ppl). A
+    run whose config says running but which no process trains now reads "stopped"."""
     names = existing_runs(results)
     if not names:
         return [f"no runs in {runs_dir(results)}; train one with: poscli train --pe rope"]
@@ -55,9 +56,10 @@ def run_lines(results: str | os.PathLike | None = None) -> list[str]:
             continue
         held = config.get("heldout") or {}
         ppl = f"ppl {held['ppl']:.3f} @ {held['length']}" if held else ""
-        lines.append(
-            f"{name}\t{config['model']['pe']}\t{config.get('status', '?')}\t{config.get('steps_done', 0)} steps\t{ppl}"
-        )
+        status = config.get("status", "?")
+        if status == "running" and not in_training(runs_dir(results) / name):
+            status = "stopped"  # its process ended without a word (killed): resume it from its last checkpoint
+        lines.append(f"{name}\t{config['model']['pe']}\t{status}\t{config.get('steps_done', 0)} steps\t{ppl}")
     return lines
 
 
@@ -113,6 +115,21 @@ def check_free(name: str, results: str | os.PathLike | None = None, resume: str 
             f"a run named {name!r} already exists in {runs_dir(results)}; {on}start it over with --replace, or choose "
             "another --name"
         )
+
+
+def training_alone(run: Path):
+    """Hold run folder ``run`` for as long as a process trains it (a context manager): a second
+    process that would train, resume or replace it meanwhile is refused in one line."""
+    return held_alone(
+        run,
+        f"run {run.name!r} is being trained by another process now; wait for it to end (poscli runs shows it as "
+        "training), or give another --name",
+    )
+
+
+def in_training(run: Path) -> bool:
+    """Whether a process is training run folder ``run`` now (``training_alone``)."""
+    return is_held(run)
 
 
 def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Path:

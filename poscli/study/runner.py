@@ -165,7 +165,11 @@ def _print_status(recipe: Recipe, results, console) -> None:
 
     named = [(f"select-{s.name}", s) for s in recipe.select] + [(f"{s.kind}-{s.name}", s) for s in recipe.steps]
     log_dir = runs.results_dir(results) / "logs"
-    for name, state, detail in step_states(named, log_dir):
+
+    def training(step: Step) -> bool:
+        return step.kind in ("train", "extend") and runs.in_training(runs.runs_dir(results) / step.name)
+
+    for name, state, detail in step_states(named, log_dir, training):
         console.print(f"  {state:11} {name}  {detail}", highlight=False, markup=False)
     if carry_on := queued_carry_on(log_dir):
         job, state = carry_on

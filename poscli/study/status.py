@@ -3,8 +3,9 @@
 A step is *done* when the results folder holds it (as ``--dry-run`` reads it); otherwise the job it
 was last submitted as (``RESULTS/logs/jobs.jsonl``, written by ``poscli.study.cluster``) is looked up in
 Slurm's queue (``squeue``): *pending* or *running*; a step whose job has left the queue without
-finishing is *failed* with its log's last line, or *interrupted* where its run can resume; the rest
-are *to do*."""
+finishing is *failed* with its log's last line, or *interrupted* where its run can resume; a step
+whose run a process trains now (``poscli.model.runs.in_training``: a study run here) is *running*;
+the rest are *to do*."""
 
 from __future__ import annotations
 
@@ -61,8 +62,10 @@ def last_line(log: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def step_states(named: list[tuple[str, Step]], log_dir: Path) -> list[tuple[str, str, str]]:
-    """(step, state, detail) for each (log name, Step) of ``named``, its status read from the results folder."""
+def step_states(named: list[tuple[str, Step]], log_dir: Path, training=None) -> list[tuple[str, str, str]]:
+    """(step, state, detail) for each (log name, Step) of ``named``, its status read from the results
+    folder; ``training(step)``: whether a process trains its run now (a study run here)."""
+    training = training or (lambda step: False)
     jobs = submitted_jobs(log_dir)
     queued = queue_states(sorted({jobs[name] for name, _ in named if name in jobs})) or {}
     rows = []
@@ -73,6 +76,8 @@ def step_states(named: list[tuple[str, Step]], log_dir: Path) -> list[tuple[str,
             rows.append((name, "done", detail))
         elif job is not None and job in queued:
             rows.append((name, queued[job].lower(), f"job {job}"))
+        elif training(step):
+            rows.append((name, "running", "being trained now by a process on this results folder"))
         elif status == "resume":
             rows.append((name, "interrupted", "resumes from its checkpoint when the recipe runs again"))
         elif log.exists() and last_line(log):

@@ -198,35 +198,38 @@ def train(
     generator = torch.Generator().manual_seed(train_config.seed)
     optimizer = make_optimizer(model, train_config)
 
-    run = _create_run_folder(name, results, replace) if group.is_main else None
-    config = {
-        "name": run.name if run else name,
-        "label": None,
-        "status": "running",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "model": model_config.to_dict(),
-        "train": train_config.to_dict(),
-        "data": corpus.summary(),
-        "parameters": model.num_parameters(),
-        "environment": {**environment(device, train_config.dtype), "processes": group.world_size},
-        "parent": None,
-        **(lineage or {}),
-    }
-    show_progress = show_progress and group.is_main
-    loop = (run, config, model, optimizer, generator, corpus, device, console, show_progress)
-    if not group.is_main:
-        return train_loop(*loop, group=group, tokenizer=tokenizer)
+    # one process trains a run at a time: another that would replace it now, or train it too, is refused
+    holding = runs.training_alone(runs.runs_dir(results) / name) if group.is_main else contextlib.nullcontext()
+    with holding:
+        run = _create_run_folder(name, results, replace) if group.is_main else None
+        config = {
+            "name": run.name if run else name,
+            "label": None,
+            "status": "running",
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "model": model_config.to_dict(),
+            "train": train_config.to_dict(),
+            "data": corpus.summary(),
+            "parameters": model.num_parameters(),
+            "environment": {**environment(device, train_config.dtype), "processes": group.world_size},
+            "parent": None,
+            **(lineage or {}),
+        }
+        show_progress = show_progress and group.is_main
+        loop = (run, config, model, optimizer, generator, corpus, device, console, show_progress)
+        if not group.is_main:
+            return train_loop(*loop, group=group, tokenizer=tokenizer)
 
-    estimate = training_memory(
-        model, model_config.train_length, train_config.batch_size, train_config.accumulate, device,
-        train_config.dtype, group.world_size,
-    )  # fmt: skip
-    config["memory_estimate_gib"] = round(estimate.total / 2**30, 3)
-    tokenizer.save(run)
-    runs.write_config(run, config)
-    runs.save_checkpoint(run, model, optimizer, generator, step=0, elapsed=0.0)
-    _announce(console, run, config, model, device, group, estimate)
-    return train_loop(*loop, group=group, tokenizer=tokenizer)
+        estimate = training_memory(
+            model, model_config.train_length, train_config.batch_size, train_config.accumulate, device,
+            train_config.dtype, group.world_size,
+        )  # fmt: skip
+        config["memory_estimate_gib"] = round(estimate.total / 2**30, 3)
+        tokenizer.save(run)
+        runs.write_config(run, config)
+        runs.save_checkpoint(run, model, optimizer, generator, step=0, elapsed=0.0)
+        _announce(console, run, config, model, device, group, estimate)
+        return train_loop(*loop, group=group, tokenizer=tokenizer)
 
 
 def _data_and_configs(model_config: ModelConfig, train_config: TrainConfig, parent: Path | None):

@@ -3,7 +3,8 @@ import stat
 
 import pytest
 
-from poscli.core.io import atomic_write
+from poscli.core.io import atomic_write, held_alone, is_held
+from poscli.errors import PoscliError
 
 
 def test_atomic_write_replaces_the_file_only_on_success(tmp_path):
@@ -48,3 +49,16 @@ def test_a_config_key_this_poscli_does_not_know_is_named_on_stderr_not_dropped_i
     config = ModelConfig.from_dict({"pe": "rope", "n_layer": 2, "attention_temperature_v9": 1.5})
     assert config.pe == "rope" and config.n_layer == 2
     assert "ModelConfig keys this poscli does not know (attention_temperature_v9)" in capsys.readouterr().err
+
+
+def test_a_held_path_refuses_a_second_holder_at_once_and_is_free_again_after(tmp_path):
+    run = tmp_path / "runs" / "r"
+    assert not is_held(run) and not (tmp_path / "runs").exists()  # asking writes nothing
+    with held_alone(run, "r is busy"):
+        assert is_held(run)
+        with pytest.raises(PoscliError, match="r is busy"), held_alone(run, "r is busy"):
+            pass  # never reached: a second holder (another open file, as another process's) is refused
+        assert is_held(run)  # the refusal let nothing go
+    assert not is_held(run)
+    with held_alone(run, "r is busy"):  # free again
+        assert is_held(run)

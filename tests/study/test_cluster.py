@@ -110,6 +110,15 @@ def test_status_reads_each_steps_state_from_the_results_folder_and_its_log(tmp_p
     rows = step_states(named, logs)
     assert [state for _, state, _ in rows] == ["done", "failed", "interrupted", "to do"]
     assert rows[1][2] == "RuntimeError: CUDA out of memory"
+    # a run a process trains now (a study run here) is running, not "interrupted"
+    from poscli.model import runs
+
+    def training(step) -> bool:
+        return runs.in_training(tmp_path / "runs" / step.name)
+
+    with runs.training_alone(tmp_path / "runs" / "c"):
+        assert [state for _, state, _ in step_states(named, logs, training)][2] == "running"
+    assert [state for _, state, _ in step_states(named, logs, training)][2] == "interrupted"
 
 
 ARRAYS = """name = "arrays"

@@ -136,6 +136,32 @@ def test_the_same_seed_gives_the_same_loss_curve_and_the_run_records_its_environ
 
 
 @pytest.mark.slow
+def test_a_run_being_trained_is_not_resumed_or_replaced_by_another_process(corpus_and_reference):
+    """Two processes on one run would each write its checkpoint over the other's: while one trains
+    it (this test holds its lock, as train() does), resuming or replacing it is refused in one line,
+    and `poscli runs` reads it as running; a run whose process was killed reads stopped."""
+    from poscli.model import runs
+
+    corpus, results = corpus_and_reference
+    folder = results / "runs" / "reference"
+    before = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "status": "running"}))  # as a killed run leaves it
+    try:
+        assert "reference\trope\tstopped\t" in poscli("runs", "--results", str(results)).stdout
+        with runs.training_alone(folder):
+            assert "reference\trope\trunning\t" in poscli("runs", "--results", str(results)).stdout
+            for args in (["--resume", "reference"], ["--pe", "rope", "--data", str(corpus), "--name", "reference",
+                                                     "--replace", *RUN]):  # fmt: skip
+                done = poscli("train", *args, "--results", str(results))
+                assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+                assert "run 'reference' is being trained by another process now" in done.stderr
+    finally:
+        (folder / "config.json").write_bytes(before["config.json"])
+    assert {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()} == before
+
+
+@pytest.mark.slow
 def test_resuming_with_a_different_config_names_the_differing_fields(corpus_and_reference):
     corpus, results = corpus_and_reference
     process = start(corpus, results, "changed")
