@@ -132,6 +132,13 @@ def in_training(run: Path) -> bool:
     return is_held(run)
 
 
+def training_progress(run: Path) -> str:
+    """Where a run in training is: "step 2960 of 7491" (its last logged step), from its files."""
+    steps = (listed_config(run)[0] or {}).get("train", {}).get("steps")
+    logged = [record["step"] for record in read_metrics(run) if "step" in record and "loss" in record]
+    return f"step {logged[-1] if logged else 0} of {steps if steps is not None else '?'}"
+
+
 def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Path:
     """The folder of a run given by name (under RESULTS/runs) or by path; NAME@STEP is the
     snapshot of run NAME after STEP steps (``poscli train --snapshots``)."""

@@ -166,8 +166,9 @@ def _print_status(recipe: Recipe, results, console) -> None:
     named = [(f"select-{s.name}", s) for s in recipe.select] + [(f"{s.kind}-{s.name}", s) for s in recipe.steps]
     log_dir = runs.results_dir(results) / "logs"
 
-    def training(step: Step) -> bool:
-        return step.kind in ("train", "extend") and runs.in_training(runs.runs_dir(results) / step.name)
+    def training(step: Step) -> str | None:  # where its run is, if a process trains it now
+        folder = runs.runs_dir(results) / step.name
+        return runs.training_progress(folder) if step.kind != "eval" and runs.in_training(folder) else None
 
     for name, state, detail in step_states(named, log_dir, training):
         console.print(f"  {state:11} {name}  {detail}", highlight=False, markup=False)

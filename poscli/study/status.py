@@ -64,8 +64,9 @@ def last_line(log: Path) -> str:
 
 def step_states(named: list[tuple[str, Step]], log_dir: Path, training=None) -> list[tuple[str, str, str]]:
     """(step, state, detail) for each (log name, Step) of ``named``, its status read from the results
-    folder; ``training(step)``: whether a process trains its run now (a study run here)."""
-    training = training or (lambda step: False)
+    folder; ``training(step)``: where its run is ("step 2960 of 7491") if a process trains it now (a
+    study run here), else None."""
+    training = training or (lambda step: None)
     jobs = submitted_jobs(log_dir)
     queued = queue_states(sorted({jobs[name] for name, _ in named if name in jobs})) or {}
     rows = []
@@ -76,8 +77,8 @@ def step_states(named: list[tuple[str, Step]], log_dir: Path, training=None) -> 
             rows.append((name, "done", detail))
         elif job is not None and job in queued:
             rows.append((name, queued[job].lower(), f"job {job}"))
-        elif training(step):
-            rows.append((name, "running", "being trained now by a process on this results folder"))
+        elif (progress := training(step)) is not None:
+            rows.append((name, "running", f"being trained now: {progress}"))
         elif status == "resume":
             rows.append((name, "interrupted", "resumes from its checkpoint when the recipe runs again"))
         elif log.exists() and last_line(log):

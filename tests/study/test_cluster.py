@@ -2,6 +2,8 @@
 (flag, recipe, environment, default), checked in one line before anything is submitted, and written
 by submitit's own sbatch writer as the #SBATCH lines a cluster user would type."""
 
+import json
+
 import pytest
 
 from poscli.errors import PoscliError
@@ -113,11 +115,18 @@ def test_status_reads_each_steps_state_from_the_results_folder_and_its_log(tmp_p
     # a run a process trains now (a study run here) is running, not "interrupted"
     from poscli.model import runs
 
-    def training(step) -> bool:
-        return runs.in_training(tmp_path / "runs" / step.name)
+    def training(step) -> str | None:
+        folder = tmp_path / "runs" / step.name
+        return runs.training_progress(folder) if runs.in_training(folder) else None
 
-    with runs.training_alone(tmp_path / "runs" / "c"):
-        assert [state for _, state, _ in step_states(named, logs, training)][2] == "running"
+    run = tmp_path / "runs" / "c"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"name": "c", "model": {"pe": "rope"}, "train": {"steps": 90}}))
+    (run / "metrics.jsonl").write_text(
+        '{"step": 10, "loss": 3.1}\n{"step": 20, "loss": 2.9}\n{"step": 20, "heldout_loss": 3}\n'
+    )
+    with runs.training_alone(run):
+        assert step_states(named, logs, training)[2][1:] == ("running", "being trained now: step 20 of 90")
     assert [state for _, state, _ in step_states(named, logs, training)][2] == "interrupted"
 
 
