@@ -68,7 +68,7 @@ def held_alone(path: str | os.PathLike, busy: str):
     lock = FileLock(_lock_file(path))
     try:
         _lock_file(path).parent.mkdir(parents=True, exist_ok=True)
-        lock.acquire(timeout=0)
+        lock.acquire(timeout=1.0)  # a second, not none: ``is_held`` takes the lock for an instant to ask
     except Timeout:
         raise PoscliError(busy) from None
     except OSError as error:  # no lock where nothing may be written: said as the run folder would say it

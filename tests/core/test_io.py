@@ -62,3 +62,27 @@ def test_a_held_path_refuses_a_second_holder_at_once_and_is_free_again_after(tmp
     assert not is_held(run)
     with held_alone(run, "r is busy"):  # free again
         assert is_held(run)
+
+
+def test_a_moment_of_asking_whether_a_run_is_held_does_not_refuse_its_trainer(tmp_path):
+    """``is_held`` takes the lock for an instant: a trainer starting then waits that instant out."""
+    import threading
+
+    from filelock import FileLock
+
+    run = tmp_path / "r"
+    with held_alone(run, "busy"):
+        pass  # the lock file exists now, as after any run
+    asking, done = threading.Event(), threading.Event()
+
+    def ask() -> None:  # another process asking, held a little longer than is_held holds it
+        with FileLock(tmp_path / ".locks" / "r.lock"):
+            asking.set()
+            done.wait(0.3)
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    asking.wait(5)
+    with held_alone(run, "busy"):
+        assert is_held(run)
+    thread.join()
