@@ -57,7 +57,7 @@ def _lock_file(path: Path) -> Path:
 @contextlib.contextmanager
 def held_alone(path: str | os.PathLike, busy: str):
     """Hold ``path``'s lock (``.locks/NAME.lock`` beside it) while the block runs, or raise
-    PoscliError(``busy``) at once where another process holds it: a run trained by two processes at
+    PoscliError(``busy``) where another process holds it a second on: a run trained by two processes at
     once would have each write its checkpoint over the other's. The operating system lets the lock
     go when its process ends, however it ends."""
     from filelock import FileLock, Timeout

@@ -123,7 +123,7 @@ def training_alone(run: Path):
     return held_alone(
         run,
         f"run {run.name!r} is being trained by another process now; wait for it to end (poscli runs shows it as "
-        "training), or give another --name",
+        "running), or give another --name",
     )
 
 
