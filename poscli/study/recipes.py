@@ -91,15 +91,23 @@ def _render(template: str, values: dict, where: str, group: bool = False) -> str
     return name
 
 
+def _recipes_at_hand() -> str:
+    """Where the user can find a recipe: ./recipes, else the built-in ones beside the package
+    (an editable install from poscli's checkout), else how to write one."""
+    for folder in (Path("recipes"), Path(__file__).resolve().parents[2] / "recipes"):
+        names = sorted(p.name for p in folder.glob("*.toml"))
+        if names:
+            example = "train-short-test-long.toml" if "train-short-test-long.toml" in names else names[0]
+            return f"the recipes in {folder}/ are {', '.join(names)}; e.g. poscli run {folder / example}"
+    return "no recipes/ folder here; write one as the Recipes section of docs/guide.md shows"
+
+
 def load_recipe(path: str | Path, sizes: str | None = None) -> Recipe:
     """Parse and check a recipe; every error names the key and its line. ``sizes``: the [sizes]
     set its rungs come from (``poscli run --sizes``; the first by default)."""
     path = Path(path)
     if not path.is_file():
-        raise RecipeError(
-            f"no recipe at {path}; recipes in this checkout: "
-            f"{', '.join(sorted(p.name for p in Path('recipes').glob('*.toml'))) or 'none'}"
-        )
+        raise RecipeError(f"no recipe at {path}; {_recipes_at_hand()}")
     text = path.read_text(encoding="utf-8")
     try:
         data = tomllib.loads(text)

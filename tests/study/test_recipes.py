@@ -151,6 +151,19 @@ def test_a_malformed_recipe_through_the_cli_is_exit_2_one_line_and_writes_nothin
     assert missing.returncode == 2 and "no recipe at recipes/nope.toml" in missing.stderr
 
 
+def test_a_missing_recipe_names_the_recipes_the_user_can_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no recipes/ here: the built-in ones beside the package are named
+    with pytest.raises(RecipeError) as away:
+        load_recipe("nosuch.toml")
+    example = REPO / "recipes" / "train-short-test-long.toml"
+    assert f"e.g. poscli run {example}" in str(away.value) and example.is_file()
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "mine.toml").write_text(GOOD)
+    with pytest.raises(RecipeError) as here:
+        load_recipe("nosuch.toml")
+    assert str(here.value).endswith("the recipes in recipes/ are mine.toml; e.g. poscli run recipes/mine.toml")
+
+
 TINY = """
 name = "tiny"
 
