@@ -16,18 +16,40 @@ DECIDED = ("holds", "the opposite holds", "fails")  # a test's words that decide
 
 
 def across_sizes(words: dict[str, str]) -> str:
-    """One claim at one length over the rungs (rung -> word, smallest first): "holds across sizes"
-    (or another decision) only where every rung decides it the same way; "changes with size" where
-    two rungs decide it differently; else which rungs decide it."""
+    """One claim at one length over the rungs (rung -> word, smallest first; a word may end in
+    ": why", as "not tested: too few learned seeds"): "holds across sizes" (or another decision)
+    only where every rung decides it the same way; "changes with size" where two rungs decide it
+    differently; else which rungs decide it."""
     decided = {rung: word for rung, word in words.items() if word in DECIDED}
     if len(set(decided.values())) > 1:
-        return "changes with size (" + ", ".join(f"{word} at {rung}" for rung, word in words.items()) + ")"
+        return f"changes with size ({_at(words)})"
     if decided and len(decided) == len(words):
         return f"{next(iter(decided.values()))} across sizes"
     if decided:
-        rest = ", ".join(f"{word} at {rung}" for rung, word in words.items() if rung not in decided)
+        rest = _at({rung: word for rung, word in words.items() if rung not in decided})
         return f"{next(iter(decided.values()))} at {', '.join(decided)} only ({rest})"
-    return "decided at no size (" + ", ".join(f"{word} at {rung}" for rung, word in words.items()) + ")"
+    return f"decided at no size ({_at(words)})"
+
+
+def _at(words: dict[str, str]) -> str:
+    """The rungs named once per word: "not separated at m; not tested at l: too few learned seeds"."""
+    rungs: dict[str, list[str]] = {}
+    for rung, word in words.items():
+        rungs.setdefault(word, []).append(rung)
+    parts = []
+    for word, named in rungs.items():
+        head, _, why = word.partition(": ")
+        parts.append(f"{head} at {', '.join(named)}" + (f": {why}" if why else ""))
+    return "; ".join(parts)
+
+
+def _word(verdict: Verdict, test) -> str:
+    """The test's word, with why where it was not tested (a rung's runs that did not learn or are
+    not in yet leave too few learned seeds)."""
+    word = verdict.word(test)
+    if word != "not tested":
+        return word
+    return f"{word}: {'too few learned seeds' if 'learned seeds' in test.note else test.note}"
 
 
 def by_size(verdicts: list[Verdict]) -> list[dict]:
@@ -40,7 +62,7 @@ def by_size(verdicts: list[Verdict]) -> list[dict]:
             families.setdefault(verdict.claim.name, []).append(verdict)
     for name, family in families.items():
         for index, length in enumerate(family[0].claim.lengths):
-            words = {v.claim.size: v.word(v.tests[index]) for v in family}
+            words = {v.claim.size: _word(v, v.tests[index]) for v in family}
             reading = across_sizes(words)
             for verdict in family:
                 test = verdict.tests[index]

@@ -242,10 +242,41 @@ def test_an_interaction_of_four_groups_reduces_to_welch_when_two_of_them_are_con
         ({"s": "holds", "m": "the opposite holds", "l": "holds"}, "changes with size"),
         ({"s": "holds", "m": "not separated", "l": "holds"}, "holds at s, l only (not separated at m)"),
         ({"s": "not tested", "m": "not separated"}, "decided at no size"),
+        (
+            {"s": "not tested: too few learned seeds", "m": "holds", "l": "not tested: too few learned seeds"},
+            "holds at m only (not tested at s, l: too few learned seeds)",
+        ),
+        (
+            {"s": "the opposite holds", "m": "not separated", "l": "not tested: too few learned seeds"},
+            "the opposite holds at s only (not separated at m; not tested at l: too few learned seeds)",
+        ),
+        ({"s": "holds", "m": "fails", "l": "fails"}, "changes with size (holds at s; fails at m, l)"),
     ],
 )
 def test_a_claim_is_said_to_hold_across_sizes_only_where_every_rung_decides_it_alike(words, reading):
     assert across_sizes(words).startswith(reading)
+
+
+def test_verdict_by_size_says_why_a_rung_was_not_tested():
+    from poscli.study.by_size import by_size
+    from poscli.study.claims import Claim, Test, Verdict
+
+    claim = Claim("c", "says", "source", "t", "a-{size}-s*", "NULL", ("4x",), "less")
+    decided = Test("4x", True, (3, 3), 0.8, 0.7, 0.9, 1e-4, adjusted=1e-4)
+    too_few = Test("4x", True, (0, 0), *[math.nan] * 4, note="0 learned seeds paired, 3 needed")
+    unscored = Test("4x", True, (0, 0), *[math.nan] * 4, note="not scored on the same spans at this length")
+    verdicts = [Verdict(claim.at(rung), "perplexity", [test]) for rung, test in
+                (("s", too_few), ("m", decided), ("l", unscored))]  # fmt: skip
+    rows = by_size(verdicts)
+    assert [row["word"] for row in rows] == [
+        "not tested: too few learned seeds",
+        "holds",
+        "not tested: not scored on the same spans at this length",
+    ]
+    assert rows[0]["across_sizes"] == (
+        "holds at m only (not tested at s: too few learned seeds; "
+        "not tested at l: not scored on the same spans at this length)"
+    )
 
 
 def test_verdict_by_size_names_the_lengths_that_read_alike_once():
