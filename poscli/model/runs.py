@@ -133,10 +133,29 @@ def in_training(run: Path) -> bool:
 
 
 def training_progress(run: Path) -> str:
-    """Where a run in training is: "step 2960 of 7491" (its last logged step), from its files."""
-    steps = (listed_config(run)[0] or {}).get("train", {}).get("steps")
-    logged = [record["step"] for record in read_metrics(run) if "step" in record and "loss" in record]
-    return f"step {logged[-1] if logged else 0} of {steps if steps is not None else '?'}"
+    """Where a run in training is: "step 2960 of 7491, about 31 min left" (its last logged step, and
+    the time its last ten logged speeds give the steps left; held-out curve points not counted)."""
+    config = listed_config(run)[0] or {}
+    steps = config.get("train", {}).get("steps")
+    logged = [record for record in read_metrics(run) if "step" in record and "loss" in record]
+    step = logged[-1]["step"] if logged else 0
+    said = f"step {step} of {steps if steps is not None else '?'}"
+    speeds = sorted(record["tokens_per_s"] for record in logged[-10:] if record.get("tokens_per_s"))
+    train = config.get("train", {})
+    tokens_per_step = (
+        train.get("batch_size", 0) * train.get("accumulate", 1) * config.get("model", {}).get("train_length", 0)
+    )
+    if not speeds or not tokens_per_step or steps is None:
+        return said
+    seconds = (steps - step) * tokens_per_step / speeds[len(speeds) // 2]  # the median speed
+    return f"{said}, about {_duration(seconds)} left"
+
+
+def _duration(seconds: float) -> str:
+    """45 s, 31 min, 2.4 h."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def find_run(name_or_path: str, results: str | os.PathLike | None = None) -> Path:

@@ -121,12 +121,15 @@ def test_status_reads_each_steps_state_from_the_results_folder_and_its_log(tmp_p
 
     run = tmp_path / "runs" / "c"
     run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"name": "c", "model": {"pe": "rope"}, "train": {"steps": 90}}))
-    (run / "metrics.jsonl").write_text(
-        '{"step": 10, "loss": 3.1}\n{"step": 20, "loss": 2.9}\n{"step": 20, "heldout_loss": 3}\n'
+    model, train = {"pe": "rope", "train_length": 32}, {"steps": 90, "batch_size": 4}
+    (run / "config.json").write_text(json.dumps({"name": "c", "model": model, "train": train}))
+    (run / "metrics.jsonl").write_text(  # 128 tokens a step at the median speed, 32 tokens/s: 4 s a step
+        '{"step": 10, "loss": 3.1, "tokens_per_s": 30}\n{"step": 20, "loss": 2.9, "tokens_per_s": 32}\n'
+        '{"step": 20, "heldout_loss": 3}\n{"step": 30, "loss": 2.8, "tokens_per_s": 900}\n'
     )
     with runs.training_alone(run):
-        assert step_states(named, logs, training)[2][1:] == ("running", "being trained now: step 20 of 90")
+        said = step_states(named, logs, training)[2][1:]
+        assert said == ("running", "being trained now: step 30 of 90, about 4 min left")  # 60 steps x 4 s
     assert [state for _, state, _ in step_states(named, logs, training)][2] == "interrupted"
 
 
