@@ -3,6 +3,7 @@ runs), ``slurmctld`` and ``slurmd`` with a configuration for this host in a temp
 stops what it started. ``.ci/run`` installs the packages, so CI runs these tests; elsewhere they are
 skipped with a one-line reason, except where ``CI`` is set, where a missing Slurm is a failure."""
 
+import contextlib
 import json
 import os
 import re
@@ -93,19 +94,22 @@ def slurm(tmp_path_factory):
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         shutil.chown("/run/munge", "munge", "munge")
         subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"], check=True, env=env)
-    for daemon in ("slurmctld", "slurmd"):
-        subprocess.run([daemon, "-f", str(conf)], check=True, env=env)
-    deadline = time.monotonic() + 60
-    while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env).stdout:
-        assert time.monotonic() < deadline, (folder / "slurmctld.log").read_text()[-2000:]
-        time.sleep(0.5)
-    yield env
-    subprocess.run(["scancel", "--user", "root"], env=env)
-    for pid_file in ("slurmd.pid", "slurmctld.pid"):
-        if (folder / pid_file).exists():
-            os.kill(int((folder / pid_file).read_text()), signal.SIGTERM)
-    if started_munge:
-        subprocess.run(["pkill", "-x", "munged"])
+    try:  # stopped however the tests end, a start that never became idle too: no daemon outlives them
+        for daemon in ("slurmctld", "slurmd"):
+            subprocess.run([daemon, "-f", str(conf)], check=True, env=env)
+        deadline = time.monotonic() + 60
+        while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env).stdout:
+            assert time.monotonic() < deadline, (folder / "slurmctld.log").read_text()[-2000:]
+            time.sleep(0.5)
+        yield env
+    finally:
+        subprocess.run(["scancel", "--user", "root"], env=env)
+        for pid_file in ("slurmd.pid", "slurmctld.pid"):
+            if (folder / pid_file).exists():
+                with contextlib.suppress(ProcessLookupError):  # a daemon that ended on its own
+                    os.kill(int((folder / pid_file).read_text()), signal.SIGTERM)
+        if started_munge:
+            subprocess.run(["pkill", "-x", "munged"])
 
 
 @pytest.mark.slow
