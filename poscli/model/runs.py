@@ -135,20 +135,21 @@ def in_training(run: Path) -> bool:
 def training_progress(run: Path) -> str:
     """Where a run in training is: "step 2960 of 7491, about 31 min left" (its last logged step, and
     the time its last ten logged speeds give the steps left; held-out curve points not counted)."""
-    config = listed_config(run)[0] or {}
-    steps = config.get("train", {}).get("steps")
+    config = listed_config(run)[0]
+    steps = (config or {}).get("train", {}).get("steps")
     logged = [record for record in read_metrics(run) if "step" in record and "loss" in record]
     step = logged[-1]["step"] if logged else 0
     said = f"step {step} of {steps if steps is not None else '?'}"
     speeds = sorted(record["tokens_per_s"] for record in logged[-10:] if record.get("tokens_per_s"))
-    train = config.get("train", {})
-    tokens_per_step = (
-        train.get("batch_size", 0) * train.get("accumulate", 1) * config.get("model", {}).get("train_length", 0)
-    )
-    if not speeds or not tokens_per_step or steps is None:
+    if not config or not speeds or steps is None:
         return said
-    seconds = (steps - step) * tokens_per_step / speeds[len(speeds) // 2]  # the median speed
+    seconds = (steps - step) * tokens_per_step(config) / speeds[len(speeds) // 2]  # the median speed
     return f"{said}, about {_duration(seconds)} left"
+
+
+def tokens_per_step(config: dict) -> int:
+    """The tokens a run's optimizer step trains on: its global batch (whatever --accumulate) x train length."""
+    return int(config["train"]["batch_size"]) * int(config["model"]["train_length"])
 
 
 def _duration(seconds: float) -> str:
@@ -296,21 +297,21 @@ def training_curve(run: Path) -> dict:
     import math
 
     config = read_config(run)
-    tokens_per_step = int(config["train"]["batch_size"]) * int(config["model"]["train_length"])
+    step_tokens = tokens_per_step(config)
     logged = read_metrics(run)
     records = [record for record in logged if "loss" in record]
     points = [record for record in logged if "heldout_loss" in record]
     heldout = config.get("heldout")
     return {
-        "heldout_curve": ([record["step"] * tokens_per_step for record in points],
+        "heldout_curve": ([record["step"] * step_tokens for record in points],
                           [record["heldout_loss"] for record in points]),
         "heldout_steps": [record["step"] for record in points],
-        "heldout_longer": _longer_curves(logged, tokens_per_step, int(config["model"]["train_length"])),
-        "tokens": [record["step"] * tokens_per_step for record in records],
+        "heldout_longer": _longer_curves(logged, step_tokens, int(config["model"]["train_length"])),
+        "tokens": [record["step"] * step_tokens for record in records],
         "loss": [record["loss"] for record in records],
         "heldout": None
         if not heldout or heldout.get("loss") is None or math.isnan(heldout["loss"])
-        else (config.get("steps_done", 0) * tokens_per_step, heldout["loss"], math.log(heldout["ci_low"]),
+        else (config.get("steps_done", 0) * step_tokens, heldout["loss"], math.log(heldout["ci_low"]),
               math.log(heldout["ci_high"])),
         "length": int(config["model"]["train_length"]),
     }  # fmt: skip

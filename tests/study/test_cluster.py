@@ -121,9 +121,10 @@ def test_status_reads_each_steps_state_from_the_results_folder_and_its_log(tmp_p
 
     run = tmp_path / "runs" / "c"
     run.mkdir(parents=True)
-    model, train = {"pe": "rope", "train_length": 32}, {"steps": 90, "batch_size": 4}
+    model, train = {"pe": "rope", "train_length": 32}, {"steps": 90, "batch_size": 4, "accumulate": 2}
     (run / "config.json").write_text(json.dumps({"name": "c", "model": model, "train": train}))
-    (run / "metrics.jsonl").write_text(  # 128 tokens a step at the median speed, 32 tokens/s: 4 s a step
+    # 128 tokens a step (the batch is global, whatever --accumulate) at the median speed, 32 tokens/s: 4 s
+    (run / "metrics.jsonl").write_text(
         '{"step": 10, "loss": 3.1, "tokens_per_s": 30}\n{"step": 20, "loss": 2.9, "tokens_per_s": 32}\n'
         '{"step": 20, "heldout_loss": 3}\n{"step": 30, "loss": 2.8, "tokens_per_s": 900}\n'
     )
