@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from poscli.study.claims import Verdict
+from poscli.study.claims import Test, Verdict
 
 DECIDED = ("holds", "the opposite holds", "fails")  # a test's words that decide it
 
@@ -43,13 +43,11 @@ def _at(words: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
-def _word(verdict: Verdict, test) -> str:
+def _word(verdict: Verdict, test: Test) -> str:
     """The test's word, with why where it was not tested (a rung's runs that did not learn or are
     not in yet leave too few learned seeds)."""
     word = verdict.word(test)
-    if word != "not tested":
-        return word
-    return f"{word}: {'too few learned seeds' if 'learned seeds' in test.note else test.note}"
+    return f"{word}: {test.untested}" if test.untested else word
 
 
 def by_size(verdicts: list[Verdict]) -> list[dict]:

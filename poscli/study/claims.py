@@ -47,6 +47,8 @@ NULL, BASE = "null", "base"  # against: the group's own truncation null; the bas
 DIRECTIONS = ("less", "greater", "no-worse")
 KINDS = ("perplexity", "passkey", "algorithmic")  # the tables a claim can be decided on
 MIN_SEEDS = 3  # learned seeds each side needs before a claim is tested
+TOO_FEW_SEEDS = "too few learned seeds"  # the reasons a test was not run (Test.untested)
+UNSCORED = "not scored on the same spans at this length"
 MIN_EFFECT = {"perplexity": 0.01, "accuracy": 0.05}  # 1% of perplexity; 5 points of accuracy
 SCREEN_NOTE = (
     "Everything below is exploratory: the comparisons no claim declared, each test corrected by Benjamini and "
@@ -98,7 +100,8 @@ class Test:
     high: float
     p: float
     adjusted: float = math.nan
-    note: str = ""  # why it was not tested
+    untested: str = ""  # why it was not run: TOO_FEW_SEEDS or UNSCORED
+    note: str = ""  # the detail, e.g. "2 and 3 learned seeds, 3 a side needed"
 
 
 @dataclass
@@ -112,7 +115,7 @@ class Verdict:
 
     def word(self, test: Test) -> str:
         """holds, the opposite (or fails), not separated, or not tested, decided by the claim's rule."""
-        if test.note:
+        if test.untested:
             return "not tested"
         margin = self.margin()
         beyond = test.adjusted < ALPHA
@@ -326,8 +329,8 @@ def decide(claim: Claim, info: dict, values) -> Verdict:
             tests.append(_test(text, paired, pairs, verdict))
         else:
             tests.append(_test(text, paired, [values(claim, resolve_length(claim, text, info))], verdict))
-    adjusted = holm([math.nan if t.note else t.p for t in tests])
-    verdict.tests = [t if t.note else replace(t, adjusted=a) for t, a in zip(tests, adjusted)]
+    adjusted = holm([math.nan if t.untested else t.p for t in tests])
+    verdict.tests = [t if t.untested else replace(t, adjusted=a) for t, a in zip(tests, adjusted)]
     return verdict
 
 
@@ -340,7 +343,7 @@ def _test(text: str, paired: bool, pairs: list, verdict: Verdict) -> Test:
 
     nan = math.nan
     if any(pair is None for pair in pairs):
-        return Test(text, paired, (0, 0), nan, nan, nan, nan, note="not scored on the same spans at this length")
+        return Test(text, paired, (0, 0), nan, nan, nan, nan, untested=UNSCORED)
     if paired:  # a model against itself: its per-seed differences, one group a rung
         groups = []
         for mine, theirs in pairs:
@@ -356,7 +359,7 @@ def _test(text: str, paired: bool, pairs: list, verdict: Verdict) -> Test:
         counts = " and ".join(map(str, sizes))
         note = f"{counts} learned seeds paired, {MIN_SEEDS} needed" if paired else \
             f"{counts} learned seeds, {MIN_SEEDS} a side needed"  # fmt: skip
-        return Test(text, paired, seeds, nan, nan, nan, nan, note=note)
+        return Test(text, paired, seeds, nan, nan, nan, nan, untested=TOO_FEW_SEEDS, note=note)
     mean, low, high, p, df = welch_contrast(groups, weights)
     if verdict.claim.direction == "no-worse":
         worse = mean if verdict.metric == "perplexity" else -mean  # higher perplexity, lower accuracy
@@ -394,8 +397,8 @@ def _summary(words: list[str], lengths: list[str]) -> str:
 
 
 def _test_text(verdict: Verdict, test: Test, word: str) -> str:
-    if test.note:
-        return f"{test.length}: not tested ({test.note})."
+    if test.untested:
+        return f"{test.length}: not tested ({test.note or test.untested})."
     name = "ratio" if verdict.metric == "perplexity" else "difference"
     if verdict.claim.sizes:
         large, small = verdict.claim.sizes[1], verdict.claim.sizes[0]

@@ -127,7 +127,17 @@ def test_an_undecided_test_says_not_separated_with_its_seeds_and_interval_never_
 def test_a_side_with_fewer_than_three_learned_seeds_is_not_tested_never_equal():
     verdict = verdict_of(claim(), {"alibi-s*": ALIBI[:2], "t5-s*": T5})
     assert verdict.word(verdict.tests[0]) == "not tested" and "3 a side needed" in verdict.tests[0].note
+    assert verdict.tests[0].untested == claim_module.TOO_FEW_SEEDS
     assert "Here: not tested at 4x" in claim_module.claim_lines(verdict)[0]
+
+
+def test_groups_not_scored_on_the_same_spans_are_not_tested_and_left_out_of_holm():
+    info = info_of({"alibi-s0": "alibi-s*", "t5-s0": "t5-s*"})
+    verdict = claim_module.decide(claim(lengths=("4x",)), info, lambda one, length: None)
+    test = verdict.tests[0]
+    assert verdict.word(test) == "not tested" and test.untested == claim_module.UNSCORED
+    assert math.isnan(test.adjusted)
+    assert "4x: not tested (not scored on the same spans" in " ".join(claim_module.claim_lines(verdict))
 
 
 def test_the_opposite_direction_is_named_when_the_test_decides_it():

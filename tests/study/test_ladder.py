@@ -259,12 +259,12 @@ def test_a_claim_is_said_to_hold_across_sizes_only_where_every_rung_decides_it_a
 
 def test_verdict_by_size_says_why_a_rung_was_not_tested():
     from poscli.study.by_size import by_size
-    from poscli.study.claims import Claim, Test, Verdict
+    from poscli.study.claims import TOO_FEW_SEEDS, UNSCORED, Claim, Test, Verdict
 
     claim = Claim("c", "says", "source", "t", "a-{size}-s*", "NULL", ("4x",), "less")
     decided = Test("4x", True, (3, 3), 0.8, 0.7, 0.9, 1e-4, adjusted=1e-4)
-    too_few = Test("4x", True, (0, 0), *[math.nan] * 4, note="0 learned seeds paired, 3 needed")
-    unscored = Test("4x", True, (0, 0), *[math.nan] * 4, note="not scored on the same spans at this length")
+    too_few = Test("4x", True, (0, 0), *[math.nan] * 4, untested=TOO_FEW_SEEDS, note="0 learned seeds paired, 3 needed")
+    unscored = Test("4x", True, (0, 0), *[math.nan] * 4, untested=UNSCORED)
     verdicts = [Verdict(claim.at(rung), "perplexity", [test]) for rung, test in
                 (("s", too_few), ("m", decided), ("l", unscored))]  # fmt: skip
     rows = by_size(verdicts)
