@@ -1,6 +1,10 @@
-"""Device selection: ``auto`` picks CUDA, then Apple's MPS, then the CPU."""
+"""Device selection: ``auto`` picks CUDA, then Apple's MPS, then the CPU; and a sweep job's share
+of the CPU cores."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import torch
 
@@ -86,3 +90,27 @@ def free_memory(device: torch.device) -> int | None:
         except OSError:
             return None
     return None
+
+
+RUNNING_JOBS_VARIABLE = "POSCLI_RUNNING_JOBS"  # the file where a sweep keeps how many of its jobs run now
+
+
+def threads_for(parallel: int) -> int:
+    """Each of ``parallel`` jobs' share of the cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, parallel))
+
+
+def take_free_cores() -> int:
+    """In a job of a sweep (``poscli run --jobs N``, ``poscli train --jobs N``): the share of the
+    cores for as many jobs as the sweep runs now (``RUNNING_JOBS_VARIABLE``), set as torch's thread
+    count, so the last job left running takes every core instead of its share of a pair, and gives
+    them back when another starts. Called before each step of a chain (``--each``) and at each
+    checkpoint of a training. Returns the thread count (unchanged outside a sweep)."""
+    path = os.environ.get(RUNNING_JOBS_VARIABLE)
+    try:
+        threads = threads_for(int(Path(path).read_text())) if path else torch.get_num_threads()
+    except (OSError, ValueError):  # the sweep has ended or is writing it: keep the threads as they are
+        return torch.get_num_threads()
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+    return threads

@@ -450,7 +450,7 @@ def run_chain(chain: list[tuple[str, dict]], log_dir: str) -> int:
     and theirs) one after another, each with its output in LOG_DIR/NAME.log; the exit code of the
     first that fails (the steps after it need it), else 0. Before each step it takes the cores the
     sweep's other chains have freed (the last chain running gets them all)."""
-    from poscli.study.sweep import take_free_cores
+    from poscli.core.device import take_free_cores
 
     for name, step in chain:
         take_free_cores()

@@ -3,7 +3,8 @@
 ``poscli train --pe alibi,rope,t5 --seeds 0,1 --jobs 2`` runs each combination as its own
 ``poscli train`` process, ``--jobs`` at once. On the CPU each job gets cores / jobs threads
 (two torch processes that each take every core run many times slower than one at a time), and a
-job that runs several steps takes the cores freed by the others before each (``take_free_cores``); with
+job takes the cores freed by the others before each step of its chain and at each checkpoint of its
+training (``poscli.core.device.take_free_cores``); with
 several GPUs each job gets the one the fewest running jobs hold (CUDA_VISIBLE_DEVICES). A job
 that fails is reported with the last line of its log and the others carry on; the sweep exits 1
 if any failed. Each job's output goes to RESULTS/logs/NAME.log.
@@ -19,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from poscli.core.device import RUNNING_JOBS_VARIABLE, threads_for
 
 STOP_GRACE_SECONDS = 60  # after Ctrl-C, how long the jobs get to write their checkpoints
 # a poscli process stopped by SIGINT or SIGTERM (its checkpoint saved), or killed by either unhandled
@@ -66,35 +69,10 @@ class _Running:
     followed: int = 0  # bytes of its log already passed to ``follow``
 
 
-RUNNING_JOBS_VARIABLE = "POSCLI_RUNNING_JOBS"  # the file where a sweep keeps how many of its jobs run now
-
-
-def threads_for(parallel: int) -> int:
-    """Each of ``parallel`` jobs' share of the cores."""
-    return max(1, (os.cpu_count() or 1) // max(1, parallel))
-
-
 def job_environment(parallel: int) -> dict:
     """What each of ``parallel`` jobs at once gets on the CPU: a share of the cores."""
     threads = threads_for(parallel)
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-
-
-def take_free_cores() -> int:
-    """In a job that runs several steps (a chain of ``poscli run --each --jobs N``), before each one:
-    the share of the cores for as many jobs as its sweep runs now (``RUNNING_JOBS_VARIABLE``), set as
-    torch's thread count, so the last chain left running takes every core instead of its share of a
-    pair. Returns the thread count (unchanged outside a sweep)."""
-    import torch
-
-    path = os.environ.get(RUNNING_JOBS_VARIABLE)
-    try:
-        threads = threads_for(int(Path(path).read_text())) if path else torch.get_num_threads()
-    except (OSError, ValueError):  # the sweep has ended or is writing it: keep the threads as they are
-        return torch.get_num_threads()
-    if threads != torch.get_num_threads():
-        torch.set_num_threads(threads)
-    return threads
 
 
 def least_used_gpu(running: dict, gpus: int) -> int:

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from poscli import encodings
 from poscli.config import ModelConfig, TrainConfig
-from poscli.core.device import autocast, compile_model, select_device
+from poscli.core.device import autocast, compile_model, select_device, take_free_cores
 from poscli.core.provenance import environment
 from poscli.data import tokenizer as tokenizers
 from poscli.data.checks import check_data_settings
@@ -372,22 +372,20 @@ def _steps(
         compile_model(model, device, model_config.train_length, report=console.print if main else lambda line: None)
     stream = token_stream(corpus)
     snapshot_steps = set(train_config.snapshot_steps())
-    tokens_per_step = train_config.batch_size * model_config.train_length
+    tokens_per_step = runs.tokens_per_step(config)
     budget_seconds = train_config.minutes * 60 if train_config.minutes else None
     start, step, progress = time.perf_counter() - elapsed_before, start_step, _progress_bar(console, show_progress)
 
     def checkpoint(status: str = "running") -> None:
-        if not main:
-            return
-        runs.save_checkpoint(run, model, optimizer, generator, step, time.perf_counter() - start)
-        runs.save_weights(model, run)
-        runs.write_config(run, {**config, "status": status, "steps_done": step})
+        if main:
+            runs.save_checkpoint(run, model, optimizer, generator, step, time.perf_counter() - start)
+            runs.save_weights(model, run)
+            runs.write_config(run, {**config, "status": status, "steps_done": step})
+        if status == "running" and not group.active:  # a sweep's job: the cores freed by the others, or its share
+            take_free_cores()
 
     metrics = open(run / runs.METRICS_FILE if main else os.devnull, "a", encoding="utf-8")  # noqa: SIM115
-    text = not isinstance(TaskTraining.plan(train_config, model_config), TaskTraining)  # a task run has no text
-    curve = HeldoutCurve(corpus if text else None, config, device, tokenizer, model.encoding.max_length)
-    if main and curve.every:
-        console.print(curve.schedule())
+    curve = _heldout_curve(config, corpus, device, tokenizer, model, console if main else None)
     model.train()
     try:
         with progress, StopRequest() as stop:
@@ -440,6 +438,17 @@ def _steps(
     return result
 
 
+def _heldout_curve(config: dict, corpus: Corpus, device, tokenizer, model, console) -> HeldoutCurve:
+    """The validation curve's scorer (none for a task run: it has no text), its schedule said on
+    ``console`` (None: another rank's process)."""
+    model_config, train_config = ModelConfig.from_dict(config["model"]), TrainConfig.from_dict(config["train"])
+    text = not isinstance(TaskTraining.plan(train_config, model_config), TaskTraining)
+    curve = HeldoutCurve(corpus if text else None, config, device, tokenizer, model.encoding.max_length)
+    if console is not None and curve.every:
+        console.print(curve.schedule())
+    return curve
+
+
 def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, steps, seconds, elapsed_before):
     """After the last step: the held-out perplexity at the train length and/or (a task run, or a
     task mixed in) exact match at the task's training sizes, the finished config.json, the
@@ -451,12 +460,11 @@ def _finish(run: Path, config: dict, model, corpus: Corpus, device, tokenizer, s
     nan = float("nan")
     text = not isinstance(task, TaskTraining)  # a text run, perhaps with a task mixed in
     heldout = _heldout(model, corpus, config, device, tokenizer) if text else {"loss": nan, "ppl": nan, "bpb": None}
-    tokens_per_step = train_config.batch_size * model_config.train_length
     config.update(
         status="finished",
         steps_done=step,
         train_seconds=round(seconds, 1),
-        tokens_per_s=round((step - start_step) * tokens_per_step / max(seconds - elapsed_before, 1e-9)),
+        tokens_per_s=round((step - start_step) * runs.tokens_per_step(config) / max(seconds - elapsed_before, 1e-9)),
     )
     if task:
         scheme = position_schemes.for_training(model_config, train_config)

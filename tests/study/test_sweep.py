@@ -154,7 +154,7 @@ def test_the_running_count_follows_the_jobs_so_the_last_one_can_take_the_freed_c
     """Two at a time, three jobs: the third starts when the second ends and reads 2 running; the
     first, still running after the third has ended, reads 1 (its chain's next step takes every core).
     Each starts with the share of a pair, and the count file is gone when the pool is done."""
-    from poscli.study.sweep import RUNNING_JOBS_VARIABLE, threads_for
+    from poscli.core.device import RUNNING_JOBS_VARIABLE, threads_for
 
     done = tmp_path / "next-ended"
     read = (
@@ -185,8 +185,8 @@ def test_a_chain_takes_the_cores_the_other_chains_freed_before_each_step(tmp_pat
     with every core, those before with half (torch's thread count at each step's start)."""
     import torch
 
+    from poscli.core.device import RUNNING_JOBS_VARIABLE, threads_for
     from poscli.study import steps
-    from poscli.study.sweep import RUNNING_JOBS_VARIABLE, threads_for
 
     count = tmp_path / "running"
     count.write_text("2")

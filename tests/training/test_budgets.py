@@ -143,6 +143,40 @@ def test_a_snapshot_holds_the_weights_the_model_had_after_its_step(workspace, mo
     assert runs.training_budget(config)["tokens_seen"] == 20 * 4 * 32  # steps x batch x train length
 
 
+def test_a_sweep_job_takes_the_cores_freed_by_its_pair_at_its_next_checkpoint(workspace, tmp_path, monkeypatch):
+    """A job started as one of a pair (each with half the cores) whose neighbour ends mid-training
+    (the sweep's count file goes from 2 to 1) trains on with every core from its next checkpoint,
+    and gives them back when another job starts (the count goes to 2 again)."""
+    from poscli.core import device
+    from poscli.training.options import TrainRequest, train_plan
+    from poscli.training.train import train
+
+    corpus, results = workspace
+    monkeypatch.setattr(device.os, "cpu_count", lambda: 4)  # so a pair's share (2) differs from all (4)
+    count = tmp_path / "running"
+    count.write_text("2")
+    monkeypatch.setenv(device.RUNNING_JOBS_VARIABLE, str(count))
+    seen: dict[int, int] = {}
+    real = runs.save_checkpoint
+
+    def spy(run, model, optimizer, generator, step, elapsed):
+        seen[step] = torch.get_num_threads()  # the threads this checkpoint's steps ran with
+        count.write_text({4: "1", 8: "2"}.get(step, count.read_text()))  # the pair ends at 4, another starts at 8
+        return real(run, model, optimizer, generator, step, elapsed)
+
+    monkeypatch.setattr(runs, "save_checkpoint", spy)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        values = TrainRequest(pe="rope", data=str(corpus), layers=1, width=32, heads=4, train_length=32,
+                              batch_size=4, warmup=2, steps=12, checkpoint_every=4)  # fmt: skip
+        _, model_config, train_config = train_plan(values)
+        train(model_config, train_config, name="share", results=results, show_progress=False, replace=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert [seen[step] for step in (4, 8, 12)] == [2, 4, 2]
+
+
 @pytest.mark.slow
 def test_eval_reads_snapshots_by_name_and_reports_each_budget(workspace):
     corpus, results = workspace
